@@ -1,0 +1,59 @@
+"""Transport-neutral errors.
+
+Everything inside the daemon raises or returns :class:`PbdError`; one table at the gRPC edge
+(``pbd.grpc.status``) maps :class:`Code` to a gRPC status. Nothing here imports a transport.
+The codes are Triton's ``TRITONSERVER_Error_Code`` set plus RESOURCE_EXHAUSTED, which Triton
+lacks but a full /dev/shm or a full queue needs.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+
+    @classmethod
+    def parse(cls, name: str) -> Code:
+        """The code named ``name``; UNKNOWN for names this version does not know."""
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class PbdError(Exception):
+    """An error a client may see: a code and the exact message it gets."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"PbdError({self.code.name}, {self.message!r})"
+
+
+def invalid_arg(message: str) -> PbdError:
+    return PbdError(Code.INVALID_ARG, message)
+
+
+def not_found(message: str) -> PbdError:
+    return PbdError(Code.NOT_FOUND, message)
+
+
+def unavailable(message: str) -> PbdError:
+    return PbdError(Code.UNAVAILABLE, message)
+
+
+def internal(message: str) -> PbdError:
+    return PbdError(Code.INTERNAL, message)
