@@ -1,0 +1,5 @@
+import sys
+
+from pbd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""The daemon's life: start, load models, serve, and shut down in order.
+
+Shutdown (SIGTERM/SIGINT): stop accepting requests, let those in flight finish (up to
+``exit_timeout_secs``), finalize models and stop workers, remove every shared-memory segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from pbd.dataplane import DataPlane
+from pbd.errors import PbdError
+from pbd.gpus import visible_gpus
+from pbd.grpc.server import build_server
+from pbd.instances.hub import WorkerHub
+from pbd.instances.launcher import ProcessLauncher
+from pbd.instances.supervisor import VersionRuntime
+from pbd.memory.malloc import tune_malloc
+from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
+from pbd.repository.config import ModelConfig
+from pbd.repository.manager import ModelRepository
+from pbd.settings import Settings
+
+log = logging.getLogger("pbd")
+
+
+class Daemon:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.daemon_id = new_daemon_id()
+        self.hub = WorkerHub(settings.worker_socket or f"@pbd-{self.daemon_id}")
+        self.launcher = ProcessLauncher()
+        self.gpus = visible_gpus()
+        shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
+
+        def make_runtime(config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
+            return VersionRuntime(
+                config=config,
+                version=version,
+                model_dir=model_dir,
+                settings=settings,
+                launcher=self.launcher,
+                hub=self.hub,
+                shm_name=shm_name,
+                gpus=self.gpus,
+            )
+
+        self.repository = ModelRepository(
+            settings.model_repository.resolve(), make_runtime, settings.exit_timeout_secs
+        )
+        self.dataplane = DataPlane(self.repository, settings)
+        self.port = 0
+        self._stop = asyncio.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def _load_startup_models(self) -> list[str]:
+        names = self.repository.model_names()
+        if self.settings.model_control_mode == "explicit":
+            wanted = self.settings.load_model
+            names = names if "*" in wanted else list(dict.fromkeys(wanted))
+        failed: list[str] = []
+
+        async def load(name: str) -> None:
+            try:
+                await self.repository.load(name)
+            except PbdError as exc:
+                failed.append(name)
+                log.error("%s", exc.message)
+
+        await asyncio.gather(*(load(n) for n in names))
+        return failed
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.repository_poll_secs)
+            try:
+                await self.repository.poll()
+            except Exception:  # noqa: BLE001 - a bad scan must not end polling
+                log.exception("repository poll failed")
+
+    async def run(self) -> int:
+        settings = self.settings
+        if not settings.model_repository.is_dir():
+            log.error("model repository '%s' is not a directory", settings.model_repository)
+            return 2
+        tune_malloc()
+        remove_segments(settings.shm_prefix)
+        await self.hub.start()
+        server, self.port = build_server(self.dataplane, settings.grpc_address, settings.grpc_port)
+        await server.start()
+        log.info("gRPC server listening on %s:%d", settings.grpc_address, self.port)
+        failed = await self._load_startup_models()
+        code = 0
+        poller: asyncio.Task[None] | None = None
+        if failed and settings.exit_on_error:
+            log.error("models failed to load: %s; exiting (--exit-on-error)", ", ".join(failed))
+            code = 1
+        else:
+            if settings.model_control_mode == "poll":
+                poller = asyncio.create_task(self._poll())
+            log.info(
+                "pbd ready: %d model(s) loaded",
+                sum(1 for e in self.repository.index() if e.state == "READY"),
+            )
+            await self._stop.wait()
+            log.info("shutting down")
+        if poller is not None:
+            poller.cancel()
+        await self.dataplane.drain(settings.exit_timeout_secs)
+        await server.stop(grace=1.0)
+        await self.repository.unload_all()
+        await self.hub.close()
+        remove_segments(settings.shm_prefix, daemon_id=self.daemon_id)
+        log.info("stopped")
+        return code
+
+
+async def serve(settings: Settings) -> int:
+    daemon = Daemon(settings)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, daemon.request_stop)
+    try:
+        return await daemon.run()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signum)

@@ -1,0 +1,147 @@
+"""What every RPC does, independent of the transport.
+
+The servicer converts a message into pbd types, calls one method here, and converts back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from pbd import __version__
+from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.repository.config import ModelConfig
+from pbd.repository.manager import ModelRepository
+from pbd.settings import Settings
+from pbd.types import IndexEntry, InferRequest, InferResult
+from pbd.validation import prepare_request
+
+# Only what pbd really implements is advertised.
+EXTENSIONS = ("model_repository", "model_configuration", "parameters")
+
+
+class DataPlane:
+    def __init__(self, repository: ModelRepository, settings: Settings) -> None:
+        self.repository = repository
+        self.settings = settings
+        self.accepting = True
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- server --------------------------------------------------------------------------------
+
+    def server_live(self) -> bool:
+        return True
+
+    def server_ready(self) -> bool:
+        if not self.accepting:
+            return False
+        return self.repository.all_ready() if self.settings.strict_readiness else True
+
+    def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
+        return "pbd", __version__, EXTENSIONS
+
+    # -- models --------------------------------------------------------------------------------
+
+    def model_ready(self, name: str, version: str) -> bool:
+        try:
+            return self.repository.lookup(name, version).ready
+        except PbdError as exc:
+            if exc.code is Code.INVALID_ARG:
+                raise
+            return False
+
+    def model_metadata(self, name: str, version: str) -> tuple[ModelConfig, list[str]]:
+        runtime = self.repository.lookup(name, version)
+        versions = [version] if version else [str(v) for v in self.repository.ready_versions(name)]
+        return runtime.config, versions
+
+    def model_config(self, name: str, version: str) -> ModelConfig:
+        return self.repository.lookup(name, version).config
+
+    async def infer(self, request: InferRequest) -> InferResult:
+        if not self.accepting:
+            raise unavailable(
+                "GRPC server is shutting down and has stopped accepting new requests."
+            )
+        runtime = self.repository.lookup(request.model_name, request.model_version)
+        if runtime.config.decoupled:
+            raise PbdError(
+                Code.UNSUPPORTED,
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            )
+        prepared = prepare_request(request, runtime.config)
+        self.inflight += 1
+        self._idle.clear()
+        try:
+            return await runtime.infer(prepared)
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._idle.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting requests; wait (up to ``timeout``) for those in flight."""
+        self.accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    # -- repository ----------------------------------------------------------------------------
+
+    def repository_index(self, repository_name: str, ready_only: bool) -> list[IndexEntry]:
+        _check_repository_name(repository_name)
+        return self.repository.index(ready_only)
+
+    def _check_explicit(self) -> None:
+        if self.settings.model_control_mode != "explicit":
+            raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load_model(
+        self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]
+    ) -> None:
+        _check_repository_name(repository_name)
+        self._check_explicit()
+        override: str | None = None
+        for key, (kind, value) in params.items():
+            if key == "config":
+                if kind != "string_param":
+                    raise invalid_arg(
+                        f"invalid value type for load parameter '{key}', expected string_param."
+                    )
+                override = value
+            elif key.startswith("file:"):
+                if kind != "bytes_param":
+                    raise invalid_arg(
+                        f"invalid value type for load parameter '{key}', expected bytes_param."
+                    )
+                raise PbdError(
+                    Code.UNSUPPORTED,
+                    f"load parameter '{key}': uploading model files is not enabled in pbd",
+                )
+            else:
+                raise invalid_arg(f"unrecognized load parameter '{key}'.")
+        await self.repository.load(name, override)
+
+    async def unload_model(
+        self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]
+    ) -> None:
+        _check_repository_name(repository_name)
+        self._check_explicit()
+        for key, (kind, _value) in params.items():
+            if key == "unload_dependents":
+                if kind != "bool_param":
+                    raise invalid_arg(
+                        f"invalid value type for unload parameter '{key}', expected bool_param."
+                    )
+            else:
+                raise invalid_arg(f"unrecognized unload parameter '{key}'.")
+        await self.repository.unload(name)
+
+
+def _check_repository_name(name: str) -> None:
+    if name:
+        raise PbdError(Code.UNSUPPORTED, "'repository_name' specification is not supported")

@@ -1,0 +1,171 @@
+"""protobuf <-> pbd types, in one place.
+
+Names are symmetric: ``<thing>_from_pb`` builds a pbd value from a message, ``<thing>_to_pb``
+the reverse. Only this module and ``servicer`` import the public-API ``_pb2`` modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from pbd_worker import dtypes
+
+from pbd._proto import grpc_service_pb2 as pb
+from pbd._proto import model_config_pb2 as mc
+from pbd.errors import invalid_arg
+from pbd.grpc import wire
+from pbd.types import (
+    IndexEntry,
+    InferRequest,
+    InferResult,
+    InputTensor,
+    ParamValue,
+    RequestedOutput,
+    Uint64,
+)
+
+# datatype -> (InferTensorContents field, numpy dtype of the wire form)
+_CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+_ALL_CONTENTS = sorted(set(_CONTENTS_FIELD.values()))
+
+
+def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamValue]:
+    out: dict[str, ParamValue] = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        if which == "uint64_param":
+            out[key] = Uint64(param.uint64_param)
+        elif which is not None:
+            out[key] = getattr(param, which)
+    return out
+
+
+def params_to_pb(values: Mapping[str, ParamValue], target: Any) -> None:
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, Uint64):
+            param.uint64_param = value.value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+def _contents_to_raw(tensor: Any, model_name: str) -> bytes:
+    contents = tensor.contents
+    present = [f for f in _ALL_CONTENTS if len(getattr(contents, f))]
+    expected = _CONTENTS_FIELD.get(tensor.datatype)
+    if present and (expected is None or present != [expected]):
+        raise invalid_arg(
+            f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
+            f"'{model_name}' of type '{present[0]}', expected datatype '{tensor.datatype}'"
+        )
+    if expected is None:
+        return b""
+    values = getattr(contents, expected)
+    if tensor.datatype == "BYTES":
+        return b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    np_type = dtypes.BY_NAME[tensor.datatype].numpy
+    return np.asarray(values).astype(np_type).tobytes()
+
+
+def _has_contents(tensor: Any) -> bool:
+    return tensor.HasField("contents") and any(
+        len(getattr(tensor.contents, f)) for f in _ALL_CONTENTS
+    )
+
+
+def infer_request_from_wire(data: bytes) -> InferRequest:
+    """Parse a serialized ModelInferRequest without copying its raw tensor bytes."""
+    header, raws = wire.split_raw_inputs(data)
+    msg = pb.ModelInferRequest.FromString(header)
+    if not raws and len(msg.raw_input_contents):
+        # split_raw_inputs left an unusual message to protobuf; take protobuf's copies.
+        raws = [memoryview(r) for r in msg.raw_input_contents]
+    raw_iter = iter(raws)
+    inputs: list[InputTensor] = []
+    for tensor in msg.inputs:
+        params = params_from_pb(tensor.parameters)
+        data_view: memoryview | None = None
+        if _has_contents(tensor):
+            if raws:
+                raise invalid_arg(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{msg.model_name}'"
+                )
+            data_view = memoryview(_contents_to_raw(tensor, msg.model_name))
+        elif "shared_memory_region" not in params:
+            # Triton's rule: only inputs without contents or shared memory take a raw entry.
+            data_view = next(raw_iter, None)
+        inputs.append(
+            InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape), data_view, params)
+        )
+    return InferRequest(
+        model_name=msg.model_name,
+        model_version=msg.model_version,
+        id=msg.id,
+        inputs=inputs,
+        outputs=[RequestedOutput(o.name, params_from_pb(o.parameters)) for o in msg.outputs],
+        parameters=params_from_pb(msg.parameters),
+    )
+
+
+def infer_response_to_wire(result: InferResult) -> bytes:
+    header = pb.ModelInferResponse(
+        model_name=result.model_name, model_version=result.model_version, id=result.id
+    )
+    params_to_pb(result.parameters, header.parameters)
+    for out in result.outputs:
+        header.outputs.add(name=out.name, datatype=out.datatype, shape=out.shape)
+    return wire.join_raw_outputs(header.SerializeToString(), (o.data for o in result.outputs))
+
+
+def model_config_to_pb(config_dict: Mapping[str, Any]) -> mc.ModelConfig:
+    return json_format.ParseDict(config_dict, mc.ModelConfig(), ignore_unknown_fields=True)
+
+
+def tensor_metadata_to_pb(
+    tensors: Iterable[Any], max_batch_size: int
+) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    batch = [-1] if max_batch_size > 0 else []
+    return [
+        pb.ModelMetadataResponse.TensorMetadata(
+            name=t.name, datatype=t.datatype, shape=batch + list(t.dims)
+        )
+        for t in tensors
+    ]
+
+
+def repository_index_to_pb(entries: Iterable[IndexEntry]) -> pb.RepositoryIndexResponse:
+    response = pb.RepositoryIndexResponse()
+    for e in entries:
+        response.models.add(name=e.name, version=e.version, state=e.state, reason=e.reason)
+    return response
+
+
+def repository_params_from_pb(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        out[key] = (which, getattr(param, which) if which else None)
+    return out

@@ -1,0 +1,195 @@
+"""``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``, registered by wire name.
+
+Our messages live in package ``pbd.kserve`` (so they can share a process with tritonclient's
+``inference.*``); the wire does not carry package names, only the service path. Each RPC
+converts, calls the dataplane, converts back. ModelInfer works on raw bytes both ways (see
+``pbd.grpc.wire``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from pbd._proto import grpc_service_pb2 as pb
+from pbd._proto import health_pb2
+from pbd.dataplane import DataPlane
+from pbd.errors import Code, PbdError
+from pbd.grpc import convert
+from pbd.grpc.status import GRPC_STATUS
+
+log = logging.getLogger("pbd.grpc")
+SERVICE = "inference.GRPCInferenceService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def _errors_to_status(fn: Handler) -> Handler:
+    @functools.wraps(fn)
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(request, context)
+        except PbdError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
+        except (ValueError, TypeError) as exc:
+            # Undecodable messages and similar client mistakes.
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}")
+
+    return wrapper
+
+
+class InferenceServicer:
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dp = dataplane
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Any
+    ) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.dp.server_live())
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.dp.server_ready())
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        name, version, extensions = self.dp.server_metadata()
+        return pb.ServerMetadataResponse(name=name, version=version, extensions=extensions)
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> Any:
+        config, versions = self.dp.model_metadata(request.name, request.version)
+        return pb.ModelMetadataResponse(
+            name=config.name,
+            versions=versions,
+            platform=config.platform or config.backend,
+            inputs=convert.tensor_metadata_to_pb(config.inputs, config.max_batch_size),
+            outputs=convert.tensor_metadata_to_pb(config.outputs, config.max_batch_size),
+        )
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> Any:
+        config = self.dp.model_config(request.name, request.version)
+        return pb.ModelConfigResponse(config=convert.model_config_to_pb(config.as_dict))
+
+    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+        infer_request = convert.infer_request_from_wire(request)
+        with await self.dp.infer(infer_request) as result:
+            return convert.infer_response_to_wire(result)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> Any:
+        entries = self.dp.repository_index(request.repository_name, request.ready)
+        return convert.repository_index_to_pb(entries)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> Any:
+        params = convert.repository_params_from_pb(request.parameters)
+        await self.dp.load_model(request.repository_name, request.model_name, params)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> Any:
+        params = convert.repository_params_from_pb(request.parameters)
+        await self.dp.unload_model(request.repository_name, request.model_name, params)
+        return pb.RepositoryModelUnloadResponse()
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise _client_shm_disabled()
+
+    async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
+        status = health_pb2.HealthCheckResponse
+        serving = status.SERVING if self.dp.server_ready() else status.NOT_SERVING
+        return status(status=serving)
+
+
+def _client_shm_disabled() -> PbdError:
+    return PbdError(
+        Code.UNSUPPORTED,
+        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
+        "to enable.",
+    )
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+# rpc name -> (request message, response message); None: raw bytes (see pbd.grpc.wire).
+_UNARY: dict[str, tuple[Any, Any]] = {
+    "ServerLive": (pb.ServerLiveRequest, pb.ServerLiveResponse),
+    "ServerReady": (pb.ServerReadyRequest, pb.ServerReadyResponse),
+    "ServerMetadata": (pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+    "ModelReady": (pb.ModelReadyRequest, pb.ModelReadyResponse),
+    "ModelMetadata": (pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+    "ModelConfig": (pb.ModelConfigRequest, pb.ModelConfigResponse),
+    "ModelInfer": (None, None),
+    "RepositoryIndex": (pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+    "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
+    "RepositoryModelUnload": (pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
+    "SystemSharedMemoryStatus": (
+        pb.SystemSharedMemoryStatusRequest,
+        pb.SystemSharedMemoryStatusResponse,
+    ),
+    "SystemSharedMemoryRegister": (
+        pb.SystemSharedMemoryRegisterRequest,
+        pb.SystemSharedMemoryRegisterResponse,
+    ),
+    "SystemSharedMemoryUnregister": (
+        pb.SystemSharedMemoryUnregisterRequest,
+        pb.SystemSharedMemoryUnregisterResponse,
+    ),
+    "CudaSharedMemoryStatus": (pb.CudaSharedMemoryStatusRequest, pb.CudaSharedMemoryStatusResponse),
+    "CudaSharedMemoryRegister": (
+        pb.CudaSharedMemoryRegisterRequest,
+        pb.CudaSharedMemoryRegisterResponse,
+    ),
+    "CudaSharedMemoryUnregister": (
+        pb.CudaSharedMemoryUnregisterRequest,
+        pb.CudaSharedMemoryUnregisterResponse,
+    ),
+}
+
+
+def _handler(method: Handler, request_type: Any, response_type: Any) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        _errors_to_status(method),
+        request_deserializer=request_type.FromString if request_type else _identity,
+        response_serializer=(lambda m: m.SerializeToString()) if response_type else _identity,
+    )
+
+
+def generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
+    inference = {
+        name: _handler(getattr(servicer, name), req, resp) for name, (req, resp) in _UNARY.items()
+    }
+    health = {
+        "Check": _handler(
+            servicer.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
+        )
+    }
+    return [
+        grpc.method_handlers_generic_handler(SERVICE, inference),
+        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
+    ]

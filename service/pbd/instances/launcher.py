@@ -1,0 +1,111 @@
+"""How worker processes are started and stopped.
+
+Launchers share one interface (``start``/``stop``/``status``/``wait``), so the supervisor does
+not care whether a worker is a child process or, later, a systemd unit. Liveness is *not* the
+launcher's job: the worker's connection and heartbeats say that. The launcher only reports how
+a worker ended, for the error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    instance_id: str
+    socket: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pbd_worker",
+            "--socket",
+            self.socket,
+            "--instance",
+            self.instance_id,
+        ]
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    returncode: int
+
+    def describe(self) -> str:
+        if self.returncode < 0:
+            signum = -self.returncode
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = f"signal {signum}"
+            return f"killed by signal {signum} ({name})"
+        return f"exited with status {self.returncode}"
+
+
+class WorkerHandle(Protocol):
+    @property
+    def pid(self) -> int | None: ...
+
+
+class InstanceLauncher(Protocol):
+    async def start(self, spec: WorkerSpec) -> WorkerHandle: ...
+    async def stop(self, handle: WorkerHandle, grace: float) -> ExitStatus | None: ...
+    def status(self, handle: WorkerHandle) -> ExitStatus | None: ...
+    async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None: ...
+
+
+@dataclass
+class ProcessHandle:
+    process: asyncio.subprocess.Process
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+
+class ProcessLauncher:
+    """Workers as direct child processes of the daemon (the default; needs nothing else)."""
+
+    async def start(self, spec: WorkerSpec) -> ProcessHandle:
+        env = dict(os.environ)
+        env.update(spec.env)
+        process = await asyncio.create_subprocess_exec(
+            *spec.argv(),
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            # Own session: a terminal's Ctrl-C goes to the daemon, which stops workers in order.
+            start_new_session=True,
+        )
+        return ProcessHandle(process)
+
+    def status(self, handle: WorkerHandle) -> ExitStatus | None:
+        assert isinstance(handle, ProcessHandle)
+        code = handle.process.returncode
+        return None if code is None else ExitStatus(code)
+
+    async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None:
+        assert isinstance(handle, ProcessHandle)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.process.wait(), timeout)
+        return self.status(handle)
+
+    async def stop(self, handle: WorkerHandle, grace: float) -> ExitStatus | None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        assert isinstance(handle, ProcessHandle)
+        if handle.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                handle.process.terminate()
+            status = await self.wait(handle, grace)
+            if status is not None:
+                return status
+            with contextlib.suppress(ProcessLookupError):
+                handle.process.kill()
+        return await self.wait(handle, 10.0)

@@ -1,0 +1,261 @@
+"""Keeps a model version's instances running and feeds them its queue.
+
+Each instance slot has a task: serve the queue until the worker dies, then restart it with
+exponential backoff. A crash fails only the request that instance was executing. An instance
+whose restart fails ``MAX_RESTART_FAILURES`` times in a row, or whose ``initialize()`` raises,
+is given up; a version with no instance left is UNAVAILABLE with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.instances.hub import WorkerHub
+from pbd.instances.instance import Instance, InstancePlan, State
+from pbd.instances.launcher import InstanceLauncher
+from pbd.repository.config import ModelConfig
+from pbd.scheduler import RequestQueue, WorkItem, wait_result
+from pbd.settings import Settings
+from pbd.types import InferResult
+from pbd.validation import PreparedRequest
+
+log = logging.getLogger("pbd.instances")
+MAX_RESTART_FAILURES = 5
+STABLE_UPTIME_S = 30.0
+
+
+class VersionState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNLOADING = "UNLOADING"
+
+
+def plan_instances(config: ModelConfig, gpus: list[int]) -> list[InstancePlan]:
+    """Triton's placement: ``count`` per listed GPU for GPU groups; AUTO falls back to CPU."""
+    plans: list[InstancePlan] = []
+    for group in config.instance_groups:
+        kind = group.kind
+        if kind == "KIND_AUTO":
+            kind = "KIND_GPU" if gpus else "KIND_CPU"
+        if kind == "KIND_GPU":
+            if not gpus:
+                raise invalid_arg(
+                    f"instance group '{group.name}' of model '{config.name}' has kind KIND_GPU, "
+                    "but no GPU is available on this machine; use KIND_CPU, or KIND_AUTO to "
+                    "fall back to the CPU"
+                )
+            ids = list(group.gpus) or gpus
+            for gpu in ids:
+                if gpu not in gpus:
+                    raise invalid_arg(
+                        f"instance group '{group.name}' of model '{config.name}' names GPU {gpu}, "
+                        f"but the available GPUs are {gpus}"
+                    )
+            devices = [("GPU", g) for g in ids for _ in range(group.count)]
+        else:
+            devices = [("MODEL" if kind == "KIND_MODEL" else "CPU", 0)] * group.count
+        plans += [InstancePlan(f"{group.name}_{n}", k, d) for n, (k, d) in enumerate(devices)]
+    return plans
+
+
+@dataclass
+class Slot:
+    plan: InstancePlan
+    instance: Instance
+    task: asyncio.Task[None] | None = None
+    given_up: str = ""
+    restarts: int = 0
+    started_at: float = field(default=0.0)
+
+
+class VersionRuntime:
+    def __init__(
+        self,
+        *,
+        config: ModelConfig,
+        version: int,
+        model_dir: Path,
+        settings: Settings,
+        launcher: InstanceLauncher,
+        hub: WorkerHub,
+        shm_name: Callable[[], str],
+        gpus: list[int],
+    ) -> None:
+        self.config = config
+        self.version = version
+        self.model_dir = model_dir
+        self.settings = settings
+        self.launcher = launcher
+        self.hub = hub
+        self.shm_name = shm_name
+        self.gpus = gpus
+        self.state = VersionState.LOADING
+        self.reason = ""
+        self.queue = RequestQueue()
+        self.slots: list[Slot] = []
+        self._stopping = False
+        self._monitor: asyncio.Task[None] | None = None
+
+    def _new_instance(self, plan: InstancePlan) -> Instance:
+        return Instance(
+            config=self.config,
+            version=self.version,
+            model_dir=self.model_dir,
+            plan=plan,
+            settings=self.settings,
+            launcher=self.launcher,
+            hub=self.hub,
+            shm_base=self.shm_name(),
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.state is VersionState.READY and any(
+            s.instance.state is State.READY for s in self.slots
+        )
+
+    def instances(self) -> list[Instance]:
+        return [s.instance for s in self.slots]
+
+    async def load(self) -> None:
+        """Start every instance; on any failure stop the rest and raise the first error."""
+        try:
+            plans = plan_instances(self.config, self.gpus)
+        except PbdError as exc:
+            self.state, self.reason = VersionState.UNAVAILABLE, exc.message
+            raise
+        instances = [self._new_instance(p) for p in plans]
+        outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
+            first = failures[0]
+            error = first if isinstance(first, PbdError) else PbdError(Code.INTERNAL, repr(first))
+            self.state, self.reason = VersionState.UNAVAILABLE, error.message
+            raise error
+        loop = asyncio.get_running_loop()
+        for plan, instance in zip(plans, instances, strict=True):
+            slot = Slot(plan, instance, started_at=loop.time())
+            slot.task = asyncio.create_task(self._run_slot(slot), name=f"slot {instance.id}")
+            self.slots.append(slot)
+        self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
+        self.state = VersionState.READY
+
+    async def infer(self, prepared: PreparedRequest) -> InferResult:
+        if self.state is not VersionState.READY:
+            raise unavailable(
+                f"Request for unknown model: '{self.config.name}' version {self.version} is not "
+                "at ready state"
+            )
+        return await wait_result(self.queue.submit(prepared))
+
+    async def _serve(self, instance: Instance) -> None:
+        current: WorkItem | None = None
+        try:
+            while instance.state is State.READY:
+                current = await self.queue.next()
+                try:
+                    (outcome,) = await instance.execute([current.prepared])
+                except PbdError as exc:
+                    outcome = exc
+                if current.future.done():
+                    if isinstance(outcome, InferResult):
+                        outcome.release()
+                elif isinstance(outcome, PbdError):
+                    current.future.set_exception(outcome)
+                else:
+                    current.future.set_result(outcome)
+                current = None
+        finally:
+            if current is not None and not current.future.done():
+                current.future.set_exception(unavailable(instance.reason or "instance stopped"))
+
+    async def _run_slot(self, slot: Slot) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = 0.1
+        while not self._stopping:
+            instance = slot.instance
+            serving = asyncio.create_task(self._serve(instance))
+            died = asyncio.create_task(instance.died.wait())
+            await asyncio.wait({serving, died}, return_when=asyncio.FIRST_COMPLETED)
+            serving.cancel()
+            died.cancel()
+            await asyncio.gather(serving, died, return_exceptions=True)
+            if self._stopping:
+                return
+            if loop.time() - slot.started_at > STABLE_UPTIME_S:
+                backoff = 0.1
+            failures = 0
+            while not self._stopping:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.restart_backoff_max_secs)
+                replacement = self._new_instance(slot.plan)
+                slot.instance = replacement
+                try:
+                    await replacement.start()
+                except PbdError as exc:
+                    failures += 1
+                    initialize_raised = exc.code is not Code.UNAVAILABLE
+                    if initialize_raised or failures >= MAX_RESTART_FAILURES:
+                        self._give_up(slot, exc.message)
+                        return
+                    log.warning(
+                        "restart of %s failed (%s); retrying", replacement.describe(), exc.message
+                    )
+                    continue
+                slot.restarts += 1
+                slot.started_at = loop.time()
+                log.info("restarted %s (restart %d)", replacement.describe(), slot.restarts)
+                break
+
+    def _give_up(self, slot: Slot, reason: str) -> None:
+        slot.given_up = reason
+        log.error("giving up on %s: %s", slot.instance.describe(), reason)
+        if all(s.given_up for s in self.slots):
+            self.state = VersionState.UNAVAILABLE
+            self.reason = reason
+            self.queue.fail_all(unavailable(reason))
+
+    async def _watch_heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            await asyncio.sleep(1.0)
+            for slot in self.slots:
+                if slot.instance.heartbeat_overdue(loop.time()):
+                    await slot.instance.kill(
+                        f"worker for {slot.instance.describe()} sent no heartbeat for "
+                        f"{self.settings.worker_heartbeat_timeout_secs:g}s and was killed"
+                    )
+
+    async def unload(self, grace: float) -> None:
+        """Stop taking requests, let queued and running ones finish (up to ``grace``), then
+        finalize and stop every instance."""
+        if self.state is VersionState.READY:
+            self.state = VersionState.UNLOADING
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while (len(self.queue) or any(s.instance.busy for s in self.slots)) and (
+            loop.time() < deadline and any(not s.given_up for s in self.slots)
+        ):
+            await asyncio.sleep(0.02)
+        self._stopping = True
+        for task in [s.task for s in self.slots] + [self._monitor]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self.queue.fail_all(unavailable(f"model '{self.config.name}' was unloaded"))
+        await asyncio.gather(
+            *(s.instance.stop(max(deadline - loop.time(), 1.0)) for s in self.slots),
+            return_exceptions=True,
+        )
+        self.state = VersionState.UNAVAILABLE
+        self.reason = "unloaded"

@@ -1,0 +1,1 @@
+"""Daemon-side memory housekeeping: /dev/shm segments of dead daemons, allocator tuning."""

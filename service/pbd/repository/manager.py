@@ -1,0 +1,246 @@
+"""The model repository at run time: which models and versions are loaded, and their states.
+
+Loading a model reads its config.pbtxt, picks versions by the version policy, and starts a
+:class:`~pbd.instances.supervisor.VersionRuntime` per version. Reloading keeps a version whose
+files and config are unchanged; others are replaced new-before-old, so a reload never leaves
+the model without a serving version. Lookup errors carry Triton's codes and messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
+from pbd.instances.supervisor import VersionRuntime, VersionState
+from pbd.repository.config import ModelConfig, load_model_config
+from pbd.types import IndexEntry
+
+log = logging.getLogger("pbd.repository")
+RuntimeFactory = Callable[[ModelConfig, int, Path], VersionRuntime]
+_MODEL_NAME = re.compile(r"^[^/\\\0]+$")
+Signature = tuple[tuple[str, int, int], ...]
+
+
+def model_signature(model_dir: Path) -> Signature:
+    """What changes when a model's files change (used to skip reloading unchanged versions)."""
+    items: list[tuple[str, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(model_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            items.append((os.path.relpath(path, model_dir), st.st_mtime_ns, st.st_size))
+    return tuple(items)
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionRuntime] = field(default_factory=dict)
+    # Versions not running, with why: load failures and unloads.
+    dead: dict[int, str] = field(default_factory=dict)
+    error: str = ""  # the model itself failed to load (config, no versions)
+    signature: Signature = ()
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ModelRepository:
+    def __init__(self, root: Path, make_runtime: RuntimeFactory, unload_grace: float) -> None:
+        self.root = root
+        self.make_runtime = make_runtime
+        self.unload_grace = unload_grace
+        self.entries: dict[str, ModelEntry] = {}
+
+    def model_names(self) -> list[str]:
+        try:
+            return sorted(
+                p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+            )
+        except OSError:
+            return []
+
+    def _model_dir(self, name: str) -> Path:
+        if not _MODEL_NAME.match(name) or name in (".", ".."):
+            raise invalid_arg(f"invalid model name '{name}'")
+        return self.root / name
+
+    # -- load / unload -------------------------------------------------------------------------
+
+    async def load(self, name: str, override_json: str | None = None) -> None:
+        model_dir = self._model_dir(name)
+        if not model_dir.is_dir():
+            raise PbdError(
+                Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+            )
+        entry = self.entries.setdefault(name, ModelEntry(name))
+        async with entry.lock:
+            await self._load_locked(entry, model_dir, override_json)
+
+    async def _load_locked(self, entry: ModelEntry, model_dir: Path, override: str | None) -> None:
+        name = entry.name
+        signature = model_signature(model_dir)
+        try:
+            config = load_model_config(model_dir, override_json=override)
+            available = sorted(
+                int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
+            )
+            wanted = config.version_policy.select(available)
+            if not wanted:
+                raise invalid_arg(
+                    f"at least one version must be available under the version policy of model "
+                    f"'{name}' ({model_dir})"
+                )
+        except PbdError as exc:
+            entry.error = exc.message
+            log.error("failed to load model '%s': %s", name, exc.message)
+            raise PbdError(exc.code, f"failed to load '{name}': {exc.message}") from None
+        entry.error = ""
+        unchanged = signature == entry.signature and override is None
+        keep = {
+            v: r
+            for v, r in entry.versions.items()
+            if v in wanted and unchanged and r.ready and r.config.as_dict == config.as_dict
+        }
+        fresh = {v: self.make_runtime(config, v, model_dir) for v in wanted if v not in keep}
+        results = await asyncio.gather(*(r.load() for r in fresh.values()), return_exceptions=True)
+        retired = [r for v, r in entry.versions.items() if v not in keep]
+        entry.versions = dict(keep)
+        failures: list[str] = []
+        for (version, runtime), result in zip(fresh.items(), results, strict=True):
+            if isinstance(result, BaseException):
+                reason = result.message if isinstance(result, PbdError) else repr(result)
+                entry.dead[version] = reason
+                failures.append(f"version {version} is at UNAVAILABLE state: {reason};")
+            else:
+                entry.versions[version] = runtime
+                entry.dead.pop(version, None)
+        for version in list(entry.dead):
+            if version not in wanted:
+                del entry.dead[version]
+        entry.signature = signature
+        await asyncio.gather(
+            *(r.unload(self.unload_grace) for r in retired), return_exceptions=True
+        )
+        for runtime in retired:
+            if runtime.version not in entry.versions and runtime.version in wanted:
+                entry.dead.setdefault(runtime.version, runtime.reason)
+        if failures:
+            log.error("model '%s' failed to load: %s", name, " ".join(failures))
+            raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
+        log.info("loaded model '%s' versions %s", name, sorted(entry.versions))
+
+    async def unload(self, name: str) -> None:
+        entry = self.entries.get(name)
+        if entry is None:
+            return  # Triton: unloading a model that is not loaded succeeds
+        async with entry.lock:
+            runtimes = list(entry.versions.values())
+            entry.versions.clear()
+            await asyncio.gather(*(r.unload(self.unload_grace) for r in runtimes))
+            for runtime in runtimes:
+                entry.dead[runtime.version] = "unloaded"
+            log.info("unloaded model '%s'", name)
+
+    async def unload_all(self) -> None:
+        await asyncio.gather(*(self.unload(n) for n in list(self.entries)), return_exceptions=True)
+
+    async def poll(self) -> None:
+        """One pass of poll mode: load new or changed models, unload removed ones."""
+        present = set(self.model_names())
+        for name in sorted(present):
+            entry = self.entries.get(name)
+            if entry is None or model_signature(self.root / name) != entry.signature:
+                try:
+                    await self.load(name)
+                except PbdError:
+                    pass  # logged by load; the index shows the reason
+        for name in sorted(set(self.entries) - present):
+            if self.entries[name].versions:
+                await self.unload(name)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def all_ready(self) -> bool:
+        """Every model that was asked to load serves all its versions."""
+        return all(
+            not e.error and not e.dead and all(r.ready for r in e.versions.values())
+            for e in self.entries.values()
+            if e.versions or e.error or any(reason != "unloaded" for reason in e.dead.values())
+        )
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        out: list[IndexEntry] = []
+        for name in sorted(set(self.model_names()) | set(self.entries)):
+            entry = self.entries.get(name)
+            if entry is None:
+                if not ready_only:
+                    out.append(IndexEntry(name))
+                continue
+            rows: dict[int, IndexEntry] = {
+                v: IndexEntry(name, str(v), "UNAVAILABLE", reason)
+                for v, reason in entry.dead.items()
+            }
+            for version, runtime in entry.versions.items():
+                state = runtime.state.value
+                if runtime.state is VersionState.READY and not runtime.ready:
+                    state = "UNAVAILABLE"
+                rows[version] = IndexEntry(name, str(version), state, runtime.reason)
+            if entry.error and not entry.versions:
+                rows.setdefault(-1, IndexEntry(name, "", "UNAVAILABLE", entry.error))
+            for version in sorted(rows):
+                row = rows[version]
+                if not ready_only or row.state == "READY":
+                    out.append(row)
+        return out
+
+    def lookup(self, name: str, version: str) -> VersionRuntime:
+        """The runtime serving ``name``/``version`` ("" = latest ready), or Triton's error."""
+        number = parse_version(version)
+        entry = self.entries.get(name)
+        if entry is None or not (entry.versions or entry.dead):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if number == -1:
+            ready = [r for r in entry.versions.values() if r.ready]
+            if not ready:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return max(ready, key=lambda r: r.version)
+        runtime = entry.versions.get(number)
+        if runtime is None:
+            if number in entry.dead:
+                raise unavailable(
+                    f"Request for unknown model: '{name}' version {number} is not at ready state"
+                )
+            raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+        if not runtime.ready:
+            raise unavailable(
+                f"Request for unknown model: '{name}' version {number} is not at ready state"
+            )
+        return runtime
+
+    def ready_versions(self, name: str) -> list[int]:
+        entry = self.entries.get(name)
+        return sorted(v for v, r in entry.versions.items() if r.ready) if entry else []
+
+
+def parse_version(text: str) -> int:
+    if text == "":
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if value < 0:
+        raise invalid_arg(
+            f"failed to get model version from specified version string '{text}' (details: "
+            "invalid literal), version should be an integral value > 0"
+        )
+    return value

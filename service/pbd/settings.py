@@ -1,0 +1,124 @@
+"""The daemon's one settings object.
+
+Each field has a command-line flag (Triton's name where the concept is the same), an
+environment variable (``PBD_`` + the field name in upper case) and one line of help.
+Precedence: flag, then environment, then default. Defaults work on a laptop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "PBD_"
+MIB = 1024 * 1024
+
+
+def _opt(default: Any, help: str, *, choices: Sequence[str] | None = None) -> Any:
+    meta = {"help": help, "choices": choices}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Settings:
+    model_repository: Path = _opt(Path("models"), "model repository directory (Triton layout)")
+    grpc_address: str = _opt("127.0.0.1", "address the gRPC server binds")
+    grpc_port: int = _opt(8001, "gRPC port (0 picks a free one)")
+    model_control_mode: str = _opt(
+        "none",
+        "none: load every model at start; poll: also reload on repository changes; "
+        "explicit: load only --load-model and what RepositoryModelLoad asks for",
+        choices=("none", "poll", "explicit"),
+    )
+    load_model: list[str] = _opt([], "model to load at start in explicit mode (repeat; '*' = all)")
+    repository_poll_secs: float = _opt(15.0, "seconds between repository scans in poll mode")
+    strict_readiness: bool = _opt(
+        True, "ServerReady only when every model that should load is ready"
+    )
+    exit_on_error: bool = _opt(
+        False, "exit at start if a model fails to load (Triton's default is true)"
+    )
+    log_verbose: int = _opt(0, "verbose logging level (0 = off)")
+    shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments in /dev/shm")
+    shm_default_byte_size: int = _opt(4 * MIB, "first shared-memory segment of each worker arena")
+    shm_growth_byte_size: int = _opt(16 * MIB, "size of each further segment when an arena grows")
+    worker_socket: str = _opt(
+        "", "socket workers connect to: a path or @abstract name (default: abstract)"
+    )
+    worker_heartbeat_ms: int = _opt(1000, "interval of worker heartbeats")
+    worker_heartbeat_timeout_secs: float = _opt(
+        30.0, "a worker silent this long is killed and restarted"
+    )
+    worker_start_timeout_secs: float = _opt(
+        60.0, "time a worker has to connect after it is started"
+    )
+    model_init_timeout_secs: float = _opt(600.0, "time a model's initialize() may take")
+    restart_backoff_max_secs: float = _opt(
+        10.0, "longest wait before restarting a crashed instance"
+    )
+    exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _converter(kind: Any) -> Any:
+    return {"bool": parse_bool, "int": int, "float": float, "Path": Path}.get(str(kind), str)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(Settings):
+        env = ENV_PREFIX + f.name.upper()
+        help_text = f"{f.metadata['help']} [env {env}]"
+        if f.type == "list[str]":
+            parser.add_argument(_flag(f.name), dest=f.name, action="append", help=help_text)
+            continue
+        default = f.default
+        parser.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            type=_converter(f.type),
+            choices=f.metadata["choices"],
+            metavar="BOOL" if f.type == "bool" else None,
+            help=f"{help_text} (default: {default})",
+        )
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        given = getattr(args, f.name, None)
+        env = environ.get(ENV_PREFIX + f.name.upper())
+        if given is not None:
+            values[f.name] = given
+        elif env is not None:
+            if f.type == "list[str]":
+                values[f.name] = [v for v in env.split(",") if v]
+            else:
+                values[f.name] = _converter(f.type)(env)
+    settings = Settings(**values)
+    if settings.model_control_mode not in ("none", "poll", "explicit"):
+        raise ValueError(f"invalid model control mode {settings.model_control_mode!r}")
+    return settings

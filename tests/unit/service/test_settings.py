@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from pbd.settings import Settings, add_arguments, from_args, parse_bool
+
+
+def _parse(argv, environ=None):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args(argv), environ or {})
+
+
+def test_defaults_work_without_flags():
+    s = _parse([])
+    assert s == Settings()
+    assert s.grpc_address == "127.0.0.1" and s.grpc_port == 8001
+
+
+def test_flag_beats_environment_beats_default():
+    s = _parse(["--grpc-port", "9000"], {"PBD_GRPC_PORT": "7000", "PBD_LOG_VERBOSE": "2"})
+    assert s.grpc_port == 9000 and s.log_verbose == 2
+
+
+def test_triton_style_flags():
+    s = _parse(
+        [
+            "--model-repository",
+            "/m",
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            "a",
+            "--load-model",
+            "b",
+            "--strict-readiness",
+            "false",
+        ]
+    )
+    assert s.model_repository == Path("/m")
+    assert s.load_model == ["a", "b"] and s.strict_readiness is False
+
+
+def test_env_lists_and_bad_values():
+    assert _parse([], {"PBD_LOAD_MODEL": "x,y"}).load_model == ["x", "y"]
+    with pytest.raises(ValueError):
+        _parse([], {"PBD_MODEL_CONTROL_MODE": "sometimes"})
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_bool("maybe")
+
+
+def test_every_field_has_help():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    for name in Settings.field_names():
+        assert "--" + name.replace("_", "-") in text
+        assert "PBD_" + name.upper() in text

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import pytest
+from pbd_worker.ipc.framing import (
+    HEADER,
+    MAX_FRAME_BYTES,
+    FrameError,
+    SocketFrameReader,
+    decode_length,
+    encode_frame,
+    read_frame,
+    socket_address,
+)
+
+
+def test_frames_round_trip_over_a_socket_in_pieces():
+    a, b = socket.socketpair()
+    payloads = [b"", b"x", bytes(range(256)) * 1000]
+    data = b"".join(encode_frame(p) for p in payloads)
+
+    def write() -> None:
+        for i in range(0, len(data), 777):  # deliver in odd-sized chunks
+            a.sendall(data[i : i + 777])
+        a.close()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        reader = SocketFrameReader(b)
+        assert [reader.read() for _ in payloads] == payloads
+        assert reader.read() is None
+    finally:
+        writer.join()
+        b.close()
+
+
+def test_truncated_frame_is_an_error_not_eof():
+    a, b = socket.socketpair()
+    a.sendall(encode_frame(b"hello")[:-2])
+    a.close()
+    try:
+        with pytest.raises(FrameError):
+            SocketFrameReader(b).read()
+    finally:
+        b.close()
+
+
+def test_oversized_length_is_refused():
+    with pytest.raises(FrameError):
+        decode_length(HEADER.pack(MAX_FRAME_BYTES + 1))
+
+
+def test_async_reader():
+    async def go():
+        reader = asyncio.StreamReader()
+        reader.feed_data(encode_frame(b"abc") + encode_frame(b"de"))
+        reader.feed_eof()
+        return [await read_frame(reader), await read_frame(reader), await read_frame(reader)]
+
+    assert asyncio.run(go()) == [b"abc", b"de", None]
+
+
+def test_abstract_socket_names():
+    assert socket_address("@pbd-1") == b"\0pbd-1"
+    assert socket_address("/run/pbd/w.sock") == "/run/pbd/w.sock"

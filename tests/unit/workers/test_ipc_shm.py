@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+
+import numpy as np
+import pytest
+from pbd_worker.ipc import shm
+from pbd_worker.ipc.shm import Arena, Segment, SegmentMap, ShmExhausted, align
+
+
+@pytest.fixture
+def prefix():
+    name = f"pbdtest-{uuid.uuid4().hex[:8]}-"
+    yield name
+    for leftover in os.listdir(shm.SHM_DIR):
+        if leftover.startswith(name):
+            os.unlink(os.path.join(shm.SHM_DIR, leftover))
+
+
+def test_allocate_reuses_freed_space_and_coalesces(prefix):
+    arena = Arena(prefix, 4096, 4096)
+    a, b, c = arena.allocate(1000), arena.allocate(1000), arena.allocate(1000)
+    assert [a.offset, b.offset, c.offset] == [0, align(1000), 2 * align(1000)]
+    arena.free(b)
+    arena.free(a)
+    big = arena.allocate(2 * align(1000))  # fits only if a and b were coalesced
+    assert big.offset == 0 and big.segment is a.segment
+    assert len(arena.segments) == 1
+    arena.close()
+    assert not [n for n in os.listdir(shm.SHM_DIR) if n.startswith(prefix)]
+
+
+def test_arena_grows_with_a_segment_big_enough(prefix):
+    arena = Arena(prefix, 4096, 8192)
+    arena.allocate(4000)
+    block = arena.allocate(100_000)
+    assert len(arena.segments) == 2
+    assert block.segment.size >= 100_000
+    assert block.segment.name == f"{prefix}1"
+    arena.close()
+
+
+def test_other_side_reads_what_one_side_wrote(prefix):
+    arena = Arena(prefix, 1 << 16, 1 << 16)
+    block = arena.allocate(4 * 10)
+    block.view()[:] = np.arange(10, dtype=np.float32).tobytes()
+    peer = SegmentMap(allowed_prefix=prefix)
+    view = peer.view(block.segment.name, block.offset, block.nbytes)
+    assert np.frombuffer(view, np.float32).tolist() == list(range(10))
+    array = np.frombuffer(view, np.float32)
+    found = peer.locate(int(array.__array_interface__["data"][0]), array.nbytes)
+    assert found is not None and found[0].name == block.segment.name and found[1] == block.offset
+    del array, view
+    peer.close()
+    arena.close()
+
+
+def test_segment_map_refuses_names_outside_its_prefix_and_bad_ranges(prefix):
+    arena = Arena(prefix, 4096, 4096)
+    block = arena.allocate(10)
+    peer = SegmentMap(allowed_prefix=prefix)
+    with pytest.raises(ValueError, match="not one of this peer's"):
+        peer.get("someone-else")
+    with pytest.raises(ValueError, match="outside segment"):
+        peer.view(block.segment.name, 4000, 200)
+    with pytest.raises(ValueError, match="invalid shared-memory segment name"):
+        Segment.attach("../etc/passwd")
+    peer.close()
+    arena.close()
+
+
+def test_full_dev_shm_is_a_clear_error_and_leaves_no_file(prefix, monkeypatch):
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(ShmExhausted) as info:
+        Segment.create(f"{prefix}full", 1 << 20)
+    assert "needed 1048576 bytes" in info.value.message
+    assert "--shm-size" in info.value.message
+    assert not os.path.exists(os.path.join(shm.SHM_DIR, f"{prefix}full"))
+
+
+def test_real_tmpfs_exhaustion(tmp_path, prefix):
+    """posix_fallocate on a tiny tmpfs fails with ENOSPC -> ShmExhausted (needs root+mount)."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or os.system(f"mount -t tmpfs -o size=1m tmpfs {mount_point} 2>/dev/null"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with pytest.raises(ShmExhausted) as info:
+            Segment.create(f"{prefix}x", 8 << 20, shm_dir=str(mount_point))
+        assert info.value.requested == 8 << 20
+        assert 0 <= info.value.free <= 1 << 20
+        assert os.listdir(mount_point) == []
+    finally:
+        os.system(f"umount {mount_point}")

@@ -1,0 +1,17 @@
+"""The worker must start fast: its entry point pulls in neither grpc nor the daemon."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_worker_entry_point_imports_no_grpc_and_no_daemon():
+    code = (
+        "import sys, pbd_worker.runtime, triton_python_backend_utils;"
+        "bad = [m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'pbd.'))"
+        " or m == 'pbd' or m.startswith('opentelemetry.exporter')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,5 @@
+import sys
+
+from pbd_worker.runtime import main
+
+sys.exit(main())

@@ -1,0 +1,178 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TensorRef(_message.Message):
+    __slots__ = ("name", "datatype", "shape", "region", "offset", "nbytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATATYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    datatype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    region: str
+    offset: int
+    nbytes: int
+    def __init__(self, name: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("code", "message", "traceback")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    traceback: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
+
+class Request(_message.Message):
+    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_STR_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_US_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    id: str
+    inputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
+    requested_outputs: _containers.RepeatedScalarFieldContainer[str]
+    parameters_json: str
+    correlation_id: int
+    correlation_id_str: str
+    flags: int
+    timeout_us: int
+    traceparent: str
+    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
+class Execute(_message.Message):
+    __slots__ = ("batch_id", "requests")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    requests: _containers.RepeatedCompositeFieldContainer[Request]
+    def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ...) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("request_id", "outputs", "error", "parameters_json")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    outputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
+    error: Error
+    parameters_json: str
+    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+
+class ExecuteResult(_message.Message):
+    __slots__ = ("batch_id", "responses")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    responses: _containers.RepeatedCompositeFieldContainer[Response]
+    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ...) -> None: ...
+
+class Release(_message.Message):
+    __slots__ = ("batch_ids",)
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    batch_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, batch_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("instance", "token", "pid", "protocol")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    token: str
+    pid: int
+    protocol: int
+    def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ...) -> None: ...
+
+class Initialize(_message.Message):
+    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose")
+    class ArgsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_DIR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REGION_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REGION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LOG_VERBOSE_FIELD_NUMBER: _ClassVar[int]
+    args: _containers.ScalarMap[str, str]
+    model_path: str
+    model_dir: str
+    version: str
+    output_region_prefix: str
+    output_region_bytes: int
+    heartbeat_interval_ms: int
+    log_verbose: int
+    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ...) -> None: ...
+
+class Initialized(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class Finalize(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Finalized(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("executed",)
+    EXECUTED_FIELD_NUMBER: _ClassVar[int]
+    executed: int
+    def __init__(self, executed: _Optional[int] = ...) -> None: ...
+
+class DaemonToWorker(_message.Message):
+    __slots__ = ("initialize", "execute", "release", "finalize")
+    INITIALIZE_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    FINALIZE_FIELD_NUMBER: _ClassVar[int]
+    initialize: Initialize
+    execute: Execute
+    release: Release
+    finalize: Finalize
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ...) -> None: ...
+
+class WorkerToDaemon(_message.Message):
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    FINALIZED_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    initialized: Initialized
+    result: ExecuteResult
+    heartbeat: Heartbeat
+    finalized: Finalized
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,184 @@
+"""Run one batch through the model: descriptors in, descriptors out.
+
+Inputs are handed to the model as numpy views over the daemon's segments (no copy). Each
+output is written once into the worker's output arena, except when the model returned an
+array that already lies inside a mapped segment (an identity model returning its input): then
+the descriptor points at those bytes and nothing is copied. Output blocks stay allocated until
+the daemon sends ``Release`` for the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
+from pbd_worker.loader import call_maybe_async, describe_exception
+from pbd_worker.model_api.errors import TritonError
+from pbd_worker.model_api.request import InferenceRequest
+from pbd_worker.model_api.response import InferenceResponse
+from pbd_worker.model_api.tensor import Tensor
+
+
+def _error(code: str, message: str, tb: str = "") -> wpb.Error:
+    return wpb.Error(code=code, message=message, traceback=tb)
+
+
+class BatchExecutor:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        instance_name: str,
+        model_name: str,
+        model_version: int,
+        inputs: SegmentMap,
+        outputs: Arena,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.model = model
+        self.instance_name = instance_name
+        self.model_name = model_name
+        self.model_version = model_version
+        self.inputs = inputs
+        self.outputs = outputs
+        self.loop = loop
+        self._held: dict[int, list[Block]] = {}
+
+    def release(self, batch_ids: list[int]) -> None:
+        for batch_id in batch_ids:
+            for block in self._held.pop(batch_id, ()):
+                self.outputs.free(block)
+
+    def _request(self, msg: wpb.Request) -> InferenceRequest:
+        tensors = [
+            Tensor._from_buffer(
+                ref.name,
+                ref.datatype,
+                list(ref.shape),
+                self.inputs.view(ref.region, ref.offset, ref.nbytes),
+            )
+            for ref in msg.inputs
+        ]
+        which = msg.WhichOneof("correlation")
+        correlation: int | str = (
+            msg.correlation_id_str if which == "correlation_id_str" else (msg.correlation_id)
+        )
+        return InferenceRequest._from_runtime(
+            inputs=tensors,
+            request_id=msg.id,
+            correlation_id=correlation,
+            requested_output_names=list(msg.requested_outputs),
+            flags=msg.flags,
+            timeout=msg.timeout_us,
+            parameters_json=msg.parameters_json or "{}",
+            model_name=self.model_name,
+            model_version=self.model_version,
+            trace_context=msg.traceparent or None,
+        )
+
+    def run(self, execute: wpb.Execute) -> wpb.ExecuteResult:
+        result = wpb.ExecuteResult(batch_id=execute.batch_id)
+        ids = [r.request_id for r in execute.requests]
+        try:
+            requests = [self._request(r) for r in execute.requests]
+        except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
+            return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
+        try:
+            responses = call_maybe_async(self.loop, self.model.execute, requests)
+        except Exception as exc:  # noqa: BLE001 - model code may raise anything
+            text, tb = describe_exception(exc)
+            message = (
+                f"Failed to process the request(s) for model '{self.instance_name}', "
+                f"message: {text}"
+            )
+            code = "INTERNAL"
+            if isinstance(exc, TritonError):
+                code = exc._code_name()
+            return self._fail_all(result, ids, _error(code, message, tb))
+        problem = self._check_responses(responses, len(requests))
+        if problem:
+            return self._fail_all(result, ids, _error("INTERNAL", problem))
+        held: list[Block] = []
+        for request_msg, request, response in zip(
+            execute.requests, requests, responses, strict=True
+        ):
+            result.responses.append(self._response(request_msg.request_id, request, response, held))
+        if held:
+            self._held[execute.batch_id] = held
+        return result
+
+    @staticmethod
+    def _check_responses(responses: Any, count: int) -> str | None:
+        if not isinstance(responses, list | tuple):
+            return "Expected a list in the execute return"
+        if len(responses) != count:
+            return (
+                "Number of InferenceResponse objects do not match the number of "
+                "InferenceRequest objects. InferenceRequest(s) size is:"
+                f"{count}, and InferenceResponse(s) size is:{len(responses)}\n"
+            )
+        for response in responses:
+            if not isinstance(response, InferenceResponse):
+                return (
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    f"list, found type '{type(response).__name__}'."
+                )
+        return None
+
+    def _fail_all(
+        self, result: wpb.ExecuteResult, ids: list[int], error: wpb.Error
+    ) -> wpb.ExecuteResult:
+        del result.responses[:]
+        for request_id in ids:
+            result.responses.append(wpb.Response(request_id=request_id, error=error))
+        return result
+
+    def _response(
+        self,
+        request_id: int,
+        request: InferenceRequest,
+        response: InferenceResponse,
+        held: list[Block],
+    ) -> wpb.Response:
+        out = wpb.Response(request_id=request_id)
+        if response.has_error():
+            err = response.error()
+            out.error.CopyFrom(_error(err._code_name(), err.message()))
+            return out
+        params = response.parameters()
+        if params and params != "{}":
+            out.parameters_json = params
+        requested = set(request.requested_output_names())
+        try:
+            for tensor in response.output_tensors():
+                if requested and tensor.name() not in requested:
+                    continue  # Triton prunes outputs the client did not ask for
+                out.outputs.append(self._output(tensor, held))
+        except ShmExhausted as exc:
+            del out.outputs[:]
+            out.error.CopyFrom(_error("RESOURCE_EXHAUSTED", exc.message))
+        except Exception as exc:  # noqa: BLE001 - a bad output tensor fails its request
+            del out.outputs[:]
+            text, tb = describe_exception(exc)
+            out.error.CopyFrom(_error("INTERNAL", f"invalid output from model: {text}", tb))
+        return out
+
+    def _output(self, tensor: Tensor, held: list[Block]) -> wpb.TensorRef:
+        ref = wpb.TensorRef(name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape())
+        nbytes = tensor._wire_nbytes()
+        ref.nbytes = nbytes
+        if nbytes == 0:
+            return ref
+        array = tensor._array_or_none()
+        if array is not None and array.flags.c_contiguous:
+            found = self.inputs.locate(int(array.__array_interface__["data"][0]), nbytes)
+            if found is not None:
+                ref.region, ref.offset = found[0].name, found[1]
+                return ref
+        block = self.outputs.allocate(nbytes)
+        held.append(block)
+        tensor._write_into(block.view())
+        ref.region, ref.offset = block.segment.name, block.offset
+        return ref

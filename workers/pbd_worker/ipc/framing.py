@@ -1,0 +1,83 @@
+"""Length-prefixed frames over a stream socket.
+
+A frame is a 4-byte little-endian payload length followed by the payload, a serialized
+``DaemonToWorker`` or ``WorkerToDaemon`` message. The functions here are pure or take a
+socket/stream; they know nothing about the messages inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+HEADER = struct.Struct("<I")
+# Frames carry descriptors, never tensor bytes: anything near this is a bug or an attack.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a valid frame."""
+
+
+def encode_frame(payload: bytes) -> bytes:
+    if len(payload) > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(payload)) + payload
+
+
+def decode_length(header: bytes) -> int:
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME_BYTES:
+        raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+    return length
+
+
+class SocketFrameReader:
+    """Blocking frame reader for the worker's socket. ``read()`` returns None at EOF."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def _fill(self, n: int) -> bool:
+        while len(self._buffer) < n:
+            chunk = self._sock.recv(max(65536, n - len(self._buffer)))
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
+
+    def read(self) -> bytes | None:
+        if not self._fill(HEADER.size):
+            if self._buffer:
+                raise FrameError("connection closed inside a frame header")
+            return None
+        length = decode_length(bytes(self._buffer[: HEADER.size]))
+        if not self._fill(HEADER.size + length):
+            raise FrameError("connection closed inside a frame")
+        payload = bytes(self._buffer[HEADER.size : HEADER.size + length])
+        del self._buffer[: HEADER.size + length]
+        return payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """Read one frame from an asyncio stream; None at a clean EOF."""
+    try:
+        header = await reader.readexactly(HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise FrameError("connection closed inside a frame header") from exc
+        return None
+    length = decode_length(header)
+    try:
+        return await reader.readexactly(length)
+    except asyncio.IncompleteReadError as exc:
+        raise FrameError("connection closed inside a frame") from exc
+
+
+def socket_address(address: str) -> str | bytes:
+    """``@name`` is a Linux abstract socket (no file to clean up); anything else a path."""
+    if address.startswith("@"):
+        return b"\0" + address[1:].encode()
+    return address
