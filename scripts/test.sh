@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install pbd with its test extra into .venv, then run the linter and the whole test suite.
+# Extra arguments go to pytest.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+scripts/bootstrap.sh test
+.venv/bin/ruff check service workers tests bench examples
+set +e
+.venv/bin/python -m pytest "$@"
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+  echo "test.sh: pytest collected no tests" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,1 @@
+"""The model repository: configuration files and the models loaded from them."""

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pbd.errors import Code, PbdError
+from pbd.repository.config import parse_model_config
+from pbd.types import InferRequest, InputTensor, RequestedOutput, Uint64
+from pbd.validation import SEQUENCE_END, SEQUENCE_START, prepare_request
+
+ADD_SUB = """
+name: "add_sub"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+BATCHED = """
+name: "batched"
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ -1 ] },
+        { name: "S" data_type: TYPE_STRING dims: [ 1 ] optional: true },
+        { name: "R" data_type: TYPE_FP32 dims: [ 6 ] reshape: { shape: [ 2, 3 ] } optional: true } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"""
+
+
+def _config(text: str, name: str):
+    return parse_model_config(text, model_name=name, source=f"{name}/config.pbtxt")
+
+
+def _fp32(name: str, values, shape=None) -> InputTensor:
+    arr = np.asarray(values, np.float32)
+    return InputTensor(name, "FP32", tuple(shape or arr.shape), memoryview(arr.tobytes()))
+
+
+def _bytes_tensor(name: str, items: list[bytes], shape=None) -> InputTensor:
+    raw = b"".join(len(i).to_bytes(4, "little") + i for i in items)
+    return InputTensor(name, "BYTES", tuple(shape or (len(items),)), memoryview(raw))
+
+
+def _request(*inputs, outputs=(), params=None, rid="") -> InferRequest:
+    return InferRequest(
+        "m", "", rid, list(inputs), [RequestedOutput(o) for o in outputs], dict(params or {})
+    )
+
+
+def _error(request, config) -> PbdError:
+    with pytest.raises(PbdError) as info:
+        prepare_request(request, config)
+    return info.value
+
+
+def test_valid_request_passes_with_requested_outputs():
+    cfg = _config(ADD_SUB, "add_sub")
+    p = prepare_request(
+        _request(_fp32("INPUT0", [1, 2, 3, 4]), _fp32("INPUT1", [1] * 4), outputs=["OUTPUT1"]), cfg
+    )
+    assert [i.name for i in p.inputs] == ["INPUT0", "INPUT1"]
+    assert p.requested_outputs == ["OUTPUT1"]
+    assert p.inputs[0].shape == (4,)
+
+
+def test_triton_messages_for_bad_inputs():
+    cfg = _config(ADD_SUB, "add_sub")
+    good = _fp32("INPUT1", [0] * 4)
+    err = _error(_request(_fp32("INPUT0", [1] * 3), good, rid="r1"), cfg)
+    assert err.code is Code.INVALID_ARG
+    assert err.message.startswith(
+        "[request id: r1] unexpected shape for input 'INPUT0' for model 'add_sub'. "
+        "Expected [4], got [3]."
+    )
+    wrong_type = InputTensor("INPUT0", "INT32", (4,), memoryview(bytes(16)))
+    assert _error(_request(wrong_type, good), cfg).message == (
+        "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INT32', but model "
+        "'add_sub' expects 'FP32'"
+    )
+    short = InputTensor("INPUT0", "FP32", (4,), memoryview(bytes(12)))
+    assert _error(_request(short, good), cfg).message.endswith(
+        "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 16, got 12"
+    )
+    missing = _error(_request(good), cfg).message
+    assert "expected 2 inputs but got 1 inputs for model 'add_sub'" in missing
+    assert "missing required input(s) ['INPUT0']" in missing
+    unknown = _error(_request(good, _fp32("INPUT0", [0] * 4), _fp32("NOPE", [1])), cfg)
+    assert "unexpected inference input 'NOPE' for model 'add_sub'" in unknown.message
+    no_data = InputTensor("INPUT0", "FP32", (4,), None)
+    assert "unable to find data for input tensor 'INPUT0'" in _error(_request(no_data, good), cfg).message
+    bad_out = _error(_request(_fp32("INPUT0", [0] * 4), good, outputs=["ZZ"]), cfg)
+    assert "unexpected inference output 'ZZ' for model 'add_sub'" in bad_out.message
+
+
+def test_batching_shapes_reshape_and_bytes():
+    cfg = _config(BATCHED, "batched")
+    x = InputTensor("X", "INT32", (2, 3), memoryview(bytes(24)))
+    r = _fp32("R", np.zeros((2, 6)))
+    s = _bytes_tensor("S", [b"a", b""], shape=(2, 1))
+    p = prepare_request(_request(x, r, s), cfg)
+    assert {i.name: i.shape for i in p.inputs} == {"X": (2, 3), "R": (2, 2, 3), "S": (2, 1)}
+    too_big = InputTensor("X", "INT32", (9, 1), memoryview(bytes(36)))
+    assert "batch-size must be <= 8 for 'batched'" in _error(_request(too_big), cfg).message
+    lying = InputTensor("S", "BYTES", (1, 1), memoryview((50).to_bytes(4, "little") + b"abc"))
+    assert "incomplete string" in _error(_request(x, lying), cfg).message
+    count = _bytes_tensor("S", [b"a", b"b"], shape=(1, 1))
+    assert "expected 1 string elements" in _error(_request(x, count), cfg).message
+    stub = InputTensor("S", "BYTES", (1, 1), memoryview(b"\x01\x00"))
+    assert "incomplete string length indicator" in _error(_request(x, stub), cfg).message
+
+
+def test_parameters_sequence_priority_custom_and_reserved():
+    cfg = _config(BATCHED, "batched")
+    x = InputTensor("X", "INT32", (1, 1), memoryview(bytes(4)))
+    p = prepare_request(
+        _request(
+            x,
+            params={
+                "sequence_id": "abc",
+                "sequence_start": True,
+                "sequence_end": True,
+                "priority": Uint64(3),
+                "timeout": 100,
+                "mine": 1.5,
+                "flag": True,
+            },
+        ),
+        cfg,
+    )
+    assert p.correlation_id == "abc" and p.flags == SEQUENCE_START | SEQUENCE_END
+    assert p.priority == 3 and p.timeout_us == 100
+    assert p.parameters_json == '{"mine": 1.5, "flag": true}'
+    reserved = _error(_request(x, params={"triton_x": True}), cfg)
+    assert "reserved for Triton usage" in reserved.message
+    assert "uint64_param" in _error(_request(x, params={"mine": Uint64(1)}), cfg).message
+    assert "sequence_id" in _error(_request(x, params={"sequence_id": 1.5}), cfg).message
+
+
+def test_shared_memory_tensors_are_refused_while_client_shm_is_off():
+    cfg = _config(ADD_SUB, "add_sub")
+    shm = InputTensor("INPUT0", "FP32", (4,), None, {"shared_memory_region": "r"})
+    err = _error(_request(shm, _fp32("INPUT1", [0] * 4)), cfg)
+    assert err.code is Code.UNSUPPORTED and "--allow-client-shm" in err.message
