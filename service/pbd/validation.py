@@ -10,11 +10,10 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from pbd_worker import dtypes
-
 from pbd.errors import Code, PbdError, invalid_arg
 from pbd.repository.config import ModelConfig, TensorConfig
 from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
+from pbd_worker import dtypes
 
 SEQUENCE_START = 1
 SEQUENCE_END = 2

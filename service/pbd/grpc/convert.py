@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
-from pbd_worker import dtypes
 
 from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import model_config_pb2 as mc
@@ -26,6 +25,7 @@ from pbd.types import (
     RequestedOutput,
     Uint64,
 )
+from pbd_worker import dtypes
 
 # datatype -> (InferTensorContents field, numpy dtype of the wire form)
 _CONTENTS_FIELD: dict[str, str] = {

@@ -15,10 +15,9 @@ import secrets
 import socket
 import struct
 
+from pbd.errors import unavailable
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.framing import FrameError, encode_frame, read_frame, socket_address
-
-from pbd.errors import unavailable
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0

@@ -18,10 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc import TOKEN_ENV
-from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap, ShmExhausted
-
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
@@ -29,6 +25,9 @@ from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.types import InferResult, OutputTensor
 from pbd.validation import PreparedRequest
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc import TOKEN_ENV
+from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
 

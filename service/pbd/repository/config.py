@@ -132,9 +132,11 @@ def _fill_defaults(msg: mc.ModelConfig, model_name: str) -> None:
         msg.name = model_name
     if not msg.backend and not msg.platform:
         msg.backend = "python"
-    if not msg.HasField("version_policy"):
-        msg.version_policy.latest.num_versions = 1
-    elif msg.version_policy.HasField("latest") and msg.version_policy.latest.num_versions == 0:
+    if (
+        not msg.HasField("version_policy")
+        or msg.version_policy.HasField("latest")
+        and msg.version_policy.latest.num_versions == 0
+    ):
         msg.version_policy.latest.num_versions = 1
     if not msg.instance_group:
         msg.instance_group.add()
@@ -160,12 +162,12 @@ def _tensor(t: Any, where: str, kind: str, *, is_input: bool) -> TensorConfig:
     for d in dims + (reshape or ()):
         if d == 0 or d < -1:
             raise ConfigError(f"{label}: dims and reshape must be positive or -1, got {d}")
-    if reshape is not None and -1 not in dims + reshape:
-        if math.prod(dims) != math.prod(reshape):
-            raise ConfigError(
-                f"{label}: reshape {list(reshape)} has {math.prod(reshape)} elements, "
-                f"dims {list(dims)} has {math.prod(dims)}"
-            )
+    fixed = reshape is not None and -1 not in dims + reshape
+    if fixed and math.prod(dims) != math.prod(reshape or ()):
+        raise ConfigError(
+            f"{label}: reshape {list(reshape or ())} has {math.prod(reshape or ())} elements, "
+            f"dims {list(dims)} has {math.prod(dims)}"
+        )
     datatype = dtypes.BY_CONFIG_NUMBER[t.data_type].name
     return TensorConfig(t.name, datatype, dims, reshape, bool(is_input and t.optional))
 
@@ -173,13 +175,12 @@ def _tensor(t: Any, where: str, kind: str, *, is_input: bool) -> TensorConfig:
 def _check(msg: mc.ModelConfig, model_name: str, source: str) -> None:
     if msg.name != model_name:
         raise ConfigError(
-            f"{source}: model name '{msg.name}' does not match the directory name "
-            f"'{model_name}'"
+            f"{source}: model name '{msg.name}' does not match the directory name '{model_name}'"
         )
     if msg.backend != "python" and not (msg.platform == "" and msg.backend == ""):
         raise ConfigError(
             f"{source}: backend '{msg.backend or msg.platform}' is not supported; pbd runs "
-            "Python models (backend: \"python\")"
+            'Python models (backend: "python")'
         )
     if msg.max_batch_size < 0:
         raise ConfigError(f"{source}: max_batch_size must be >= 0, got {msg.max_batch_size}")
@@ -200,7 +201,10 @@ def _check(msg: mc.ModelConfig, model_name: str, source: str) -> None:
         label = f"{source}: instance_group '{group.name}'"
         if group.count < 0:
             raise ConfigError(f"{label}: count must be >= 0, got {group.count}")
-        if group.gpus and group.kind in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_MODEL):
+        if group.gpus and group.kind in (
+            mc.ModelInstanceGroup.KIND_CPU,
+            mc.ModelInstanceGroup.KIND_MODEL,
+        ):
             raise ConfigError(
                 f"{label}: gpus are only allowed with KIND_GPU or KIND_AUTO, not "
                 f"{group_kinds.Name(group.kind)}"

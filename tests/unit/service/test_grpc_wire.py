@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pbd.grpc import wire
 from tritonclient.grpc import service_pb2 as triton_pb
+
+from pbd.grpc import wire
 
 
 def _request(raws: list[bytes]) -> bytes:

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+
 from pbd.settings import Settings, add_arguments, from_args, parse_bool
 
 

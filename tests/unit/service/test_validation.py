@@ -88,7 +88,10 @@ def test_triton_messages_for_bad_inputs():
     unknown = _error(_request(good, _fp32("INPUT0", [0] * 4), _fp32("NOPE", [1])), cfg)
     assert "unexpected inference input 'NOPE' for model 'add_sub'" in unknown.message
     no_data = InputTensor("INPUT0", "FP32", (4,), None)
-    assert "unable to find data for input tensor 'INPUT0'" in _error(_request(no_data, good), cfg).message
+    assert (
+        "unable to find data for input tensor 'INPUT0'"
+        in _error(_request(no_data, good), cfg).message
+    )
     bad_out = _error(_request(_fp32("INPUT0", [0] * 4), good, outputs=["ZZ"]), cfg)
     assert "unexpected inference output 'ZZ' for model 'add_sub'" in bad_out.message
 

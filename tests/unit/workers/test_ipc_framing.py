@@ -5,6 +5,7 @@ import socket
 import threading
 
 import pytest
+
 from pbd_worker.ipc.framing import (
     HEADER,
     MAX_FRAME_BYTES,

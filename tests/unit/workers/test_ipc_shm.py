@@ -6,6 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
+
 from pbd_worker.ipc import shm
 from pbd_worker.ipc.shm import Arena, Segment, SegmentMap, ShmExhausted, align
 
