@@ -21,6 +21,9 @@ from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
 
 
+_EMPTY = memoryview(b"")
+
+
 def _error(code: str, message: str, tb: str = "") -> wpb.Error:
     return wpb.Error(code=code, message=message, traceback=tb)
 
@@ -57,7 +60,7 @@ class BatchExecutor:
                 ref.name,
                 ref.datatype,
                 list(ref.shape),
-                self.inputs.view(ref.region, ref.offset, ref.nbytes),
+                self.inputs.view(ref.region, ref.offset, ref.nbytes) if ref.nbytes else _EMPTY,
             )
             for ref in msg.inputs
         ]

@@ -117,10 +117,14 @@ class VersionRuntime:
         )
 
     @property
+    def serving(self) -> bool:
+        """Takes requests: they queue while a crashed instance restarts."""
+        return self.state is VersionState.READY
+
+    @property
     def ready(self) -> bool:
-        return self.state is VersionState.READY and any(
-            s.instance.state is State.READY for s in self.slots
-        )
+        """Has a live instance right now (what ModelReady reports)."""
+        return self.serving and any(s.instance.state is State.READY for s in self.slots)
 
     def instances(self) -> list[Instance]:
         return [s.instance for s in self.slots]

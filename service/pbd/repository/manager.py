@@ -108,7 +108,7 @@ class ModelRepository:
         keep = {
             v: r
             for v, r in entry.versions.items()
-            if v in wanted and unchanged and r.ready and r.config.as_dict == config.as_dict
+            if v in wanted and unchanged and r.serving and r.config.as_dict == config.as_dict
         }
         fresh = {v: self.make_runtime(config, v, model_dir) for v in wanted if v not in keep}
         results = await asyncio.gather(*(r.load() for r in fresh.values()), return_exceptions=True)
@@ -209,7 +209,7 @@ class ModelRepository:
         if entry is None or not (entry.versions or entry.dead):
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if number == -1:
-            ready = [r for r in entry.versions.values() if r.ready]
+            ready = [r for r in entry.versions.values() if r.serving]
             if not ready:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return max(ready, key=lambda r: r.version)
@@ -220,7 +220,7 @@ class ModelRepository:
                     f"Request for unknown model: '{name}' version {number} is not at ready state"
                 )
             raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
-        if not runtime.ready:
+        if not runtime.serving:
             raise unavailable(
                 f"Request for unknown model: '{name}' version {number} is not at ready state"
             )
@@ -228,7 +228,7 @@ class ModelRepository:
 
     def ready_versions(self, name: str) -> list[int]:
         entry = self.entries.get(name)
-        return sorted(v for v, r in entry.versions.items() if r.ready) if entry else []
+        return sorted(v for v, r in entry.versions.items() if r.serving) if entry else []
 
 
 def parse_version(text: str) -> int:

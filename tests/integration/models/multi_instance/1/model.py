@@ -1,0 +1,23 @@
+"""Reports which worker process and instance served the request."""
+
+import os
+import time
+
+import numpy as np
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.instance_name = args["model_instance_name"].encode("utf-8")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            delay = pb_utils.get_input_tensor_by_name(request, "DELAY_MS").as_numpy()
+            time.sleep(int(delay[0]) / 1000.0)
+            pid = pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64))
+            name = pb_utils.Tensor("INSTANCE", np.array([self.instance_name], dtype=np.object_))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pid, name]))
+        return responses

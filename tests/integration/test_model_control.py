@@ -1,0 +1,168 @@
+"""Explicit model control: load_model / unload_model, readiness, and load with a config override."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from pbd_harness import (
+    EXAMPLE_MODELS,
+    SETTLE_TIMEOUT_S,
+    TEST_MODELS,
+    Daemon,
+    error_of,
+    infer_input,
+    make_repository,
+    running_daemon,
+    wait_until,
+)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    workdir = tmp_path_factory.mktemp("explicit")
+    repository = make_repository(
+        workdir,
+        {
+            "add_sub": EXAMPLE_MODELS / "add_sub",
+            "add_sub_int32": EXAMPLE_MODELS / "add_sub_int32",
+            "string_ops": EXAMPLE_MODELS / "string_ops",
+            "fail_initialize": TEST_MODELS / "fail_initialize",
+        },
+    )
+    args = ("--model-control-mode", "explicit", "--load-model", "add_sub")
+    with running_daemon(repository, workdir, *args, settle=["add_sub"]) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="module")
+def client(daemon: Daemon) -> grpcclient.InferenceServerClient:
+    return daemon.client()
+
+
+def add_int32(client: grpcclient.InferenceServerClient) -> np.ndarray:
+    a = np.array([1, 2, 3, 4], dtype=np.int32)
+    inputs = [infer_input("INPUT0", a, "INT32"), infer_input("INPUT1", a, "INT32")]
+    return client.infer("add_sub_int32", inputs).as_numpy("OUTPUT0")
+
+
+def wait_no_workers(daemon: Daemon, model: str) -> None:
+    wait_until(lambda: not daemon.workers_of(model), SETTLE_TIMEOUT_S, f"{model} workers to exit")
+
+
+def test_only_the_startup_model_is_loaded(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    assert client.is_model_ready("add_sub") is True
+    assert client.is_model_ready("add_sub_int32") is False
+    assert client.is_server_ready() is True
+    index = client.get_model_repository_index()
+    by_name = {m.name: m for m in index.models}
+    assert set(by_name) == {"add_sub", "add_sub_int32", "string_ops", "fail_initialize"}
+    assert (by_name["add_sub"].version, by_name["add_sub"].state) == ("1", "READY")
+    # A model never loaded is listed by name only.
+    assert (by_name["string_ops"].version, by_name["string_ops"].state) == ("", "")
+    assert [name.split("/")[0] for name in daemon.workers().values()] == ["add_sub"]
+
+
+def test_load_then_unload(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:
+    client.load_model("add_sub_int32")
+    assert client.is_model_ready("add_sub_int32") is True
+    np.testing.assert_array_equal(add_int32(client), [2, 4, 6, 8])
+    assert list(daemon.workers_of("add_sub_int32").values()) == [
+        "add_sub_int32/1/add_sub_int32_0_0"
+    ]
+
+    client.unload_model("add_sub_int32")
+    wait_until(
+        lambda: not client.is_model_ready("add_sub_int32"), SETTLE_TIMEOUT_S, "unload to finish"
+    )
+    wait_no_workers(daemon, "add_sub_int32")
+    error = error_of(lambda: add_int32(client))
+    assert error.status() == "StatusCode.NOT_FOUND"
+    assert error.message().startswith("Request for unknown model: 'add_sub_int32'")
+    assert client.is_model_ready("add_sub") is True
+
+
+def test_reload_after_unload(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:
+    client.load_model("add_sub_int32")
+    np.testing.assert_array_equal(add_int32(client), [2, 4, 6, 8])
+    before = set(daemon.workers_of("add_sub_int32"))
+    client.unload_model("add_sub_int32")
+    wait_no_workers(daemon, "add_sub_int32")
+    client.load_model("add_sub_int32")
+    after = set(daemon.workers_of("add_sub_int32"))
+    assert len(after) == 1 and after.isdisjoint(before)
+    np.testing.assert_array_equal(add_int32(client), [2, 4, 6, 8])
+
+
+def test_load_with_config_override(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    config = {
+        "name": "string_ops",
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_STRING", "dims": [-1]}],
+        "output": [
+            {"name": "UPPER", "data_type": "TYPE_STRING", "dims": [-1]},
+            {"name": "LENGTH", "data_type": "TYPE_INT32", "dims": [-1]},
+        ],
+        "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+    }
+    client.load_model("string_ops", config=json.dumps(config))
+    assert client.is_model_ready("string_ops") is True
+    served = client.get_model_config("string_ops", as_json=True)["config"]
+    assert [g["count"] for g in served["instance_group"]] == [2]
+    assert sorted(daemon.workers_of("string_ops").values()) == [
+        "string_ops/1/string_ops_0_0",
+        "string_ops/1/string_ops_0_1",
+    ]
+    data = np.array([b"abc", b""], dtype=np.object_)
+    result = client.infer("string_ops", [infer_input("INPUT0", data, "BYTES")])
+    assert result.as_numpy("UPPER").tolist() == [b"ABC", b""]
+    client.unload_model("string_ops")
+    wait_no_workers(daemon, "string_ops")
+
+
+def test_load_of_a_failing_model(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:
+    error = error_of(lambda: client.load_model("fail_initialize"))
+    assert "init exploded" in error.message()
+    assert client.is_model_ready("fail_initialize") is False
+    entry = daemon.index()[("fail_initialize", "1")]
+    assert entry.state == "UNAVAILABLE"
+    assert "init exploded" in entry.reason
+    wait_no_workers(daemon, "fail_initialize")
+    assert client.is_model_ready("add_sub") is True
+
+
+def test_load_of_a_model_not_in_the_repository(client: grpcclient.InferenceServerClient) -> None:
+    error = error_of(lambda: client.load_model("does_not_exist"))
+    assert error.status() == "StatusCode.INTERNAL"
+    assert error.message() == (
+        "failed to load 'does_not_exist', failed to poll from model repository"
+    )
+
+
+def test_unload_the_startup_model(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:
+    client.unload_model("add_sub")
+    wait_until(lambda: not client.is_model_ready("add_sub"), SETTLE_TIMEOUT_S, "add_sub unload")
+    wait_no_workers(daemon, "add_sub")
+    entry = daemon.index()[("add_sub", "1")]
+    assert entry.state == "UNAVAILABLE"
+    client.load_model("add_sub")
+    assert client.is_model_ready("add_sub") is True
+
+
+def test_model_added_to_the_repository_can_be_loaded(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    shutil.copytree(TEST_MODELS / "optional_add", daemon.repository / "optional_add")
+    client.load_model("optional_add")
+    a = np.array([1.0, 2.0], dtype=np.float32)
+    result = client.infer("optional_add", [infer_input("A", a, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("SUM"), a)

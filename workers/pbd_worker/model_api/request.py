@@ -1,0 +1,282 @@
+"""``pb_utils.InferenceRequest`` and the small option types a BLS request carries.
+
+The runtime builds requests with ``InferenceRequest._from_runtime``; models build BLS requests with
+the public constructor, which checks its arguments as Triton does. BLS and the response sender
+are delivered through hooks in ``state``; until the runtime installs one, the feature is refused
+with a message saying so, never faked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+from pbd_worker.model_api import state
+from pbd_worker.model_api.errors import TritonModelException
+from pbd_worker.model_api.parameters import parameters_to_json
+from pbd_worker.model_api.tensor import Tensor
+
+if TYPE_CHECKING:
+    import asyncio
+
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+_UINT64_LIMIT = 2**64
+
+
+class MemoryType(IntEnum):
+    """Where a BLS request would like its outputs (numbering as Triton's)."""
+
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
+
+
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
+
+
+class PreferredMemory:
+    """``PreferredMemory(preferred_memory_type, preferred_device_id=0)`` for BLS outputs."""
+
+    def __init__(self, preferred_memory_type: MemoryType, preferred_device_id: int = 0) -> None:
+        try:
+            self.preferred_memory_type = MemoryType(preferred_memory_type)
+        except ValueError:
+            raise TypeError(
+                "preferred_memory_type must be pb_utils.TRITONSERVER_MEMORY_CPU or "
+                f"pb_utils.TRITONSERVER_MEMORY_GPU, got {preferred_memory_type!r}"
+            ) from None
+        if not isinstance(preferred_device_id, int):
+            raise TypeError(f"preferred_device_id must be an int, got {preferred_device_id!r}")
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """The request's trace; ``get_context()`` is its W3C ``traceparent`` text, or ``None``."""
+
+    def __init__(self, context: str | None = None) -> None:
+        self._context = context or None
+
+    def get_context(self) -> str | None:
+        return self._context
+
+
+def _correlation_id(value: object) -> int | str:
+    if isinstance(value, int) and 0 <= value < _UINT64_LIMIT:
+        return int(value)
+    if isinstance(value, str):
+        return value
+    raise TritonModelException("Correlation ID must be integer or string")
+
+
+def _tensors(inputs: Iterable[Any]) -> list[Tensor]:
+    tensors = list(inputs)
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"inputs must be pb_utils.Tensor objects, got {type(tensor).__name__}")
+    return tensors
+
+
+def _names(names: Iterable[Any]) -> list[str]:
+    if isinstance(names, str | bytes):
+        raise TypeError("requested_output_names must be a list of str, not a single string")
+    out = list(dict.fromkeys(names))
+    for name in out:
+        if not isinstance(name, str):
+            raise TypeError(f"requested_output_names must hold str, got {type(name).__name__}")
+    return out
+
+
+def _int(value: object, what: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or not low <= value < high:
+        raise TypeError(f"{what} must be an int in [{low}, {high}), got {value!r}")
+    return int(value)
+
+
+class InferenceRequest:
+    """An inference request: one the model received, or a BLS request it builds."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Iterable[Tensor] | None = None,
+        requested_output_names: Iterable[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
+        parameters: dict[str, bool | int | str] | None = None,
+    ) -> None:
+        if model_name is None:
+            raise TypeError("InferenceRequest() missing required argument 'model_name'")
+        if not isinstance(model_name, str) or not isinstance(request_id, str):
+            raise TypeError("model_name and request_id must be str")
+        if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
+            raise TypeError("preferred_memory must be a pb_utils.PreferredMemory")
+        if trace is not None and not isinstance(trace, InferenceTrace):
+            raise TypeError("trace must be a pb_utils.InferenceTrace")
+        self._init(
+            inputs=_tensors(inputs or []),
+            request_id=request_id,
+            correlation_id=_correlation_id(correlation_id),
+            requested_output_names=_names(requested_output_names or []),
+            flags=_int(flags, "flags", 0, 2**32),
+            timeout=_int(timeout, "timeout", 0, _UINT64_LIMIT),
+            parameters_json=parameters_to_json(parameters),
+            model_name=model_name,
+            model_version=_int(model_version, "model_version", -(2**63), 2**63),
+            trace=trace or InferenceTrace(),
+        )
+        self._preferred_memory = preferred_memory
+
+    def _init(
+        self,
+        *,
+        inputs: list[Tensor],
+        request_id: str,
+        correlation_id: int | str,
+        requested_output_names: list[str],
+        flags: int,
+        timeout: int,
+        parameters_json: str,
+        model_name: str,
+        model_version: int,
+        trace: InferenceTrace,
+    ) -> None:
+        self._inputs = inputs
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._requested_output_names = requested_output_names
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters_json = parameters_json
+        self._model_name = model_name
+        self._model_version = model_version
+        self._trace = trace
+        self._preferred_memory: PreferredMemory | None = None
+        self._cancelled = False
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._response_sender: Any = None
+
+    @classmethod
+    def _from_runtime(
+        cls,
+        *,
+        inputs: list[Tensor],
+        request_id: str,
+        correlation_id: int | str,
+        requested_output_names: list[str],
+        flags: int,
+        timeout: int,
+        parameters_json: str,
+        model_name: str,
+        model_version: int,
+        trace_context: str | None,
+    ) -> InferenceRequest:
+        """A request the daemon sent; its fields were validated there."""
+        request = cls.__new__(cls)
+        request._init(
+            inputs=inputs,
+            request_id=request_id,
+            correlation_id=correlation_id,
+            requested_output_names=requested_output_names,
+            flags=flags,
+            timeout=timeout,
+            parameters_json=parameters_json,
+            model_name=model_name,
+            model_version=model_version,
+            trace=InferenceTrace(trace_context),
+        )
+        return request
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def requested_output_names(self) -> set[str]:
+        """The outputs the client asked for (a set, as in Triton); empty means all."""
+        return set(self._requested_output_names)
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = _int(flags, "flags", 0, 2**32)
+
+    def timeout(self) -> int:
+        """The request timeout in microseconds; 0 means none."""
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON object string (``json.loads`` it)."""
+        return self._parameters_json
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+    def _set_cancelled(self) -> None:
+        """The runtime learned that the client cancelled this request."""
+        self._cancelled = True
+
+    def set_release_flags(self, flags: int) -> None:
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` asks for the request to come back."""
+        self._release_flags = _int(flags, "flags", 0, 2**32)
+
+    def _get_release_flags(self) -> int:
+        return self._release_flags
+
+    def get_response_sender(self) -> Any:
+        factory = state.response_sender_factory
+        if factory is None:
+            raise TritonModelException(
+                "InferenceRequest.get_response_sender() is not available in this pbd version: "
+                "the response sender (decoupled models) is not supported yet."
+            )
+        if self._response_sender is None:
+            self._response_sender = factory(self)
+        return self._response_sender
+
+    def exec(self, decoupled: bool = False) -> Any:
+        """BLS: run this request on ``model_name`` and wait for the response(s)."""
+        return _bls_executor()(self, bool(decoupled))
+
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
+        """BLS from ``async def execute``: a future to await, run off the event loop."""
+        executor = _bls_executor()
+        import asyncio  # only async models pay for it
+
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, executor, self, bool(decoupled))
+
+    def __repr__(self) -> str:
+        names = [t.name() for t in self._inputs]
+        return (
+            f"InferenceRequest(id={self._request_id!r}, model={self._model_name!r}, inputs={names})"
+        )
+
+
+def _bls_executor() -> state.BlsExecutor:
+    executor = state.bls_executor
+    if executor is None:
+        raise TritonModelException(
+            "InferenceRequest.exec()/async_exec() (BLS) is not available in this pbd version: "
+            "calling other models from a Python model is not supported yet."
+        )
+    return executor

@@ -1,0 +1,35 @@
+"""Per-process state the worker runtime sets and the model API reads.
+
+One worker process serves one model instance, so module globals are the natural home. The BLS
+and response-sender hooks stay ``None`` until the runtime can deliver those features; the API
+then refuses them with a precise message instead of pretending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pbd_worker.model_api.request import InferenceRequest
+
+# ``bls_executor(request, decoupled)`` runs ``request`` on another model and returns an
+# ``InferenceResponse`` (or, decoupled, an iterator of them). It blocks; ``async_exec`` runs it
+# on the event loop's default executor.
+BlsExecutor = Callable[["InferenceRequest", bool], Any]
+# ``response_sender_factory(request)`` returns the request's ``InferenceResponseSender``.
+ResponseSenderFactory = Callable[["InferenceRequest"], Any]
+
+bls_executor: BlsExecutor | None = None
+response_sender_factory: ResponseSenderFactory | None = None
+
+_model_dir: str | None = None
+
+
+def set_model_dir(path: str) -> None:
+    global _model_dir
+    _model_dir = path
+
+
+def model_dir() -> str | None:
+    return _model_dir
