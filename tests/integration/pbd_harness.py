@@ -8,6 +8,7 @@ shutdown: exit code 0, no ``/dev/shm/<prefix>-*`` left, no worker process left.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import shutil
@@ -37,6 +38,15 @@ POLL_INTERVAL_S = 0.1
 LOG_TAIL_CHARS = 20_000
 
 _daemon_numbers = itertools.count()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminate_with_parent() -> None:
+    """Runs in the daemon's process before exec: SIGTERM it if the test process dies, so a
+    killed pytest run leaves no daemon (and, through the daemon, no workers) behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -142,7 +152,12 @@ class Daemon:
         env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=env,
+                preexec_fn=_terminate_with_parent,
             )
         self._wait_live()
 

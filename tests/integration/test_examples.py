@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,6 +203,45 @@ def test_large_tensors_repeatedly(client: grpcclient.InferenceServerClient) -> N
         data = rng.standard_normal((1024, 4096), dtype=np.float32)
         result = client.infer("identity_fp32", [infer_input("INPUT0", data, "FP32")])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+STREAM_TIMEOUT_S = 60
+
+
+def test_stream_infer_answers_in_order(examples_daemon: Daemon) -> None:
+    client = examples_daemon.client()
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(5):
+            a = np.full(4, float(i), dtype=np.float32)
+            client.async_stream_infer("add_sub", add_sub_inputs(a, a), request_id=f"s{i}")
+        for i in range(5):
+            result, error = answers.get(timeout=STREAM_TIMEOUT_S)
+            assert error is None, str(error)
+            assert result.get_response().id == f"s{i}"
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [2.0 * i] * 4)
+    finally:
+        client.stop_stream()
+
+
+def test_stream_reports_errors_in_band(examples_daemon: Daemon) -> None:
+    client = examples_daemon.client()
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        a = np.zeros(4, dtype=np.float32)
+        client.async_stream_infer("no_such_model", add_sub_inputs(a, a), request_id="bad")
+        client.async_stream_infer("add_sub", add_sub_inputs(a + 1, a), request_id="good")
+        result, error = answers.get(timeout=STREAM_TIMEOUT_S)
+        assert result is None
+        assert "Request for unknown model: 'no_such_model' is not found" in str(error)
+        # The stream stays open after a failed request.
+        result, error = answers.get(timeout=STREAM_TIMEOUT_S)
+        assert error is None, str(error)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [1.0] * 4)
+    finally:
+        client.stop_stream()
 
 
 # -- request validation (reference §2.6) ---------------------------------------------------------

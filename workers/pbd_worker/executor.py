@@ -20,7 +20,6 @@ from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
 
-
 _EMPTY = memoryview(b"")
 
 

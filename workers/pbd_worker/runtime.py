@@ -76,6 +76,7 @@ class WorkerRuntime:
             kind = message.WhichOneof("kind")
             if kind == "execute":
                 assert self.executor is not None
+                self.executor.release(list(message.execute.release))
                 result = self.executor.run(message.execute)
                 self.executed += 1
                 self.send(wpb.WorkerToDaemon(result=result))

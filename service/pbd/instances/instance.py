@@ -30,6 +30,8 @@ from pbd_worker.ipc import TOKEN_ENV
 from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
+# Under load the next Execute carries releases; an idle worker gets them after this long.
+RELEASE_DELAY_S = 0.002
 
 
 class State(enum.Enum):
@@ -81,7 +83,10 @@ class Instance:
         self.executed = 0
         self.busy = False
         self._batch_ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[wpb.ExecuteResult]] = {}
+        # batch id -> (future for its result, the input blocks it holds)
+        self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}
+        self._to_release: list[int] = []
+        self._release_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
 
     @property
@@ -181,9 +186,13 @@ class Instance:
             self.last_seen = loop.time()
             kind = message.WhichOneof("kind")
             if kind == "result":
-                future = self._pending.pop(message.result.batch_id, None)
+                batch_id = message.result.batch_id
+                future, blocks = self._pending.pop(batch_id, (None, []))
                 if future is not None and not future.done():
                     future.set_result(message.result)
+                elif future is not None:
+                    # The caller was cancelled; nobody will read these outputs.
+                    self._release(batch_id, blocks)
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
         if self.state is State.READY:
@@ -200,9 +209,10 @@ class Instance:
         self.reason = reason
         log.error("%s", reason)
         error = unavailable(reason)
-        for future in self._pending.values():
+        for future, blocks in self._pending.values():
             if not future.done():
                 future.set_exception(error)
+            self._free(blocks)
         self._pending.clear()
         self.died.set()
         await self._terminate(grace=0.0)
@@ -231,18 +241,13 @@ class Instance:
             self._free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
         future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
-        self._pending[batch_id] = future
+        self._pending[batch_id] = (future, blocks)
+        message.release.extend(self._to_release)
+        self._to_release.clear()
         self.busy = True
         try:
             self.conn.send(wpb.DaemonToWorker(execute=message))
-            result = await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The caller gave up; the worker still reads the inputs. Free them when it answers.
-            future.add_done_callback(lambda f: self._abandon(batch_id, f, blocks))
-            raise
-        except BaseException:
-            self._free(blocks)
-            raise
+            result = await future
         finally:
             self.busy = False
         return self._results(batch, result, blocks)
@@ -329,18 +334,20 @@ class Instance:
         return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data)
 
     def _release(self, batch_id: int, blocks: list[Block]) -> None:
+        """Free the inputs now; tell the worker with the next Execute, or after a moment."""
         self._free(blocks)
-        if self.state is State.READY and self.conn is not None:
-            with contextlib.suppress(PbdError):
-                self.conn.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=[batch_id])))
+        self._to_release.append(batch_id)
+        if self._release_timer is None:
+            self._release_timer = asyncio.get_running_loop().call_later(
+                RELEASE_DELAY_S, self._flush_release
+            )
 
-    def _abandon(
-        self, batch_id: int, future: asyncio.Future[wpb.ExecuteResult], blocks: list[Block]
-    ) -> None:
-        if future.cancelled() or future.exception() is not None:
-            self._free(blocks)
-        else:
-            self._release(batch_id, blocks)
+    def _flush_release(self) -> None:
+        self._release_timer = None
+        if self._to_release and self.state is State.READY and self.conn is not None:
+            ids, self._to_release = self._to_release, []
+            with contextlib.suppress(PbdError):
+                self.conn.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids)))
 
     def _free(self, blocks: list[Block]) -> None:
         if self.arena.segments:

@@ -57,12 +57,14 @@ class Request(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class Execute(_message.Message):
-    __slots__ = ("batch_id", "requests")
+    __slots__ = ("batch_id", "requests", "release")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     requests: _containers.RepeatedCompositeFieldContainer[Request]
-    def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ...) -> None: ...
+    release: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., release: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("request_id", "outputs", "error", "parameters_json")
