@@ -62,6 +62,12 @@ class DataPlane:
         return self.repository.lookup(name, version).config
 
     async def infer(self, request: InferRequest) -> InferResult:
+        return await self._infer(request, streamed=False)
+
+    async def infer_streamed(self, request: InferRequest) -> InferResult:
+        return await self._infer(request, streamed=True)
+
+    async def _infer(self, request: InferRequest, *, streamed: bool) -> InferResult:
         if not self.accepting:
             raise unavailable(
                 "GRPC server is shutting down and has stopped accepting new requests."
@@ -70,7 +76,9 @@ class DataPlane:
         if runtime.config.decoupled:
             raise PbdError(
                 Code.UNSUPPORTED,
-                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+                "decoupled models are not supported by this pbd version"
+                if streamed
+                else "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
         prepared = prepare_request(request, runtime.config)
         self.inflight += 1

@@ -169,3 +169,27 @@ def repository_params_from_pb(params: Mapping[str, Any]) -> dict[str, Any]:
         which = param.WhichOneof("parameter_choice")
         out[key] = (which, getattr(param, which) if which else None)
     return out
+
+
+FINAL_RESPONSE_KEY = "triton_final_response"
+
+
+def stream_response_to_wire(result: InferResult) -> bytes:
+    """ModelStreamInferResponse{infer_response}, final, built around the hand-made bytes."""
+    result.parameters[FINAL_RESPONSE_KEY] = True
+    inner = infer_response_to_wire(result)
+    return wire.STREAM_RESPONSE_TAG + wire.encode_varint(len(inner)) + inner
+
+
+def stream_error_to_wire(request: InferRequest | None, message: str) -> bytes:
+    """A per-request failure, sent in band so the stream stays open (Triton's behaviour)."""
+    response = pb.ModelStreamInferResponse(error_message=message)
+    if request is not None:
+        inner = response.infer_response
+        inner.id, inner.model_name, inner.model_version = (
+            request.id,
+            request.model_name,
+            request.model_version,
+        )
+    response.infer_response.parameters[FINAL_RESPONSE_KEY].bool_param = True
+    return response.SerializeToString()

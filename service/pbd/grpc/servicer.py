@@ -8,9 +8,10 @@ converts, calls the dataplane, converts back. ModelInfer works on raw bytes both
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -81,6 +82,41 @@ class InferenceServicer:
         infer_request = convert.infer_request_from_wire(request)
         with await self.dp.infer(infer_request) as result:
             return convert.infer_response_to_wire(result)
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[bytes]:
+        """Answers in request order; a failed request is answered in band and the stream goes
+        on; after the client half-closes, the call ends once every request is answered."""
+        answers: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            async for raw in requests:
+                answers.put_nowait(asyncio.ensure_future(self._stream_one(raw)))
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (task := await answers.get()) is not None:
+                yield await task
+            await reader
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                pending = answers.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+
+    async def _stream_one(self, raw: bytes) -> bytes:
+        request = None
+        try:
+            request = convert.infer_request_from_wire(raw)
+            with await self.dp.infer_streamed(request) as result:
+                return convert.stream_response_to_wire(result)
+        except PbdError as exc:
+            return convert.stream_error_to_wire(request, exc.message)
+        except (ValueError, TypeError) as exc:
+            return convert.stream_error_to_wire(request, f"malformed request: {exc}")
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> Any:
         entries = self.dp.repository_index(request.repository_name, request.ready)
@@ -189,6 +225,9 @@ def generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler
             servicer.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
         )
     }
+    inference["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer, request_deserializer=_identity, response_serializer=_identity
+    )
     return [
         grpc.method_handlers_generic_handler(SERVICE, inference),
         grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 RAW_INPUT_FIELD = 7
 RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])  # raw_output_contents, length-delimited
+STREAM_RESPONSE_TAG = bytes([(2 << 3) | 2])  # ModelStreamInferResponse.infer_response
 _LENGTH_DELIMITED = 2
 
 
