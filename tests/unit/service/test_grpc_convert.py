@@ -31,8 +31,6 @@ def test_typed_contents_become_wire_bytes():
     msg.inputs.add(name="F", datatype="FP64", shape=[1]).contents.fp64_contents.append(2.5)
     strings = msg.inputs.add(name="S", datatype="BYTES", shape=[2])
     strings.contents.bytes_contents.extend([b"a", b""])
-        [b"a", b""]
-    )
     request = convert.infer_request_from_wire(_wire(msg))
     by_name = {t.name: bytes(t.data) for t in request.inputs}
     assert by_name["I8"] == np.int8([-1, 5]).tobytes()
