@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/bootstrap.sh test
-.venv/bin/ruff check service workers tests bench examples
+.venv/bin/ruff check .
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?
