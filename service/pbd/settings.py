@@ -52,6 +52,9 @@ class Settings:
     worker_socket: str = _opt(
         "", "socket workers connect to: a path or @abstract name (default: abstract)"
     )
+    worker_pipeline_depth: int = _opt(
+        2, "batches queued at a worker at once (1: strictly one at a time; more hides the hop)"
+    )
     worker_heartbeat_ms: int = _opt(1000, "interval of worker heartbeats")
     worker_heartbeat_timeout_secs: float = _opt(
         30.0, "a worker silent this long is killed and restarted"

@@ -30,6 +30,7 @@ class WorkerConnection:
         self.reader = reader
         self.writer = writer
         self.pid = pid
+        self._outbox: list[bytes] = []
 
     async def recv(self) -> wpb.WorkerToDaemon | None:
         """The next message, or None when the worker is gone (EOF, reset or garbage)."""
@@ -45,9 +46,17 @@ class WorkerConnection:
             return None
 
     def send(self, message: wpb.DaemonToWorker) -> None:
+        """Queue a frame; frames sent in one event-loop iteration go out in one write."""
         if self.writer.is_closing():
             raise unavailable("worker connection is closed")
-        self.writer.write(encode_frame(message.SerializeToString()))
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encode_frame(message.SerializeToString()))
+
+    def _flush(self) -> None:
+        frames, self._outbox = self._outbox, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(b"".join(frames))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -81,7 +81,7 @@ class Instance:
         self.worker_segments = SegmentMap(allowed_prefix=self.output_prefix)
         self.last_seen = 0.0
         self.executed = 0
-        self.busy = False
+        self.inflight = 0  # batches sent and not answered (the supervisor counts them)
         self._batch_ids = itertools.count(1)
         # batch id -> (future for its result, the input blocks it holds)
         self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}
@@ -244,12 +244,8 @@ class Instance:
         self._pending[batch_id] = (future, blocks)
         message.release.extend(self._to_release)
         self._to_release.clear()
-        self.busy = True
-        try:
-            self.conn.send(wpb.DaemonToWorker(execute=message))
-            result = await future
-        finally:
-            self.busy = False
+        self.conn.send(wpb.DaemonToWorker(execute=message))
+        result = await future
         return self._results(batch, result, blocks)
 
     def _request_message(

@@ -1,6 +1,8 @@
 """Keeps a model version's instances running and feeds them its queue.
 
-Each instance slot has a task: serve the queue until the worker dies, then restart it with
+One dispatcher per version hands queued requests to the least-loaded ready instance, keeping
+up to ``worker_pipeline_depth`` batches queued at each worker so it never idles waiting for
+the daemon's event loop. Each instance slot has a task that restarts a dead worker with
 exponential backoff. A crash fails only the request that instance was executing. An instance
 whose restart fails ``MAX_RESTART_FAILURES`` times in a row, or whose ``initialize()`` raises,
 is given up; a version with no instance left is UNAVAILABLE with that reason.
@@ -103,6 +105,13 @@ class VersionRuntime:
         self.slots: list[Slot] = []
         self._stopping = False
         self._monitor: asyncio.Task[None] | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._capacity = asyncio.Event()  # set when an instance may take more work
+        self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def id(self) -> str:
+        return f"{self.config.name}/{self.version}"
 
     def _new_instance(self, plan: InstancePlan) -> Instance:
         return Instance(
@@ -151,6 +160,7 @@ class VersionRuntime:
             slot.task = asyncio.create_task(self._run_slot(slot), name=f"slot {instance.id}")
             self.slots.append(slot)
         self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
+        self._dispatcher = asyncio.create_task(self._dispatch(), name=f"dispatch {self.id}")
         self.state = VersionState.READY
 
     async def infer(self, prepared: PreparedRequest) -> InferResult:
@@ -161,38 +171,55 @@ class VersionRuntime:
             )
         return await wait_result(self.queue.submit(prepared))
 
-    async def _serve(self, instance: Instance) -> None:
-        current: WorkItem | None = None
+    def _pick(self) -> Instance | None:
+        """The least-loaded ready instance with room in its pipeline; idle ones first."""
+        depth = self.settings.worker_pipeline_depth
+        best: Instance | None = None
+        for slot in self.slots:
+            inst = slot.instance
+            ready = inst.state is State.READY and inst.inflight < depth
+            if ready and (best is None or inst.inflight < best.inflight):
+                best = inst
+        return best
+
+    async def _dispatch(self) -> None:
+        while True:
+            item = await self.queue.next()
+            while (instance := self._pick()) is None:
+                self._capacity.clear()
+                await self._capacity.wait()
+            if item.future.done():
+                continue  # cancelled while it waited for an instance
+            instance.inflight += 1
+            task = asyncio.create_task(self._run_one(instance, item))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_one(self, instance: Instance, item: WorkItem) -> None:
         try:
-            while instance.state is State.READY:
-                current = await self.queue.next()
-                try:
-                    (outcome,) = await instance.execute([current.prepared])
-                except PbdError as exc:
-                    outcome = exc
-                if current.future.done():
-                    if isinstance(outcome, InferResult):
-                        outcome.release()
-                elif isinstance(outcome, PbdError):
-                    current.future.set_exception(outcome)
-                else:
-                    current.future.set_result(outcome)
-                current = None
+            (outcome,) = await instance.execute([item.prepared])
+        except PbdError as exc:
+            outcome = exc
+        except BaseException as exc:
+            outcome = unavailable(instance.reason or f"{instance.describe()} stopped")
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("executing on %s failed", instance.describe())
         finally:
-            if current is not None and not current.future.done():
-                current.future.set_exception(unavailable(instance.reason or "instance stopped"))
+            instance.inflight -= 1
+            self._capacity.set()
+        if item.future.done():
+            if isinstance(outcome, InferResult):
+                outcome.release()
+        elif isinstance(outcome, PbdError):
+            item.future.set_exception(outcome)
+        else:
+            item.future.set_result(outcome)
 
     async def _run_slot(self, slot: Slot) -> None:
         loop = asyncio.get_running_loop()
         backoff = 0.1
         while not self._stopping:
-            instance = slot.instance
-            serving = asyncio.create_task(self._serve(instance))
-            died = asyncio.create_task(instance.died.wait())
-            await asyncio.wait({serving, died}, return_when=asyncio.FIRST_COMPLETED)
-            serving.cancel()
-            died.cancel()
-            await asyncio.gather(serving, died, return_exceptions=True)
+            await slot.instance.died.wait()
             if self._stopping:
                 return
             if loop.time() - slot.started_at > STABLE_UPTIME_S:
@@ -217,6 +244,7 @@ class VersionRuntime:
                     continue
                 slot.restarts += 1
                 slot.started_at = loop.time()
+                self._capacity.set()
                 log.info("restarted %s (restart %d)", replacement.describe(), slot.restarts)
                 break
 
@@ -246,12 +274,12 @@ class VersionRuntime:
             self.state = VersionState.UNLOADING
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while (len(self.queue) or any(s.instance.busy for s in self.slots)) and (
+        while (len(self.queue) or any(s.instance.inflight for s in self.slots)) and (
             loop.time() < deadline and any(not s.given_up for s in self.slots)
         ):
             await asyncio.sleep(0.02)
         self._stopping = True
-        for task in [s.task for s in self.slots] + [self._monitor]:
+        for task in [s.task for s in self.slots] + [self._monitor, self._dispatcher]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -1,18 +1,21 @@
 """config.pbtxt -> an immutable, validated :class:`ModelConfig`.
 
-config.pbtxt is protobuf text format of ``ModelConfig``; this module is the file-format edge
-that parses it, fills the defaults Triton fills, checks it (every message names the file and
-the field) and keeps the Triton-style JSON form that models receive as
-``args["model_config"]`` and the ModelConfig RPC returns.
+config.pbtxt is protobuf text format of ``ModelConfig``. This module is the file-format edge:
+it parses the file (or the JSON of RepositoryModelLoad's ``config`` parameter), fills the
+defaults Triton fills (core ``NormalizeModelConfig``/``NormalizeInstanceGroup``), checks it
+(Triton's ``ValidateIOShape`` rules and more; every message names the file and the field), and
+keeps the JSON form models get as ``args["model_config"]`` and the ModelConfig RPC returns.
+KIND_AUTO is left for the daemon to resolve: only it knows the GPUs.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from google.protobuf import descriptor, json_format, text_format
@@ -22,16 +25,22 @@ from pbd.errors import Code, PbdError
 from pbd_worker import dtypes
 
 CONFIG_FILE = "config.pbtxt"
-_INT64_TYPES = {
-    descriptor.FieldDescriptor.TYPE_INT64,
-    descriptor.FieldDescriptor.TYPE_UINT64,
-    descriptor.FieldDescriptor.TYPE_SINT64,
-    descriptor.FieldDescriptor.TYPE_FIXED64,
-    descriptor.FieldDescriptor.TYPE_SFIXED64,
-}
+DEFAULT_MODEL_FILENAME = "model.py"
+# Triton's SEQUENCE_IDLE_DEFAULT_MICROSECONDS.
+SEQUENCE_IDLE_DEFAULT_US = 1_000_000
+WILDCARD_DIM = -1
+
+_F = descriptor.FieldDescriptor
+_INT64_TYPES = frozenset(
+    {_F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_SINT64, _F.TYPE_FIXED64, _F.TYPE_SFIXED64}
+)
+_Group = mc.ModelInstanceGroup
+_IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
 
 
 class ConfigError(PbdError):
+    """A model configuration that cannot be served; the message names the file and field."""
+
     def __init__(self, message: str) -> None:
         super().__init__(Code.INVALID_ARG, message)
 
@@ -39,16 +48,16 @@ class ConfigError(PbdError):
 @dataclass(frozen=True)
 class TensorConfig:
     name: str
-    datatype: str
-    dims: tuple[int, ...]
+    datatype: str  # protocol string: "FP32", "BYTES" (TYPE_STRING), ...
+    dims: tuple[int, ...]  # without the batch dimension; -1 = variable
     reshape: tuple[int, ...] | None
-    optional: bool = False
+    optional: bool = False  # inputs only
 
 
 @dataclass(frozen=True)
 class InstanceGroupConfig:
     name: str
-    kind: str
+    kind: str  # "KIND_AUTO" | "KIND_GPU" | "KIND_CPU" | "KIND_MODEL"
     count: int
     gpus: tuple[int, ...]
 
@@ -60,12 +69,13 @@ class VersionPolicy:
     versions: tuple[int, ...] = ()
 
     def select(self, available: Iterable[int]) -> list[int]:
+        """The versions of ``available`` this policy serves, ascending."""
         present = sorted(set(available))
         if self.kind == "all":
             return present
         if self.kind == "specific":
-            return sorted(v for v in present if v in self.versions)
-        return present[-self.num_versions :] if self.num_versions > 0 else []
+            return [v for v in present if v in self.versions]
+        return present[-self.num_versions :]
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ class ModelConfig:
     default_model_filename: str
     parameters: Mapping[str, str]
     decoupled: bool
+    # Triton's JSON form (int64 values as numbers, defaults present); treat it as read-only.
     as_dict: Mapping[str, Any]
 
     def to_json(self) -> str:
@@ -95,189 +106,301 @@ class ModelConfig:
 
 def load_model_config(model_dir: Path, *, override_json: str | None = None) -> ModelConfig:
     """The config of the model in ``model_dir``; ``override_json`` (RepositoryModelLoad's
-    ``config`` parameter) replaces the file."""
+    ``config`` parameter) is used instead of the file when given."""
     name = model_dir.name
     if override_json is not None:
-        return model_config_from_json(override_json, model_name=name, source=f"{name} (override)")
+        source = f"{model_dir} ('config' parameter)"
+        return model_config_from_json(override_json, model_name=name, source=source)
     path = model_dir / CONFIG_FILE
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: missing {CONFIG_FILE}") from None
+        raise ConfigError(f"{model_dir}: missing {CONFIG_FILE}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     return parse_model_config(text, model_name=name, source=str(path))
 
 
 def parse_model_config(text: str, *, model_name: str, source: str) -> ModelConfig:
+    """``text`` (protobuf text format) as the config of ``model_name``."""
     message = mc.ModelConfig()
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
-        raise ConfigError(f"{source}: syntax error: {exc}") from None
+        # protobuf's message starts with "line:column : ".
+        raise ConfigError(f"{source}: invalid model configuration: {_triton_names(exc)}") from None
     return _build(message, model_name, source)
 
 
 def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelConfig:
+    """``text`` (the JSON form, as RepositoryModelLoad's ``config`` carries it)."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: invalid model configuration JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: the model configuration JSON must be an object")
     message = mc.ModelConfig()
     try:
-        json_format.Parse(text, message)
-    except (json_format.ParseError, ValueError) as exc:
-        raise ConfigError(f"{source}: invalid model configuration JSON: {exc}") from None
+        json_format.ParseDict(document, message)
+    except json_format.ParseError as exc:
+        raise ConfigError(
+            f"{source}: invalid model configuration JSON: {_triton_names(exc)}"
+        ) from None
     return _build(message, model_name, source)
 
 
-def _fill_defaults(msg: mc.ModelConfig, model_name: str) -> None:
-    if not msg.name:
-        msg.name = model_name
-    if not msg.backend and not msg.platform:
-        msg.backend = "python"
-    if (
-        not msg.HasField("version_policy")
-        or msg.version_policy.HasField("latest")
-        and msg.version_policy.latest.num_versions == 0
-    ):
-        msg.version_policy.latest.num_versions = 1
-    if not msg.instance_group:
-        msg.instance_group.add()
-    for i, group in enumerate(msg.instance_group):
-        if not group.name:
-            group.name = f"{msg.name}_{i}"
-        if group.count == 0:
-            group.count = 1
-    if not msg.default_model_filename:
-        msg.default_model_filename = "model.py"
+def _triton_names(exc: Exception) -> str:
+    """protobuf's message, naming the types as Triton's users know them (inference.*)."""
+    return str(exc).replace(f"{mc.DESCRIPTOR.package}.", "inference.")
 
 
-def _tensor(t: Any, where: str, kind: str, *, is_input: bool) -> TensorConfig:
-    label = f"{where}: {kind} '{t.name}'"
-    if not t.name:
-        raise ConfigError(f"{where}: {kind} without a name")
-    if t.data_type == mc.TYPE_INVALID:
-        raise ConfigError(f"{label}: data_type must be set")
-    dims = tuple(t.dims)
-    reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
-    if not dims and not reshape:
-        raise ConfigError(f"{label}: dims must be set")
-    for d in dims + (reshape or ()):
-        if d == 0 or d < -1:
-            raise ConfigError(f"{label}: dims and reshape must be positive or -1, got {d}")
-    fixed = reshape is not None and -1 not in dims + reshape
-    if fixed and math.prod(dims) != math.prod(reshape or ()):
-        raise ConfigError(
-            f"{label}: reshape {list(reshape or ())} has {math.prod(reshape or ())} elements, "
-            f"dims {list(dims)} has {math.prod(dims)}"
-        )
-    datatype = dtypes.BY_CONFIG_NUMBER[t.data_type].name
-    return TensorConfig(t.name, datatype, dims, reshape, bool(is_input and t.optional))
-
-
-def _check(msg: mc.ModelConfig, model_name: str, source: str) -> None:
-    if msg.name != model_name:
-        raise ConfigError(
-            f"{source}: model name '{msg.name}' does not match the directory name '{model_name}'"
-        )
-    if msg.backend != "python" and not (msg.platform == "" and msg.backend == ""):
-        raise ConfigError(
-            f"{source}: backend '{msg.backend or msg.platform}' is not supported; pbd runs "
-            'Python models (backend: "python")'
-        )
-    if msg.max_batch_size < 0:
-        raise ConfigError(f"{source}: max_batch_size must be >= 0, got {msg.max_batch_size}")
-    if msg.HasField("ensemble_scheduling"):
-        raise ConfigError(f"{source}: ensemble_scheduling is not supported by pbd")
-    if not msg.default_model_filename.endswith(".py"):
-        raise ConfigError(
-            f"{source}: default_model_filename '{msg.default_model_filename}' must end in '.py'"
-        )
-    for kind, tensors in (("input", msg.input), ("output", msg.output)):
-        seen: set[str] = set()
-        for t in tensors:
-            if t.name in seen:
-                raise ConfigError(f"{source}: duplicate {kind} name '{t.name}'")
-            seen.add(t.name)
-    group_kinds = mc.ModelInstanceGroup.Kind
-    for group in msg.instance_group:
-        label = f"{source}: instance_group '{group.name}'"
-        if group.count < 0:
-            raise ConfigError(f"{label}: count must be >= 0, got {group.count}")
-        if group.gpus and group.kind in (
-            mc.ModelInstanceGroup.KIND_CPU,
-            mc.ModelInstanceGroup.KIND_MODEL,
-        ):
-            raise ConfigError(
-                f"{label}: gpus are only allowed with KIND_GPU or KIND_AUTO, not "
-                f"{group_kinds.Name(group.kind)}"
-            )
-        if any(g < 0 for g in group.gpus):
-            raise ConfigError(f"{label}: gpu ids must be >= 0")
-    policy = msg.version_policy
-    if policy.HasField("specific") and not policy.specific.versions:
-        raise ConfigError(f"{source}: version_policy specific lists no versions")
-
-
-def _policy(msg: mc.ModelConfig) -> VersionPolicy:
-    policy = msg.version_policy
-    if policy.HasField("all"):
-        return VersionPolicy("all")
-    if policy.HasField("specific"):
-        return VersionPolicy("specific", versions=tuple(policy.specific.versions))
-    return VersionPolicy("latest", num_versions=policy.latest.num_versions or 1)
-
-
-def _ints_as_numbers(value: Any, desc: descriptor.Descriptor) -> Any:
-    """protobuf's JSON prints 64-bit integers as strings; Triton prints numbers."""
-    for field in desc.fields:
-        if field.json_name not in value and field.name not in value:
-            continue
-        key = field.name
-        item = value[key]
-        if field.message_type is not None:
-            if field.message_type.GetOptions().map_entry:
-                value_field = field.message_type.fields_by_name["value"]
-                if value_field.message_type is not None:
-                    for k in item:
-                        _ints_as_numbers(item[k], value_field.message_type)
-                elif value_field.type in _INT64_TYPES:
-                    value[key] = {k: int(v) for k, v in item.items()}
-            elif field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
-                for element in item:
-                    _ints_as_numbers(element, field.message_type)
-            else:
-                _ints_as_numbers(item, field.message_type)
-        elif field.type in _INT64_TYPES:
-            if field.label == descriptor.FieldDescriptor.LABEL_REPEATED:
-                value[key] = [int(v) for v in item]
-            else:
-                value[key] = int(item)
-    return value
-
-
-def config_to_dict(msg: mc.ModelConfig) -> dict[str, Any]:
-    raw = json_format.MessageToDict(
-        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+def config_to_dict(message: mc.ModelConfig) -> dict[str, Any]:
+    """Triton's JSON form of ``message``: protobuf JSON with field names as in the .proto,
+    fields without presence printed, and 64-bit integers as numbers (protobuf prints strings)."""
+    document = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-    return _ints_as_numbers(raw, msg.DESCRIPTOR)
+    return _triton_json(document, message.DESCRIPTOR)
 
 
-def _build(msg: mc.ModelConfig, model_name: str, source: str) -> ModelConfig:
+def _build(msg: mc.ModelConfig, model_name: str, src: str) -> ModelConfig:
     _fill_defaults(msg, model_name)
-    _check(msg, model_name, source)
-    kinds = mc.ModelInstanceGroup.Kind
+    _check_model(msg, model_name, src)
+    inputs = tuple(_tensor(t, "input", msg, src) for t in msg.input)
+    outputs = tuple(_tensor(t, "output", msg, src) for t in msg.output)
+    _check_unique(inputs, "input", src)
+    _check_unique(outputs, "output", src)
     return ModelConfig(
         name=msg.name,
         backend=msg.backend,
         platform=msg.platform,
         max_batch_size=msg.max_batch_size,
-        inputs=tuple(_tensor(t, source, "input", is_input=True) for t in msg.input),
-        outputs=tuple(_tensor(t, source, "output", is_input=False) for t in msg.output),
-        instance_groups=tuple(
-            InstanceGroupConfig(g.name, kinds.Name(g.kind), g.count, tuple(g.gpus))
-            for g in msg.instance_group
-        ),
-        version_policy=_policy(msg),
+        inputs=inputs,
+        outputs=outputs,
+        instance_groups=tuple(_instance_group(g, msg, src) for g in msg.instance_group),
+        version_policy=_version_policy(msg.version_policy, src),
         default_model_filename=msg.default_model_filename,
-        parameters={k: v.string_value for k, v in msg.parameters.items()},
+        parameters=MappingProxyType({k: v.string_value for k, v in msg.parameters.items()}),
         decoupled=msg.model_transaction_policy.decoupled,
         as_dict=config_to_dict(msg),
     )
+
+
+def _fill_defaults(msg: mc.ModelConfig, model_name: str) -> None:
+    """What Triton's auto-fill and normalization add to a Python model's config."""
+    if not msg.name:
+        msg.name = model_name
+    if not msg.backend and not msg.platform:
+        msg.backend = "python"
+    if msg.backend == "python" and not msg.default_model_filename:
+        msg.default_model_filename = DEFAULT_MODEL_FILENAME
+    if not msg.HasField("version_policy"):
+        msg.version_policy.latest.num_versions = 1
+    # Triton prefers full batches unless told otherwise.
+    full_batch = [msg.max_batch_size] if msg.max_batch_size > 0 else []
+    if msg.HasField("dynamic_batching") and not msg.dynamic_batching.preferred_batch_size:
+        msg.dynamic_batching.preferred_batch_size.extend(full_batch)
+    if msg.HasField("sequence_batching"):
+        sequence = msg.sequence_batching
+        if sequence.max_sequence_idle_microseconds == 0:
+            sequence.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_US
+        if sequence.HasField("oldest") and not sequence.oldest.preferred_batch_size:
+            sequence.oldest.preferred_batch_size.extend(full_batch)
+    if msg.HasField("ensemble_scheduling"):
+        return  # rejected by _check_model; Triton normalizes nothing more for ensembles
+    optimization = msg.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+    if not msg.instance_group:
+        # Triton names the group it adds after the model; groups written without a name
+        # become <model>_<index>.
+        msg.instance_group.add(name=msg.name)
+    for index, group in enumerate(msg.instance_group):
+        if not group.name:
+            group.name = f"{msg.name}_{index}"
+        if group.count == 0:
+            group.count = 1
+
+
+def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
+    if msg.name != model_name:
+        # Triton's wording (model_repository_manager.cc).
+        raise ConfigError(
+            f"{src}: unexpected directory name '{model_name}' for model '{msg.name}', "
+            "directory name must equal model name"
+        )
+    if msg.platform == "ensemble" or msg.HasField("ensemble_scheduling"):
+        raise ConfigError(f"{src}: ensemble models (ensemble_scheduling) are not supported by pbd")
+    if msg.backend != "python":
+        what = f"backend '{msg.backend}'" if msg.backend else f"platform '{msg.platform}'"
+        raise ConfigError(
+            f'{src}: {what} is not supported: pbd serves Python models (backend: "python")'
+        )
+    if msg.max_batch_size < 0:
+        raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
+    if not msg.default_model_filename.endswith(".py"):
+        raise ConfigError(
+            f"{src}: default_model_filename '{msg.default_model_filename}' must name a Python "
+            "file (end in '.py')"
+        )
+    _check_preferred(msg.dynamic_batching.preferred_batch_size, msg, f"{src}: dynamic_batching")
+    oldest = msg.sequence_batching.oldest
+    _check_preferred(oldest.preferred_batch_size, msg, f"{src}: sequence_batching oldest")
+
+
+def _check_preferred(sizes: Sequence[int], msg: mc.ModelConfig, where: str) -> None:
+    for size in sizes:
+        if size <= 0:
+            raise ConfigError(f"{where}: preferred_batch_size {size} must be positive")
+        if size > msg.max_batch_size:
+            raise ConfigError(
+                f"{where}: preferred_batch_size {size} must be <= max_batch_size "
+                f"({msg.max_batch_size})"
+            )
+
+
+def _tensor(t: Any, kind: str, msg: mc.ModelConfig, src: str) -> TensorConfig:
+    """One ``ModelInput``/``ModelOutput`` (``kind`` "input"/"output"), checked."""
+    if not t.name:
+        raise ConfigError(f"{src}: {kind}: every {kind} must specify 'name'")
+    label = f"{src}: {kind} '{t.name}'"
+    if t.data_type == mc.TYPE_INVALID:
+        raise ConfigError(f"{label}: data_type must be set")
+    datatype = dtypes.BY_CONFIG_NUMBER.get(t.data_type)
+    if datatype is None:
+        raise ConfigError(f"{label}: data_type {t.data_type} is not a known data type")
+    if t.is_shape_tensor:
+        raise ConfigError(f"{label}: shape tensors are only supported for TensorRT models")
+    if t.is_non_linear_format_io:
+        raise ConfigError(f"{label}: non-linear IO formats are only supported for TensorRT")
+    if kind == "input" and t.format in _IMAGE_FORMATS and len(t.dims) != 3:
+        raise ConfigError(f"{label}: format {mc.ModelInput.Format.Name(t.format)} needs 3 dims")
+    dims = tuple(t.dims)
+    reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
+    _check_shape(label, dims, reshape, msg.max_batch_size)
+    optional = kind == "input" and t.optional
+    return TensorConfig(t.name, datatype.name, dims, reshape, optional)
+
+
+def _check_shape(
+    label: str, dims: tuple[int, ...], reshape: tuple[int, ...] | None, max_batch_size: int
+) -> None:
+    """Triton's ValidateIOShape: dims are required; an empty reshape (a scalar per batch
+    item) needs batching and dims of one element; variable-size segments must match."""
+    if not dims:
+        raise ConfigError(f"{label}: dims must be set (a scalar is dims: [ 1 ])")
+    _check_dims(f"{label}: dims", dims)
+    if reshape is None:
+        return
+    if not reshape and max_batch_size == 0:
+        raise ConfigError(
+            f"{label}: reshape cannot be empty for a model without batching (max_batch_size 0)"
+        )
+    _check_dims(f"{label}: reshape", reshape)
+    dims_count, reshape_count = _element_count(dims), _element_count(reshape)
+    if dims_count != reshape_count and not (reshape_count == 0 and dims_count == 1):
+        raise ConfigError(
+            f"{label}: reshape {list(reshape)} has a different size than dims {list(dims)}"
+        )
+    if dims_count == WILDCARD_DIM and _segments(dims) != _segments(reshape):
+        raise ConfigError(
+            f"{label}: reshape {list(reshape)} does not match dims {list(dims)}: the sizes "
+            "between variable-size (-1) dimensions must be equal"
+        )
+
+
+def _check_dims(where: str, shape: tuple[int, ...]) -> None:
+    for dim in shape:
+        if dim < 1 and dim != WILDCARD_DIM:
+            raise ConfigError(
+                f"{where} {list(shape)}: each dimension must be an integer >= 1, or -1 for a "
+                "variable-size dimension"
+            )
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    """Triton's element count: -1 if any dimension varies, 0 for an empty shape."""
+    if WILDCARD_DIM in shape:
+        return WILDCARD_DIM
+    return math.prod(shape) if shape else 0
+
+
+def _segments(shape: tuple[int, ...]) -> list[int]:
+    """Element counts of the runs between -1 dims: [2, 4, -1, 6] -> [8, 6]."""
+    counts = [1]
+    for dim in shape:
+        if dim == WILDCARD_DIM:
+            counts.append(1)
+        else:
+            counts[-1] *= dim
+    return counts
+
+
+def _check_unique(tensors: tuple[TensorConfig, ...], kind: str, src: str) -> None:
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            raise ConfigError(f"{src}: {kind} '{t.name}' is declared more than once")
+        seen.add(t.name)
+
+
+def _instance_group(group: Any, msg: mc.ModelConfig, src: str) -> InstanceGroupConfig:
+    label = f"{src}: instance_group '{group.name}'"
+    if group.kind not in _Group.Kind.values():
+        raise ConfigError(f"{label}: kind {group.kind} is not a known kind")
+    kind = _Group.Kind.Name(group.kind)
+    if group.count < 0:
+        raise ConfigError(f"{label}: count must be >= 0, got {group.count}")
+    if group.gpus and group.kind in (_Group.KIND_CPU, _Group.KIND_MODEL):
+        # Triton: "... has kind KIND_CPU but specifies one or more GPUs".
+        raise ConfigError(f"{label}: has kind {kind} but specifies one or more GPUs")
+    negative = [g for g in group.gpus if g < 0]
+    if negative:
+        raise ConfigError(f"{label}: gpu ids must be >= 0, got {negative[0]}")
+    if group.profile:
+        raise ConfigError(f"{label}: profile is only supported for TensorRT models")
+    return InstanceGroupConfig(group.name, kind, group.count, tuple(group.gpus))
+
+
+def _version_policy(policy: mc.ModelVersionPolicy, src: str) -> VersionPolicy:
+    if policy.HasField("all"):
+        return VersionPolicy("all")
+    if policy.HasField("specific"):
+        if not policy.specific.versions:
+            raise ConfigError(f"{src}: version_policy specific must list at least one version")
+        return VersionPolicy("specific", versions=tuple(sorted(set(policy.specific.versions))))
+    if policy.latest.num_versions < 1:
+        # Triton accepts it and then fails the load: no version can be served.
+        raise ConfigError(f"{src}: version_policy latest: num_versions must be >= 1")
+    return VersionPolicy("latest", num_versions=policy.latest.num_versions)
+
+
+def _triton_json(document: dict[str, Any], desc: descriptor.Descriptor) -> dict[str, Any]:
+    """``document`` (MessageToDict of a ``desc`` message) with 64-bit integers as numbers and
+    keys in .proto declaration order, as Triton prints it. Map keys stay strings: JSON has no
+    other kind of key."""
+    fixed: dict[str, Any] = {}
+    for field in desc.fields:
+        if field.name not in document:
+            continue
+        value = document[field.name]
+        message_type = field.message_type
+        if message_type is not None and message_type.GetOptions().map_entry:
+            value_field = message_type.fields_by_name["value"]
+            fixed[field.name] = {k: _triton_value(value_field, v) for k, v in value.items()}
+        elif field.is_repeated:
+            fixed[field.name] = [_triton_value(field, v) for v in value]
+        else:
+            fixed[field.name] = _triton_value(field, value)
+    return fixed
+
+
+def _triton_value(field: descriptor.FieldDescriptor, value: Any) -> Any:
+    if field.message_type is not None:
+        return _triton_json(value, field.message_type)
+    if field.type in _INT64_TYPES:
+        return int(value)
+    return value
