@@ -1,136 +1,534 @@
-"""Generated code is current, and our messages are wire-identical to tritonclient's."""
+"""The generated protobuf code: fresh, importable beside tritonclient, and wire compatible.
+
+Our messages live in package ``pbd.kserve`` (so they can share a process with tritonclient's
+``inference.*``) but must encode exactly as Triton's. Each wire case builds the same message
+with tritonclient's modules and with ours: the bytes must be equal, and each side must parse
+the other's bytes with no field left over as unknown.
+"""
 
 from __future__ import annotations
 
-import filecmp
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2 as triton_mc
-from tritonclient.grpc import service_pb2 as triton_pb
+import tritonclient.grpc  # noqa: F401  (imported beside ours on purpose)
+import tritonclient.grpc.model_config_pb2 as triton_config
+import tritonclient.grpc.service_pb2 as triton_service
+from google.protobuf import descriptor, descriptor_pool, json_format, text_format
+from google.protobuf.message import Message
 
-from pbd._proto import grpc_service_pb2 as pb
-from pbd._proto import model_config_pb2 as mc
+from pbd._proto import grpc_service_pb2 as our_service
+from pbd._proto import health_pb2
+from pbd._proto import model_config_pb2 as our_config
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = [
-    "service/pbd/_proto/grpc_service_pb2.py",
-    "service/pbd/_proto/grpc_service_pb2.pyi",
-    "service/pbd/_proto/model_config_pb2.py",
-    "service/pbd/_proto/model_config_pb2.pyi",
-    "service/pbd/_proto/health_pb2.py",
-    "service/pbd/_proto/health_pb2.pyi",
-    "workers/pbd_worker/_proto/worker_pb2.py",
-    "workers/pbd_worker/_proto/worker_pb2.pyi",
-]
+GENERATED_DIRS = (ROOT / "service/pbd/_proto", ROOT / "workers/pbd_worker/_proto")
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("grpc_tools") is None, reason="grpcio-tools is not installed"
-)
-def test_generated_code_matches_protos(tmp_path):
+# --- (a) the checked-in code is what the script generates -------------------------------
+
+
+def _checked_in() -> dict[str, bytes]:
+    return {
+        str(path.relative_to(ROOT)): path.read_bytes()
+        for directory in GENERATED_DIRS
+        for path in sorted(directory.glob("*_pb2.py*"))
+    }
+
+
+def test_generated_code_is_fresh(tmp_path: Path) -> None:
+    if importlib.util.find_spec("grpc_tools") is None:
+        pytest.skip("grpc_tools (grpcio-tools, test extra) is not installed: cannot regenerate")
+    if shutil.which("bash") is None:
+        pytest.skip("bash is needed to run scripts/gen_protos.sh")
     subprocess.run(
         ["bash", str(ROOT / "scripts/gen_protos.sh"), str(tmp_path)],
         check=True,
-        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,  # the script must not depend on the caller's directory
+        env={**os.environ, "PYTHON": sys.executable},
     )
-    stale = [f for f in GENERATED if not filecmp.cmp(ROOT / f, tmp_path / f, shallow=False)]
+    generated = {
+        str(path.relative_to(tmp_path)): path.read_bytes()
+        for path in sorted(tmp_path.rglob("*_pb2.py*"))
+    }
+    checked_in = _checked_in()
+    assert sorted(generated) == sorted(checked_in)
+    stale = [name for name in checked_in if generated[name] != checked_in[name]]
     assert not stale, f"run scripts/gen_protos.sh: stale generated files {stale}"
 
 
-def _request(module) -> bytes:
-    msg = module.ModelInferRequest(model_name="m", model_version="2", id="x")
-    for key, field, value in [
-        ("b", "bool_param", True),
-        ("i", "int64_param", -5),
-        ("s", "string_param", "v"),
-        ("d", "double_param", 0.25),
-        ("u", "uint64_param", 2**63 + 1),
-    ]:
-        setattr(msg.parameters[key], field, value)
-    tensor = msg.inputs.add(name="IN", datatype="FP32", shape=[1, 3])
-    tensor.parameters["shared_memory_region"].string_param = "r"
-    tensor.contents.fp32_contents.extend([1.0, 2.0])
-    msg.outputs.add(name="OUT").parameters["classification"].int64_param = 3
-    msg.raw_input_contents.append(b"\x00\x01")
-    return msg.SerializeToString(deterministic=True)
+def test_generated_imports_follow_the_package_layout() -> None:
+    source = (ROOT / "service/pbd/_proto/grpc_service_pb2.py").read_text()
+    assert "from pbd._proto import model_config_pb2" in source
 
 
-def test_infer_request_bytes_are_identical_and_parse_both_ways():
-    data = _request(triton_pb)
-    assert _request(pb) == data
-    again = pb.ModelInferRequest.FromString(data).SerializeToString(deterministic=True)
-    assert triton_pb.ModelInferRequest.FromString(again) == triton_pb.ModelInferRequest.FromString(
-        data
+# --- (b) one process, two sets of descriptors -------------------------------------------
+
+
+def test_imports_beside_tritonclient() -> None:
+    pool = descriptor_pool.Default()
+    for name in ("ModelInferRequest", "ModelConfigResponse", "RepositoryIndexResponse"):
+        assert pool.FindMessageTypeByName(f"inference.{name}") is not None
+        assert pool.FindMessageTypeByName(f"pbd.kserve.{name}") is not None
+    assert (
+        pool.FindMessageTypeByName("inference.ModelConfig") is triton_config.ModelConfig.DESCRIPTOR
+    )
+    assert pool.FindMessageTypeByName("pbd.kserve.ModelConfig") is our_config.ModelConfig.DESCRIPTOR
+    assert health_pb2.HealthCheckResponse.DESCRIPTOR.full_name == "pbd.health.HealthCheckResponse"
+
+
+# --- (c) wire compatibility ---------------------------------------------------------------
+
+
+def _local_name(desc: descriptor.Descriptor | descriptor.EnumDescriptor) -> str:
+    return desc.full_name.removeprefix(desc.file.package + ".")
+
+
+def _enum_shape(enum: descriptor.EnumDescriptor) -> tuple[Any, ...]:
+    return (enum.name, tuple((v.name, v.number) for v in enum.values))
+
+
+def _message_shape(message: descriptor.Descriptor) -> tuple[Any, ...]:
+    """Everything about a message that reaches the wire or JSON, packages left out."""
+    fields = sorted(
+        (
+            f.number,
+            f.name,
+            f.json_name,
+            f.type,
+            f.is_repeated,
+            f.containing_oneof.name if f.containing_oneof else None,
+            _local_name(f.message_type) if f.message_type else None,
+            _local_name(f.enum_type) if f.enum_type else None,
+        )
+        for f in message.fields
+    )
+    return (
+        message.name,
+        message.GetOptions().map_entry,
+        tuple(fields),
+        tuple(sorted(_message_shape(m) for m in message.nested_types)),
+        tuple(sorted(_enum_shape(e) for e in message.enum_types)),
     )
 
 
-def test_infer_response_round_trip():
-    theirs = triton_pb.ModelInferResponse(model_name="m", model_version="1", id="q")
-    out = theirs.outputs.add(name="O", datatype="BYTES", shape=[2])
-    out.parameters["binary_data_size"].int64_param = 4
-    theirs.parameters["triton_final_response"].bool_param = True
-    theirs.raw_output_contents.extend([b"abc", b""])
-    data = theirs.SerializeToString(deterministic=True)
-    assert pb.ModelInferResponse.FromString(data).SerializeToString(deterministic=True) == data
+def _file_shape(file: descriptor.FileDescriptor) -> dict[str, Any]:
+    shape: dict[str, Any] = {m.name: _message_shape(m) for m in file.message_types_by_name.values()}
+    shape.update({e.name: _enum_shape(e) for e in file.enum_types_by_name.values()})
+    return shape
 
 
-CONFIG = """
-name: "m" backend: "python" max_batch_size: 8
-input [ { name: "A" data_type: TYPE_STRING dims: [ -1 ] optional: true reshape: { shape: [ 1 ] } } ]
-output [ { name: "B" data_type: TYPE_BF16 dims: [ 2 ] label_filename: "l.txt" } ]
-instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] host_policy: "x" } ]
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [(triton_config, our_config), (triton_service, our_service)],
+    ids=["model_config", "grpc_service"],
+)
+def test_every_message_matches_tritonclient(theirs: ModuleType, ours: ModuleType) -> None:
+    expected, actual = _file_shape(theirs.DESCRIPTOR), _file_shape(ours.DESCRIPTOR)
+    assert sorted(actual) == sorted(expected)
+    for name in expected:
+        assert actual[name] == expected[name], name
+
+
+def test_service_methods_match_tritonclient() -> None:
+    def methods(service: descriptor.ServiceDescriptor) -> list[tuple[Any, ...]]:
+        return [
+            (m.name, m.input_type.name, m.output_type.name, m.client_streaming, m.server_streaming)
+            for m in service.methods
+        ]
+
+    theirs = triton_service.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    ours = our_service.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    assert len(methods(ours)) == 20
+    assert methods(ours) == methods(theirs)
+
+
+# Each case builds one message from a (service module, model-config module) pair, so the
+# same code makes tritonclient's message and ours.
+Build = Callable[[Any, Any], Message]
+
+
+def _infer_request(svc: Any, _: Any) -> Message:
+    p = svc.InferParameter
+    contents = svc.InferTensorContents(
+        bool_contents=[True, False],
+        int_contents=[-1, 2],
+        int64_contents=[-(2**40)],
+        uint_contents=[2**32 - 1],
+        uint64_contents=[2**64 - 1],
+        fp32_contents=[1.5],
+        fp64_contents=[-2.25],
+        bytes_contents=[b"", b"\x00\xff"],
+    )
+    return svc.ModelInferRequest(
+        model_name="add_sub",
+        model_version="3",
+        id="req-1",
+        parameters={
+            "sequence_id": p(int64_param=-7),
+            "sequence_start": p(bool_param=True),
+            "priority": p(uint64_param=2**63),
+            "custom": p(string_param="x"),
+            "temperature": p(double_param=0.25),
+        },
+        inputs=[
+            svc.ModelInferRequest.InferInputTensor(
+                name="INPUT0",
+                datatype="FP32",
+                shape=[1, 4],
+                parameters={"shared_memory_region": p(string_param="in0")},
+            ),
+            svc.ModelInferRequest.InferInputTensor(
+                name="TYPED", datatype="INT32", shape=[2], contents=contents
+            ),
+        ],
+        outputs=[
+            svc.ModelInferRequest.InferRequestedOutputTensor(
+                name="OUTPUT0", parameters={"binary_data": p(bool_param=True)}
+            )
+        ],
+        raw_input_contents=[bytes(range(16)), b""],
+    )
+
+
+def _infer_response(svc: Any, _: Any) -> Message:
+    return svc.ModelInferResponse(
+        model_name="add_sub",
+        model_version="1",
+        id="req-1",
+        parameters={"triton_final_response": svc.InferParameter(bool_param=True)},
+        outputs=[
+            svc.ModelInferResponse.InferOutputTensor(
+                name="OUT",
+                datatype="BYTES",
+                shape=[2],
+                contents=svc.InferTensorContents(bytes_contents=[b"a", b"bc"]),
+            ),
+            svc.ModelInferResponse.InferOutputTensor(name="RAW", datatype="FP16", shape=[3]),
+        ],
+        raw_output_contents=[b"\x01\x02" * 3],
+    )
+
+
+def _stream_response(svc: Any, cfg: Any) -> Message:
+    return svc.ModelStreamInferResponse(
+        error_message="boom", infer_response=_infer_response(svc, cfg)
+    )
+
+
+FULL_CONFIG = """
+name: "everything"
+platform: "p"
+backend: "python"
+runtime: "model.py"
 version_policy: { specific: { versions: [ 1, 3 ] } }
-dynamic_batching { preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 100
-  default_queue_policy { timeout_action: DELAY max_queue_size: 5 }
-  priority_queue_policy { key: 1 value: { allow_timeout_override: true } } }
-parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/env" } }
+max_batch_size: 8
+input [
+  { name: "IN" data_type: TYPE_STRING format: FORMAT_NCHW dims: [ 3, -1, 4 ]
+    reshape: { shape: [ 3, -1, 2, 2 ] } is_shape_tensor: true allow_ragged_batch: true
+    optional: true is_non_linear_format_io: true }
+]
+output [
+  { name: "OUT" data_type: TYPE_BF16 dims: [ 2 ] reshape: { shape: [ 1, 2 ] }
+    label_filename: "labels.txt" is_shape_tensor: true is_non_linear_format_io: true }
+]
+batch_input [ { kind: BATCH_ITEM_SHAPE target_name: [ "T" ] data_type: TYPE_INT32
+                source_input: [ "IN" ] } ]
+batch_output [ { target_name: [ "OUT" ] kind: BATCH_SCATTER_WITH_INPUT_SHAPE
+                 source_input: [ "IN" ] } ]
+optimization {
+  graph { level: 1 }
+  priority: PRIORITY_MAX
+  cuda {
+    graphs: true busy_wait_events: true output_copy_stream: true
+    graph_spec [ { batch_size: 4 input { key: "IN" value { dim: [ 3, 5, 4 ] } }
+                   graph_lower_bound { batch_size: 1
+                                       input { key: "IN" value { dim: [ 3, 1, 4 ] } } } } ]
+  }
+  execution_accelerators {
+    gpu_execution_accelerator [ { name: "tensorrt" parameters { key: "precision_mode"
+                                                                 value: "FP16" } } ]
+    cpu_execution_accelerator [ { name: "openvino" } ]
+  }
+  input_pinned_memory { enable: false }
+  output_pinned_memory { enable: true }
+  gather_kernel_buffer_threshold: 7
+  eager_batching: true
+}
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START
+                                              int32_false_true: [ 0, 1 ] } ] },
+                  { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID
+                                               data_type: TYPE_UINT64 } ] },
+                  { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY
+                                              fp32_false_true: [ 0, 1 ] } ] },
+                  { name: "END" control [ { kind: CONTROL_SEQUENCE_END
+                                            bool_false_true: [ false, true ] } ] } ]
+  oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2, 4 ]
+           max_queue_delay_microseconds: 100 preserve_ordering: true }
+  state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ -1 ]
+            initial_state [ { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "z" },
+                            { data_type: TYPE_FP32 dims: [ 1 ] data_file: "f" name: "d" } ]
+            use_same_buffer_for_input_output: true use_growable_memory: true } ]
+  iterative_sequence: true
+}
+instance_group [
+  { name: "g" kind: KIND_GPU count: 2 gpus: [ 0, 1 ] profile: [ "0" ] passive: true
+    host_policy: "gpu_0"
+    rate_limiter { resources [ { name: "R" global: true count: 3 } ] priority: 2 }
+    secondary_devices [ { kind: KIND_NVDLA device_id: 1 } ] }
+]
+default_model_filename: "model.py"
+cc_model_filenames { key: "7.5" value: "m75.py" }
+metric_tags { key: "team" value: "a" }
+parameters { key: "K" value: { string_value: "V" } }
+model_warmup [
+  { name: "w" batch_size: 2 count: 3
+    inputs { key: "IN" value: { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } }
+    inputs { key: "IN2" value: { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "x" } } }
+]
+model_operations { op_library_filename: [ "libop.so" ] }
 model_transaction_policy { decoupled: true }
-optimization { cuda { graphs: true } input_pinned_memory { enable: true } eager_batching: true }
-model_warmup [ { name: "w" batch_size: 1
-  inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]
+model_repository_agents { agents [ { name: "checksum" parameters { key: "MD5:x" value: "y" } } ] }
 response_cache { enable: true }
+model_metrics { metric_control [ { metric_identifier { family: "nv_inference_first_response" }
+                                   histogram_options { buckets: [ 1, 10.5 ] } } ] }
+"""
+
+DYNAMIC_BATCHING_CONFIG = """
+name: "batched"
+backend: "python"
+max_batch_size: 4
+dynamic_batching {
+  preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 100 preserve_ordering: true
+  priority_levels: 2 default_priority_level: 1
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 9
+                         allow_timeout_override: true max_queue_size: 5 }
+  priority_queue_policy { key: 2 value { max_queue_size: 1 } }
+}
+"""
+
+ENSEMBLE_CONFIG = """
+name: "ens"
+platform: "ensemble"
+ensemble_scheduling {
+  step [ { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" }
+           output_map { key: "y" value: "OUT" } model_namespace: "ns" } ]
+  max_inflight_requests: 3
+}
 """
 
 
-def test_model_config_is_wire_compatible_and_parses_the_same_text():
-    ours = text_format.Parse(CONFIG, mc.ModelConfig())
-    theirs = text_format.Parse(CONFIG, triton_mc.ModelConfig())
-    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(
-        deterministic=True
+def _config_case(text: str) -> Build:
+    def build(_: Any, cfg: Any) -> Message:
+        return text_format.Parse(text, cfg.ModelConfig())
+
+    return build
+
+
+def _config_response(svc: Any, cfg: Any) -> Message:
+    return svc.ModelConfigResponse(config=_config_case(FULL_CONFIG)(svc, cfg))
+
+
+def _repository_index(svc: Any, _: Any) -> Message:
+    index = svc.RepositoryIndexResponse.ModelIndex
+    return svc.RepositoryIndexResponse(
+        models=[
+            index(name="add_sub", version="1", state="READY"),
+            index(name="broken", version="2", state="UNAVAILABLE", reason="no model.py"),
+        ]
     )
-    as_json = json_format.MessageToJson(theirs)
-    assert json_format.Parse(as_json, mc.ModelConfig()) == ours
 
 
-@pytest.mark.parametrize("ours, theirs", [(pb, triton_pb), (mc, triton_mc)])
-def test_every_message_matches_field_for_field(ours, theirs):
-    names = set(theirs.DESCRIPTOR.message_types_by_name)
-    assert names == set(ours.DESCRIPTOR.message_types_by_name)
-    for name in sorted(names):
-        _same_fields(
-            ours.DESCRIPTOR.message_types_by_name[name],
-            theirs.DESCRIPTOR.message_types_by_name[name],
-        )
+def _load_request(svc: Any, _: Any) -> Message:
+    p = svc.ModelRepositoryParameter
+    return svc.RepositoryModelLoadRequest(
+        repository_name="",
+        model_name="m",
+        parameters={
+            "config": p(string_param="{}"),
+            "file:1/model.py": p(bytes_param=b"print()"),
+            "flag": p(bool_param=True),
+            "n": p(int64_param=-3),
+        },
+    )
 
 
-def _same_fields(ours, theirs, seen=None):
-    seen = set() if seen is None else seen
-    if ours.full_name in seen:
-        return
-    seen.add(ours.full_name)
-    assert {f.name: (f.number, f.type) for f in ours.fields} == {
-        f.name: (f.number, f.type) for f in theirs.fields
-    }, ours.full_name
-    for field in ours.fields:
-        if field.message_type is not None:
-            _same_fields(field.message_type, theirs.fields_by_name[field.name].message_type, seen)
-        if field.enum_type is not None:
-            theirs_enum = theirs.fields_by_name[field.name].enum_type
-            assert {v.name: v.number for v in field.enum_type.values} == {
-                v.name: v.number for v in theirs_enum.values
-            }, field.full_name
+def _statistics(svc: Any, _: Any) -> Message:
+    d = svc.StatisticDuration
+    return svc.ModelStatisticsResponse(
+        model_stats=[
+            svc.ModelStatistics(
+                name="m",
+                version="1",
+                last_inference=2**50,
+                inference_count=3,
+                execution_count=2,
+                inference_stats=svc.InferStatistics(
+                    success=d(count=3, ns=30),
+                    fail=d(count=1, ns=1),
+                    queue=d(ns=2),
+                    compute_input=d(ns=3),
+                    compute_infer=d(ns=4),
+                    compute_output=d(ns=5),
+                    cache_hit=d(ns=6),
+                    cache_miss=d(ns=7),
+                ),
+                batch_stats=[svc.InferBatchStatistics(batch_size=2, compute_infer=d(count=1))],
+                memory_usage=[svc.MemoryUsage(type="CPU", id=0, byte_size=64)],
+                response_stats={
+                    "0": svc.InferResponseStatistics(
+                        compute_infer=d(ns=1),
+                        compute_output=d(ns=2),
+                        success=d(ns=3),
+                        fail=d(ns=4),
+                        empty_response=d(ns=5),
+                        cancel=d(ns=6),
+                    )
+                },
+            )
+        ]
+    )
+
+
+def _metadata(svc: Any, _: Any) -> Message:
+    t = svc.ModelMetadataResponse.TensorMetadata
+    return svc.ModelMetadataResponse(
+        name="m",
+        versions=["1", "2"],
+        platform="python",
+        inputs=[t(name="IN", datatype="FP32", shape=[-1, 4])],
+        outputs=[t(name="OUT", datatype="BYTES", shape=[-1])],
+    )
+
+
+def _system_shm(svc: Any, _: Any) -> Message:
+    return svc.SystemSharedMemoryRegisterRequest(
+        name="r", key="/pbd_shm", offset=4096, byte_size=2**33
+    )
+
+
+def _system_shm_status(svc: Any, _: Any) -> Message:
+    region = svc.SystemSharedMemoryStatusResponse.RegionStatus
+    return svc.SystemSharedMemoryStatusResponse(
+        regions={"r": region(name="r", key="/k", offset=1, byte_size=2)}
+    )
+
+
+def _cuda_shm(svc: Any, _: Any) -> Message:
+    return svc.CudaSharedMemoryRegisterRequest(
+        name="c", raw_handle=bytes(64), device_id=1, byte_size=1024
+    )
+
+
+def _cuda_shm_status(svc: Any, _: Any) -> Message:
+    region = svc.CudaSharedMemoryStatusResponse.RegionStatus
+    return svc.CudaSharedMemoryStatusResponse(
+        regions={"c": region(name="c", device_id=1, byte_size=2)}
+    )
+
+
+def _trace_setting(svc: Any, _: Any) -> Message:
+    value = svc.TraceSettingRequest.SettingValue
+    return svc.TraceSettingRequest(
+        settings={"trace_rate": value(value=["1000"]), "trace_level": value(value=["TIMESTAMPS"])},
+        model_name="m",
+    )
+
+
+def _log_settings(svc: Any, _: Any) -> Message:
+    value = svc.LogSettingsRequest.SettingValue
+    return svc.LogSettingsRequest(
+        settings={
+            "log_info": value(bool_param=True),
+            "log_verbose_level": value(uint32_param=2),
+            "log_format": value(string_param="ISO8601"),
+        }
+    )
+
+
+def _server_metadata(svc: Any, _: Any) -> Message:
+    return svc.ServerMetadataResponse(
+        name="pbd", version="0.1.0", extensions=["model_repository", "system_shared_memory"]
+    )
+
+
+CASES: dict[str, Build] = {
+    "ModelInferRequest": _infer_request,
+    "ModelInferResponse": _infer_response,
+    "ModelStreamInferResponse": _stream_response,
+    "ModelConfig": _config_case(FULL_CONFIG),
+    "ModelConfig/dynamic_batching": _config_case(DYNAMIC_BATCHING_CONFIG),
+    "ModelConfig/ensemble": _config_case(ENSEMBLE_CONFIG),
+    "ModelConfigResponse": _config_response,
+    "ModelMetadataResponse": _metadata,
+    "ModelStatisticsResponse": _statistics,
+    "RepositoryIndexResponse": _repository_index,
+    "RepositoryModelLoadRequest": _load_request,
+    "SystemSharedMemoryRegisterRequest": _system_shm,
+    "SystemSharedMemoryStatusResponse": _system_shm_status,
+    "CudaSharedMemoryRegisterRequest": _cuda_shm,
+    "CudaSharedMemoryStatusResponse": _cuda_shm_status,
+    "TraceSettingRequest": _trace_setting,
+    "LogSettingsRequest": _log_settings,
+    "ServerMetadataResponse": _server_metadata,
+    "ModelReadyRequest": lambda svc, _: svc.ModelReadyRequest(name="m", version="2"),
+    "ServerLiveResponse": lambda svc, _: svc.ServerLiveResponse(live=True),
+}
+
+
+def _fields(message: Message) -> dict[str, Any]:
+    """What a parser understood: unknown fields never reach the dict."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _wire(message: Message) -> bytes:
+    return message.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("build", CASES.values(), ids=CASES.keys())
+def test_tritonclient_and_pbd_encode_alike(build: Build) -> None:
+    theirs = build(triton_service, triton_config)
+    ours = build(our_service, our_config)
+    assert _fields(theirs), "the case sets no field"
+    assert _wire(ours) == _wire(theirs)
+
+
+@pytest.mark.parametrize("build", CASES.values(), ids=CASES.keys())
+def test_tritonclient_bytes_parse_as_pbd(build: Build) -> None:
+    theirs = build(triton_service, triton_config)
+    parsed = type(build(our_service, our_config)).FromString(_wire(theirs))
+    assert _fields(parsed) == _fields(theirs)
+    assert _wire(parsed) == _wire(theirs)
+
+
+@pytest.mark.parametrize("build", CASES.values(), ids=CASES.keys())
+def test_pbd_bytes_parse_as_tritonclient(build: Build) -> None:
+    ours = build(our_service, our_config)
+    parsed = type(build(triton_service, triton_config)).FromString(_wire(ours))
+    assert _fields(parsed) == _fields(ours)
+    assert _wire(parsed) == _wire(ours)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [FULL_CONFIG, DYNAMIC_BATCHING_CONFIG, ENSEMBLE_CONFIG],
+    ids=["full", "dynamic_batching", "ensemble"],
+)
+def test_config_text_and_json_read_alike(text: str) -> None:
+    """A config.pbtxt written for Triton, and its JSON form, read the same with our
+    ModelConfig."""
+    theirs = text_format.Parse(text, triton_config.ModelConfig())
+    ours = text_format.Parse(text, our_config.ModelConfig())
+    assert text_format.MessageToString(ours) == text_format.MessageToString(theirs)
+    from_json = json_format.Parse(json_format.MessageToJson(theirs), our_config.ModelConfig())
+    assert from_json == ours

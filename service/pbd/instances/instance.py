@@ -1,4 +1,4 @@
-"""One model instance: a worker process, its connection, and its shared-memory arena.
+"""One model instance: a worker process and the daemon's connection to it.
 
 Request inputs are copied once, from the gRPC message into this instance's arena; the worker
 reads them in place. Outputs are read in place from the worker's segments by the caller of
@@ -13,7 +13,6 @@ import enum
 import itertools
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,14 @@ from typing import Any
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
+from pbd.instances.memory import InstanceMemory
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
-from pbd.types import InferResult, OutputTensor
+from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc import TOKEN_ENV
-from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap, ShmExhausted
+from pbd_worker.ipc.shm import Block, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.
@@ -74,11 +74,7 @@ class Instance:
         self.died = asyncio.Event()
         self.handle: WorkerHandle | None = None
         self.conn: WorkerConnection | None = None
-        self.arena = Arena(
-            f"{shm_base}-d", settings.shm_default_byte_size, settings.shm_growth_byte_size
-        )
-        self.output_prefix = f"{shm_base}-w"
-        self.worker_segments = SegmentMap(allowed_prefix=self.output_prefix)
+        self.memory = InstanceMemory(shm_base, settings)
         self.last_seen = 0.0
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
@@ -168,7 +164,7 @@ class Instance:
             model_path=str(model_file),
             model_dir=str(self.model_dir),
             version=str(self.version),
-            output_region_prefix=self.output_prefix,
+            output_region_prefix=self.memory.output_prefix,
             output_region_bytes=self.settings.shm_default_byte_size,
             heartbeat_interval_ms=self.settings.worker_heartbeat_ms,
             log_verbose=self.settings.log_verbose,
@@ -212,7 +208,7 @@ class Instance:
         for future, blocks in self._pending.values():
             if not future.done():
                 future.set_exception(error)
-            self._free(blocks)
+            self.memory.free(blocks)
         self._pending.clear()
         self.died.set()
         await self._terminate(grace=0.0)
@@ -236,9 +232,9 @@ class Instance:
         message = wpb.Execute(batch_id=batch_id)
         try:
             for request_id, prepared in enumerate(batch):
-                message.requests.append(self._request_message(request_id, prepared, blocks))
+                message.requests.append(self.memory.request_message(request_id, prepared, blocks))
         except ShmExhausted as exc:
-            self._free(blocks)
+            self.memory.free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
         future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
         self._pending[batch_id] = (future, blocks)
@@ -247,32 +243,6 @@ class Instance:
         self.conn.send(wpb.DaemonToWorker(execute=message))
         result = await future
         return self._results(batch, result, blocks)
-
-    def _request_message(
-        self, request_id: int, prepared: PreparedRequest, blocks: list[Block]
-    ) -> wpb.Request:
-        msg = wpb.Request(
-            request_id=request_id,
-            id=prepared.request.id,
-            requested_outputs=prepared.requested_outputs,
-            parameters_json=prepared.parameters_json,
-            flags=prepared.flags,
-            timeout_us=prepared.timeout_us,
-        )
-        if isinstance(prepared.correlation_id, str):
-            msg.correlation_id_str = prepared.correlation_id
-        else:
-            msg.correlation_id = prepared.correlation_id
-        for tensor in prepared.inputs:
-            ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-            nbytes = len(tensor.data)
-            ref.nbytes = nbytes
-            if nbytes:
-                block = self.arena.allocate(nbytes)
-                blocks.append(block)
-                block.view()[:] = tensor.data
-                ref.region, ref.offset = block.segment.name, block.offset
-        return msg
 
     def _results(
         self, batch: list[PreparedRequest], result: wpb.ExecuteResult, blocks: list[Block]
@@ -298,7 +268,7 @@ class Instance:
                 results.append(PbdError(Code.parse(err.code), err.message))
             else:
                 try:
-                    outputs = [self._output(ref) for ref in response.outputs]
+                    outputs = [self.memory.output(ref) for ref in response.outputs]
                 except ValueError as exc:
                     results.append(PbdError(Code.INTERNAL, f"{self.describe()}: {exc}"))
                     continue
@@ -317,21 +287,9 @@ class Instance:
             self._release(result.batch_id, blocks)
         return results
 
-    def _output(self, ref: wpb.TensorRef) -> OutputTensor:
-        if ref.nbytes == 0:
-            data = memoryview(b"")
-        else:
-            own = self.arena.find(ref.region)
-            data = (
-                own.view(ref.offset, ref.nbytes)
-                if own is not None
-                else self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
-            )
-        return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data)
-
     def _release(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""
-        self._free(blocks)
+        self.memory.free(blocks)
         self._to_release.append(batch_id)
         if self._release_timer is None:
             self._release_timer = asyncio.get_running_loop().call_later(
@@ -344,12 +302,6 @@ class Instance:
             ids, self._to_release = self._to_release, []
             with contextlib.suppress(PbdError):
                 self.conn.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids)))
-
-    def _free(self, blocks: list[Block]) -> None:
-        if self.arena.segments:
-            for block in blocks:
-                self.arena.free(block)
-        blocks.clear()
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -372,19 +324,7 @@ class Instance:
             self.conn.close()
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()
-        self.worker_segments.close()
-        for name in _worker_segment_files(self.output_prefix):
-            with contextlib.suppress(FileNotFoundError):
-                Path(SHM_DIR, name).unlink()
-        self.arena.close()
-
-
-def _worker_segment_files(prefix: str) -> list[str]:
-    """Segments the worker made (it may have died before telling us about all of them)."""
-    try:
-        return [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
-    except OSError:
-        return []
+        self.memory.close()
 
 
 def _json_params(text: str) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""An instance's shared memory, as the daemon sees it.
+
+The daemon's arena for this worker (request inputs, written once per request) and the map of
+the worker's own segments (outputs, read in place). Also the one place that turns tensors into
+descriptors and descriptors back into views.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from pbd.settings import Settings
+from pbd.types import OutputTensor
+from pbd.validation import PreparedRequest
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap
+
+_EMPTY = memoryview(b"")
+
+
+class InstanceMemory:
+    def __init__(self, shm_base: str, settings: Settings) -> None:
+        self.arena = Arena(
+            f"{shm_base}-d", settings.shm_default_byte_size, settings.shm_growth_byte_size
+        )
+        self.output_prefix = f"{shm_base}-w"
+        self.worker_segments = SegmentMap(allowed_prefix=self.output_prefix)
+
+    def request_message(
+        self, request_id: int, prepared: PreparedRequest, blocks: list[Block]
+    ) -> wpb.Request:
+        """The descriptor of one request, its inputs copied into the arena (blocks appended,
+        so the caller frees them even when a later allocation fails)."""
+        msg = wpb.Request(
+            request_id=request_id,
+            id=prepared.request.id,
+            requested_outputs=prepared.requested_outputs,
+            parameters_json=prepared.parameters_json,
+            flags=prepared.flags,
+            timeout_us=prepared.timeout_us,
+        )
+        if isinstance(prepared.correlation_id, str):
+            msg.correlation_id_str = prepared.correlation_id
+        else:
+            msg.correlation_id = prepared.correlation_id
+        for tensor in prepared.inputs:
+            ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+            nbytes = len(tensor.data)
+            ref.nbytes = nbytes
+            if nbytes:
+                block = self.arena.allocate(nbytes)
+                blocks.append(block)
+                block.view()[:] = tensor.data
+                ref.region, ref.offset = block.segment.name, block.offset
+        return msg
+
+    def output(self, ref: wpb.TensorRef) -> OutputTensor:
+        """A view of an output; it may point into our own arena (a model returning its input)."""
+        if ref.nbytes == 0:
+            data = _EMPTY
+        else:
+            own = self.arena.find(ref.region)
+            data = (
+                own.view(ref.offset, ref.nbytes)
+                if own is not None
+                else self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
+            )
+        return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data)
+
+    def free(self, blocks: list[Block]) -> None:
+        if self.arena.segments:
+            for block in blocks:
+                self.arena.free(block)
+        blocks.clear()
+
+    def close(self) -> None:
+        """Unmap everything and remove every segment of this instance, the worker's too (it
+        may have died before telling us about all of them)."""
+        self.worker_segments.close()
+        try:
+            names = [n for n in os.listdir(SHM_DIR) if n.startswith(self.output_prefix)]
+        except OSError:
+            names = []
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                Path(SHM_DIR, name).unlink()
+        self.arena.close()
