@@ -17,7 +17,7 @@ M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
 MIB = 1024 * 1024
-# glibc caps the mmap threshold at 32 MiB on 64-bit.
+# 32 MiB: glibc documents it as the largest mmap threshold on 64-bit, and it covers 16 MiB tensors.
 TUNING = {M_MMAP_THRESHOLD: 32 * MIB, M_TRIM_THRESHOLD: 512 * MIB, M_TOP_PAD: 64 * MIB}
 
 

@@ -1,0 +1,150 @@
+"""The two servers under test as child processes: start, wait until ready, stop by PID.
+
+Each binds 127.0.0.1 on a port found free just before, writes its output to a log file, and
+is stopped with SIGTERM to its PID, then SIGKILL to its PID when it outlives ``grace``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import grpc
+import tritonclient.grpc as grpcclient
+
+from bench.loadgen import MODEL_INFER, build_request, check_response
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """One server process; ``argv`` must make it listen on ``127.0.0.1:<port>``."""
+
+    def __init__(self, name: str, argv: list[str], port: int, log_path: Path) -> None:
+        self.name = name
+        self.port = port
+        self.log_path = log_path
+        self._log: IO[bytes] = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float) -> float:
+        """Poll ``probe`` until it returns True; seconds it took. Raises if the process died."""
+        started = time.monotonic()
+        last = "no answer yet"
+        while time.monotonic() < started + timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before it was ready;"
+                    f" log {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if probe():
+                    return time.monotonic() - started
+            except Exception as exc:  # noqa: BLE001 - not up yet; kept for the timeout message
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.1)
+        raise RuntimeError(
+            f"{self.name} not ready after {timeout:.0f}s ({last}); log {self.log_path}"
+        )
+
+    def stop(self, grace: float = 15.0) -> int:
+        """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; the exit code."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+        return int(self.proc.returncode)
+
+    def log_tail(self, lines: int = 20) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def echo_answers(target: str, timeout: float = 2.0) -> bool:
+    """True when ``target`` answers a small ModelInfer with its input (the echo server has no
+    readiness RPC, so a correct answer is its readiness)."""
+    payload, data = build_request("echo", [1, 4])
+    with grpc.insecure_channel(target) as channel:
+        raw = channel.unary_unary(MODEL_INFER)(payload, timeout=timeout)
+    check_response(raw, [1, 4], data)
+    return True
+
+
+def start_echo(python: str, log_dir: Path, malloc_tuning: bool = True) -> ServerProcess:
+    port = free_port()
+    argv = [python, "-m", "bench.echo_server", "--port", str(port)]
+    if not malloc_tuning:
+        argv.append("--no-malloc-tuning")
+    server = ServerProcess("echo", argv, port, log_dir / "echo.log")
+    try:
+        server.wait_ready(lambda: echo_answers(server.target), timeout=30)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def pbd_ready(target: str, model: str) -> bool:
+    with grpcclient.InferenceServerClient(target) as client:
+        return bool(client.is_server_ready() and client.is_model_ready(model))
+
+
+def start_pbd(
+    python: str,
+    log_dir: Path,
+    repository: Path,
+    model: str,
+    shm_prefix: str,
+    extra_args: list[str],
+    timeout: float = 120.0,
+) -> ServerProcess:
+    port = free_port()
+    argv = [
+        python, "-m", "pbd", "serve",
+        "--model-repository", str(repository),
+        "--grpc-port", str(port),
+        "--model-control-mode", "explicit",
+        "--load-model", model,
+        "--shm-prefix", shm_prefix,
+        *extra_args,
+    ]  # fmt: skip
+    server = ServerProcess("pbd", argv, port, log_dir / "pbd.log")
+    try:
+        server.wait_ready(lambda: pbd_ready(server.target, model), timeout=timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def leftover_segments(prefix: str, shm_dir: str = "/dev/shm") -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(shm_dir) if name.startswith(prefix))
+    except OSError:
+        return []

@@ -1,0 +1,151 @@
+"""The benchmark's own parts: statistics, answer checks, and the echo server end to end.
+
+No wall-clock thresholds: these check counts and values, never speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+
+from bench import malloc_tuning
+from bench.loadgen import (
+    LoadStats,
+    ResponseMismatch,
+    build_request,
+    check_response,
+    percentile,
+    run_load,
+    summarize,
+)
+from bench.report import Scenario, ScenarioResult, format_row
+from bench.servers import ServerProcess, start_echo
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile(values, 0) == 1.0
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_summarize_counts_and_converts_to_milliseconds() -> None:
+    latencies = [0.004, 0.001, 0.003, 0.002]  # unsorted on purpose
+    stats = summarize(latencies, window_s=2.0, errors=1, mismatches=0)
+    assert stats.requests == 4
+    assert stats.errors == 1
+    assert stats.infer_per_s == 2.0
+    assert stats.p50_ms == pytest.approx(2.0)
+    assert stats.p99_ms == pytest.approx(4.0)
+    assert stats.mean_ms == pytest.approx(2.5)
+    assert not stats.valid  # an error invalidates the run
+
+
+def test_summarize_of_nothing() -> None:
+    stats = summarize([], window_s=0.0)
+    assert stats.requests == 0 and stats.infer_per_s == 0.0
+    assert math.isnan(stats.p50_ms) and math.isnan(stats.mean_ms)
+    assert not stats.valid
+
+
+def _response(name: str, shape: list[int], raw: bytes) -> bytes:
+    response = service_pb2.ModelInferResponse()
+    response.outputs.add(name=name, datatype="FP32", shape=shape)
+    response.raw_output_contents.append(raw)
+    return response.SerializeToString()
+
+
+def test_check_response_accepts_only_the_echo() -> None:
+    payload, data = build_request("m", [1, 4])
+    request = service_pb2.ModelInferRequest.FromString(payload)
+    assert request.raw_input_contents[0] == data and len(data) == 16
+    check_response(_response("OUTPUT0", [1, 4], data), [1, 4], data)
+    with pytest.raises(ResponseMismatch):
+        check_response(_response("OUTPUT0", [1, 4], bytes(16)), [1, 4], data)
+    with pytest.raises(ResponseMismatch):
+        check_response(_response("OUTPUT0", [4], data), [1, 4], data)
+    with pytest.raises(ResponseMismatch):
+        check_response(_response("OUTPUT1", [1, 4], data), [1, 4], data)
+
+
+def test_malloc_tuning_equals_the_daemons() -> None:
+    from pbd.memory import malloc as daemon_malloc
+
+    ours = dict(malloc_tuning.TUNING.values())
+    assert ours == daemon_malloc.TUNING
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = start_echo(sys.executable, Path(tmp_path_factory.mktemp("echo")))
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, server.log_tail()
+
+
+def test_echo_server_answers_tritonclient(echo: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(echo.target) as client:
+        for rows in (1, 3):
+            values = np.arange(rows * 5, dtype=np.float32).reshape(rows, 5) - 2.5
+            flags = np.arange(rows * 5, dtype=np.int8).reshape(rows, 5)
+            tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
+            tensor.set_data_from_numpy(values)
+            other = grpcclient.InferInput("INPUT1", list(flags.shape), "INT8")
+            other.set_data_from_numpy(flags)
+            result = client.infer("anything", [tensor, other], request_id=f"r{rows}")
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), flags)
+            assert result.get_response().id == f"r{rows}"
+
+
+def test_loadgen_against_echo_counts_and_respects_the_cap(echo: ServerProcess) -> None:
+    payload, data = build_request("m", [1, 16])
+    stats = asyncio.run(
+        run_load(
+            echo.target,
+            payload,
+            [1, 16],
+            data,
+            concurrency=2,
+            duration=30.0,
+            warmup=0.0,
+            max_requests=20,
+            check_every=1,
+        )
+    )
+    assert stats.capped  # 20 requests end the run long before 30 s
+    assert 0 < stats.requests <= 20
+    assert stats.errors == 0 and stats.mismatches == 0
+    assert stats.valid
+    assert set(stats.cpu_s) == {"client"}
+
+
+def test_scenario_result_takes_medians_and_ratios() -> None:
+    result = ScenarioResult(Scenario("s", [1, 16], 1))
+
+    def run(rate: float, cpu_s: float) -> LoadStats:
+        requests = int(rate)
+        stats = summarize([0.001] * requests, window_s=1.0)
+        return replace(stats, cpu_s={"server": cpu_s, "client": 0.0})
+
+    result.runs["echo"] += [run(100, 0.05), run(300, 0.15)]  # medians 200/s, 500 µs each
+    result.runs["pbd"] += [run(50, 0.05), run(150, 0.15)]  # 100/s, 1000 µs each
+    assert result.median("echo", "infer_per_s") == 200
+    assert result.ratio == pytest.approx(0.5)
+    assert result.cpu_us_per_infer("echo") == pytest.approx(500)
+    assert result.cpu_ratio == pytest.approx(2.0)
+    assert result.valid
+    assert "0.50" in format_row(result)
