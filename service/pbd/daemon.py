@@ -90,7 +90,7 @@ class Daemon:
             log.error("model repository '%s' is not a directory", settings.model_repository)
             return 2
         tune_malloc()
-        remove_segments(settings.shm_prefix)
+        remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
         await self.hub.start()
         server, self.port = build_server(self.dataplane, settings.grpc_address, settings.grpc_port)
         await server.start()
@@ -116,7 +116,9 @@ class Daemon:
         await server.stop(grace=1.0)
         await self.repository.unload_all()
         await self.hub.close()
-        remove_segments(settings.shm_prefix, daemon_id=self.daemon_id)
+        remove_segments(
+            settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
+        )
         log.info("stopped")
         return code
 

@@ -47,6 +47,7 @@ class Settings:
     )
     log_verbose: int = _opt(0, "verbose logging level (0 = off)")
     shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments in /dev/shm")
+    shm_dir: Path = _opt(Path("/dev/shm"), "tmpfs directory for shared-memory segments")
     shm_default_byte_size: int = _opt(4 * MIB, "first shared-memory segment of each worker arena")
     shm_growth_byte_size: int = _opt(16 * MIB, "size of each further segment when an arena grows")
     worker_socket: str = _opt(

@@ -22,7 +22,7 @@ from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
-from pbd_worker.ipc.shm import Arena, SegmentMap
+from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.model_api import state
 
@@ -93,6 +93,8 @@ class WorkerRuntime:
         configure_logging(self.instance, init.log_verbose)
         args = dict(init.args)
         state.set_model_dir(init.model_dir)
+        shm_dir = init.shm_dir or SHM_DIR
+        self.inputs = SegmentMap(shm_dir)
         try:
             cls = load_model_class(init.model_path, init.model_dir, init.version)
             self.model = cls()
@@ -110,7 +112,10 @@ class WorkerRuntime:
                 )
             )
         self.outputs = Arena(
-            init.output_region_prefix, init.output_region_bytes, init.output_region_bytes
+            init.output_region_prefix,
+            init.output_region_bytes,
+            init.output_region_bytes,
+            shm_dir=shm_dir,
         )
         self.executor = BatchExecutor(
             self.model,

@@ -168,6 +168,7 @@ class Instance:
             output_region_bytes=self.settings.shm_default_byte_size,
             heartbeat_interval_ms=self.settings.worker_heartbeat_ms,
             log_verbose=self.settings.log_verbose,
+            shm_dir=str(self.settings.shm_dir),
         )
 
     # -- running -------------------------------------------------------------------------------

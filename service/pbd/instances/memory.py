@@ -15,18 +15,22 @@ from pbd.settings import Settings
 from pbd.types import OutputTensor
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.shm import SHM_DIR, Arena, Block, SegmentMap
+from pbd_worker.ipc.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
 
 
 class InstanceMemory:
     def __init__(self, shm_base: str, settings: Settings) -> None:
+        self.shm_dir = str(settings.shm_dir)
         self.arena = Arena(
-            f"{shm_base}-d", settings.shm_default_byte_size, settings.shm_growth_byte_size
+            f"{shm_base}-d",
+            settings.shm_default_byte_size,
+            settings.shm_growth_byte_size,
+            shm_dir=self.shm_dir,
         )
         self.output_prefix = f"{shm_base}-w"
-        self.worker_segments = SegmentMap(allowed_prefix=self.output_prefix)
+        self.worker_segments = SegmentMap(self.shm_dir, allowed_prefix=self.output_prefix)
 
     def request_message(
         self, request_id: int, prepared: PreparedRequest, blocks: list[Block]
@@ -80,10 +84,10 @@ class InstanceMemory:
         may have died before telling us about all of them)."""
         self.worker_segments.close()
         try:
-            names = [n for n in os.listdir(SHM_DIR) if n.startswith(self.output_prefix)]
+            names = [n for n in os.listdir(self.shm_dir) if n.startswith(self.output_prefix)]
         except OSError:
             names = []
         for name in names:
             with contextlib.suppress(FileNotFoundError):
-                Path(SHM_DIR, name).unlink()
+                Path(self.shm_dir, name).unlink()
         self.arena.close()
