@@ -18,6 +18,7 @@ from pbd.validation import PreparedRequest
 class WorkItem:
     prepared: PreparedRequest
     future: asyncio.Future[InferResult]
+    enqueued_at: float = 0.0
 
 
 class RequestQueue:
@@ -28,9 +29,19 @@ class RequestQueue:
         return self._queue.qsize()
 
     def submit(self, prepared: PreparedRequest) -> asyncio.Future[InferResult]:
-        future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(WorkItem(prepared, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[InferResult] = loop.create_future()
+        self._queue.put_nowait(WorkItem(prepared, future, loop.time()))
         return future
+
+    def fail_older_than(self, when: float, error: PbdError) -> int:
+        """Fail queued requests that arrived before ``when``; how many there were."""
+        failed = 0
+        for item in list(self._queue._queue):  # type: ignore[attr-defined]
+            if item.enqueued_at < when and not item.future.done():
+                item.future.set_exception(error)
+                failed += 1
+        return failed
 
     async def next(self) -> WorkItem:
         """The oldest request whose caller still waits (cancelled ones are dropped here)."""

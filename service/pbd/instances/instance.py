@@ -78,6 +78,7 @@ class Instance:
         self.last_seen = 0.0
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
+        self.draining = False  # being scaled away: finishes its work, takes no more
         self._batch_ids = itertools.count(1)
         # batch id -> (future for its result, the input blocks it holds)
         self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}

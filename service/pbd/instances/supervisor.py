@@ -13,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import itertools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, State
 from pbd.instances.launcher import InstanceLauncher
+from pbd.instances.scaler import Scaler
 from pbd.repository.config import ModelConfig
 from pbd.scheduler import RequestQueue, WorkItem, wait_result
 from pbd.settings import Settings
@@ -76,6 +80,7 @@ class Slot:
     given_up: str = ""
     restarts: int = 0
     started_at: float = field(default=0.0)
+    retired: bool = False  # the scaler is stopping it: do not restart it
 
 
 class VersionRuntime:
@@ -108,6 +113,10 @@ class VersionRuntime:
         self._dispatcher: asyncio.Task[None] | None = None
         self._capacity = asyncio.Event()  # set when an instance may take more work
         self._running: set[asyncio.Task[None]] = set()
+        self.held: WorkItem | None = None  # the request the dispatcher waits to place
+        self.templates: list[InstancePlan] = []
+        self.policy = ScalingPolicy()
+        self.scaler: Scaler | None = None
 
     @property
     def id(self) -> str:
@@ -132,8 +141,58 @@ class VersionRuntime:
 
     @property
     def ready(self) -> bool:
-        """Has a live instance right now (what ModelReady reports)."""
-        return self.serving and any(s.instance.state is State.READY for s in self.slots)
+        """Has a live instance right now (what ModelReady reports), or is scaled to zero on
+        purpose and will start one for the next request."""
+        if not self.serving:
+            return False
+        if any(s.instance.state is State.READY for s in self.slots):
+            return True
+        return self.scaler is not None and not self.slots
+
+    def load_now(self) -> int:
+        """Requests queued or in flight: the signal load-driven scaling samples."""
+        return (
+            len(self.queue) + (self.held is not None) + sum(s.instance.inflight for s in self.slots)
+        )
+
+    def _next_plan(self) -> InstancePlan:
+        """A new instance copies the templates round robin (so GPU groups spread over their
+        GPUs) under a name no live instance has."""
+        template = self.templates[len(self.slots) % len(self.templates)]
+        group = template.name.rsplit("_", 1)[0]
+        taken = {s.plan.name for s in self.slots}
+        n = next(i for i in itertools.count() if f"{group}_{i}" not in taken)
+        return InstancePlan(f"{group}_{n}", template.kind, template.device_id)
+
+    async def add_instance(self) -> Instance | None:
+        """Start one more instance; it takes work only once initialize() has returned."""
+        plan = self._next_plan()
+        slot = Slot(plan, self._new_instance(plan))
+        self.slots.append(slot)
+        try:
+            await slot.instance.start()
+        except PbdError as exc:
+            log.error("could not add %s: %s", slot.instance.describe(), exc.message)
+            self.slots.remove(slot)
+            return None
+        slot.started_at = asyncio.get_running_loop().time()
+        slot.task = asyncio.create_task(self._run_slot(slot), name=f"slot {slot.instance.id}")
+        self._capacity.set()
+        return slot.instance
+
+    async def retire_instance(self, slot: Slot, drain_timeout: float) -> None:
+        """Take no new work on ``slot``, let it finish what it has, then stop it."""
+        slot.retired = True
+        slot.instance.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout
+        while slot.instance.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if slot.task is not None:
+            slot.task.cancel()
+        await slot.instance.stop(max(deadline - loop.time(), 1.0))
+        if slot in self.slots:
+            self.slots.remove(slot)
 
     def instances(self) -> list[Instance]:
         return [s.instance for s in self.slots]
@@ -142,6 +201,18 @@ class VersionRuntime:
         """Start every instance; on any failure stop the rest and raise the first error."""
         try:
             plans = plan_instances(self.config, self.gpus)
+        except PbdError as exc:
+            self.state, self.reason = VersionState.UNAVAILABLE, exc.message
+            raise
+        self.templates = plans
+        cpu_only = all(p.kind != "GPU" for p in plans)
+        try:
+            self.policy = parse_policy(
+                self.config.parameters,
+                initial=len(plans),
+                cpu_cap=(os.cpu_count() or 1) if cpu_only else None,
+                source=str(self.model_dir / "config.pbtxt"),
+            )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise
@@ -162,6 +233,9 @@ class VersionRuntime:
         self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
         self._dispatcher = asyncio.create_task(self._dispatch(), name=f"dispatch {self.id}")
         self.state = VersionState.READY
+        if self.policy.enabled:
+            self.scaler = Scaler(self)
+            self.scaler.start()
 
     async def infer(self, prepared: PreparedRequest) -> InferResult:
         if self.state is not VersionState.READY:
@@ -177,7 +251,7 @@ class VersionRuntime:
         best: Instance | None = None
         for slot in self.slots:
             inst = slot.instance
-            ready = inst.state is State.READY and inst.inflight < depth
+            ready = inst.state is State.READY and not inst.draining and inst.inflight < depth
             if ready and (best is None or inst.inflight < best.inflight):
                 best = inst
         return best
@@ -185,9 +259,17 @@ class VersionRuntime:
     async def _dispatch(self) -> None:
         while True:
             item = await self.queue.next()
+            self.held = item
             while (instance := self._pick()) is None:
                 self._capacity.clear()
-                await self._capacity.wait()
+                try:
+                    await asyncio.wait_for(self._capacity.wait(), 0.1)
+                except TimeoutError:
+                    if item.future.done():
+                        break  # timed out at zero instances, or the caller gave up
+            self.held = None
+            if instance is None:
+                continue
             if item.future.done():
                 continue  # cancelled while it waited for an instance
             instance.inflight += 1
@@ -220,7 +302,7 @@ class VersionRuntime:
         backoff = 0.1
         while not self._stopping:
             await slot.instance.died.wait()
-            if self._stopping:
+            if self._stopping or slot.retired:
                 return
             if loop.time() - slot.started_at > STABLE_UPTIME_S:
                 backoff = 0.1
@@ -279,6 +361,8 @@ class VersionRuntime:
         ):
             await asyncio.sleep(0.02)
         self._stopping = True
+        if self.scaler is not None:
+            await self.scaler.stop()
         for task in [s.task for s in self.slots] + [self._monitor, self._dispatcher]:
             if task is not None:
                 task.cancel()

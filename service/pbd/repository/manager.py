@@ -193,7 +193,10 @@ class ModelRepository:
                 state = runtime.state.value
                 if runtime.state is VersionState.READY and not runtime.ready:
                     state = "UNAVAILABLE"
-                rows[version] = IndexEntry(name, str(version), state, runtime.reason)
+                reason = runtime.reason
+                if runtime.scaler is not None and runtime.serving:
+                    reason = runtime.scaler.status()
+                rows[version] = IndexEntry(name, str(version), state, reason)
             if entry.error and not entry.versions:
                 rows.setdefault(-1, IndexEntry(name, "", "UNAVAILABLE", entry.error))
             for version in sorted(rows):
