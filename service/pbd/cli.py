@@ -31,11 +31,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the daemon. Every flag also reads PBD_<FLAG> from the environment.",
     )
     add_arguments(serve)
+    status = commands.add_parser(
+        "status",
+        help="print each model version's state, and instance counts of autoscaled models",
+    )
+    status.add_argument("--url", default="127.0.0.1:8001", help="the daemon's gRPC address")
     return parser
+
+
+def _status(url: str) -> int:
+    import grpc
+
+    from pbd.grpc.client import repository_index
+
+    try:
+        entries = repository_index(url)
+    except grpc.RpcError as exc:
+        print(f"pbd status: {url}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    width = max([len(e.name) for e in entries] + [5])
+    print(f"{'MODEL':{width}}  VERSION  STATE        DETAIL")
+    for e in entries:
+        print(f"{e.name:{width}}  {e.version or '-':7}  {e.state or 'NOT LOADED':11}  {e.reason}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return _status(args.url)
     try:
         settings = from_args(args)
     except (ValueError, argparse.ArgumentTypeError) as exc:

@@ -67,6 +67,13 @@ class Settings:
     restart_backoff_max_secs: float = _opt(
         10.0, "longest wait before restarting a crashed instance"
     )
+    autoscale: bool = _opt(False, "load-driven scaling for models that don't set pbd.autoscale")
+    autoscale_target_inflight: float = _opt(
+        1.0, "default pbd.target_inflight: load (queued + running requests) per instance"
+    )
+    autoscale_scale_down_delay_secs: float = _opt(
+        30.0, "default pbd.scale_down_delay_s and pbd.scale_down_window_s"
+    )
     exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
 
     @classmethod

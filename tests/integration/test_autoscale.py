@@ -3,6 +3,8 @@ zero and cold start. Every request of the run must succeed, counted."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -71,3 +73,12 @@ def test_scale_to_zero_then_cold_start(start_daemon: DaemonFactory, tmp_path: Pa
     cold_start_s = time.monotonic() - began - DELAY_MS / 1000
     print(f"cold start: {cold_start_s * 1000:.0f} ms")
     assert pid in daemon.workers_of("autoscale_zero")
+    status = subprocess.run(
+        [sys.executable, "-m", "pbd", "status", "--url", daemon.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    row = next(line for line in status.stdout.splitlines() if line.startswith("autoscale_zero"))
+    assert "READY" in row and "instances 1 ready of 1" in row and "min 0, max 1" in row

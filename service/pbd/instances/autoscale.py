@@ -81,11 +81,18 @@ def _value(key: str, text: str, kind: str, source: str) -> object:
 
 
 def parse_policy(
-    parameters: Mapping[str, str], *, initial: int, cpu_cap: int | None, source: str
+    parameters: Mapping[str, str],
+    *,
+    initial: int,
+    cpu_cap: int | None,
+    source: str,
+    defaults: ScalingPolicy | None = None,
 ) -> ScalingPolicy:
     """The policy of one model. ``initial`` is the instance_group count (the starting number
-    and the default ceiling); ``cpu_cap`` caps KIND_CPU models at the machine's cores."""
-    values: dict[str, object] = {"max_instances": initial, "min_instances": min(1, initial)}
+    and the default ceiling); ``cpu_cap`` caps KIND_CPU models at the machine's cores;
+    ``defaults`` are the daemon-wide ones (``pbd serve --autoscale...``)."""
+    values: dict[str, object] = dict((defaults or ScalingPolicy()).__dict__)
+    values.update(max_instances=initial, min_instances=min(1, initial))
     for name, text in parameters.items():
         if not name.startswith(PREFIX):
             continue

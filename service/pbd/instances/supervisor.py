@@ -212,6 +212,12 @@ class VersionRuntime:
                 initial=len(plans),
                 cpu_cap=(os.cpu_count() or 1) if cpu_only else None,
                 source=str(self.model_dir / "config.pbtxt"),
+                defaults=ScalingPolicy(
+                    enabled=self.settings.autoscale,
+                    target_inflight=self.settings.autoscale_target_inflight,
+                    scale_down_window_s=self.settings.autoscale_scale_down_delay_secs,
+                    scale_down_delay_s=self.settings.autoscale_scale_down_delay_secs,
+                ),
             )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message

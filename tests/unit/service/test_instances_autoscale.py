@@ -112,3 +112,14 @@ def test_parse_policy_reads_config_parameters_and_checks_them():
     for parameters, message in bad:
         with pytest.raises(PbdError, match=message):
             parse_policy(parameters, initial=2, cpu_cap=None, source="m/config.pbtxt")
+
+
+def test_daemon_wide_defaults_apply_unless_the_model_overrides_them():
+    defaults = ScalingPolicy(enabled=True, target_inflight=3.0, scale_down_delay_s=7.0)
+    policy = parse_policy({}, initial=2, cpu_cap=None, source="m", defaults=defaults)
+    assert policy.enabled and policy.target_inflight == 3.0 and policy.scale_down_delay_s == 7.0
+    assert (policy.min_instances, policy.max_instances) == (1, 2)
+    off = parse_policy(
+        {"pbd.autoscale": "false"}, initial=2, cpu_cap=None, source="m", defaults=defaults
+    )
+    assert not off.enabled
