@@ -129,6 +129,7 @@ def start_pbd(
         python, "-m", "pbd", "serve",
         "--model-repository", str(repository),
         "--grpc-port", str(port),
+        "--http-port", "0",
         "--model-control-mode", "explicit",
         "--load-model", model,
         "--shm-prefix", shm_prefix,

@@ -16,6 +16,7 @@ from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server
+from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import ProcessLauncher
 from pbd.instances.supervisor import VersionRuntime
@@ -95,6 +96,11 @@ class Daemon:
         server, self.port = build_server(self.dataplane, settings.grpc_address, settings.grpc_port)
         await server.start()
         log.info("gRPC server listening on %s:%d", settings.grpc_address, self.port)
+        http: HttpFrontend | None = None
+        if settings.allow_http:
+            http = HttpFrontend(self.dataplane, settings)
+            await http.start()
+            log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
         failed = await self._load_startup_models()
         code = 0
         poller: asyncio.Task[None] | None = None
@@ -114,6 +120,8 @@ class Daemon:
             poller.cancel()
         await self.dataplane.drain(settings.exit_timeout_secs)
         await server.stop(grace=1.0)
+        if http is not None:
+            await http.stop()
         await self.repository.unload_all()
         await self.hub.close()
         remove_segments(

@@ -31,6 +31,10 @@ class Settings:
     model_repository: Path = _opt(Path("models"), "model repository directory (Triton layout)")
     grpc_address: str = _opt("127.0.0.1", "address the gRPC server binds")
     grpc_port: int = _opt(8001, "gRPC port (0 picks a free one)")
+    allow_http: bool = _opt(True, "serve the KServe v2 HTTP/REST binding too")
+    http_address: str = _opt("127.0.0.1", "address the HTTP server binds")
+    http_port: int = _opt(8000, "HTTP port (0 picks a free one)")
+    http_max_body_bytes: int = _opt(2**31 - 1, "largest HTTP request body accepted")
     model_control_mode: str = _opt(
         "none",
         "none: load every model at start; poll: also reload on repository changes; "

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import itertools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -144,6 +145,7 @@ class Daemon:
             "--model-repository", str(self.repository),
             "--grpc-address", "127.0.0.1",
             "--grpc-port", str(self.port),
+            "--http-port", "0",  # the daemon picks a free one and logs it (see http_url)
             "--shm-prefix", self.shm_prefix,
             *self.args,
         ]  # fmt: skip
@@ -260,6 +262,13 @@ class Daemon:
 
     def workers_of(self, model: str) -> dict[int, str]:
         return {pid: name for pid, name in self.workers().items() if name.startswith(model + "/")}
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP binding, as the daemon logged it."""
+        found = re.search(r"HTTP server listening on ([\d.]+):(\d+)", self.log())
+        assert found, "the daemon did not log its HTTP port"
+        return f"{found.group(1)}:{found.group(2)}"
 
     def shm_segments(self) -> list[str]:
         return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))

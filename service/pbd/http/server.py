@@ -1,0 +1,253 @@
+"""KServe v2 HTTP/REST routes, as Triton serves them, over the same dataplane as gRPC.
+
+aiohttp runs on the daemon's event loop (no second thread or process), parses HTTP in C,
+decompresses gzip/deflate request bodies itself and compresses responses on request.
+Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from pbd.dataplane import DataPlane
+from pbd.errors import Code, PbdError
+from pbd.http.tensors import HEADER_LENGTH, build_infer_response, parse_infer_request
+from pbd.settings import Settings
+
+# Triton's HttpCodeFromError; RESOURCE_EXHAUSTED (pbd's own) is retryable: 503.
+HTTP_STATUS = {
+    Code.INTERNAL: 500,
+    Code.NOT_FOUND: 404,
+    Code.UNAVAILABLE: 503,
+    Code.UNSUPPORTED: 501,
+    Code.RESOURCE_EXHAUSTED: 503,
+}
+_ABSENT = {
+    "stats": "the server does not support model statistics",
+    "trace": "the server does not support trace",
+    "logging": "the server does not support dynamic logging",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _json(value: Any, request: web.Request) -> web.Response:
+    response = web.json_response(value)
+    _compress(request, response)
+    return response
+
+
+def _compress(request: web.Request, response: web.StreamResponse) -> None:
+    accept = request.headers.get("Accept-Encoding", "")
+    if "gzip" in accept or "deflate" in accept:
+        response.enable_compression()
+
+
+class HttpFrontend:
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        self.dp = dataplane
+        self.settings = settings
+        self.app = web.Application(
+            client_max_size=settings.http_max_body_bytes, middlewares=[self._errors]
+        )
+        self._routes()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except PbdError as exc:
+            return _error(HTTP_STATUS.get(exc.code, 400), exc.message)
+        except web.HTTPRequestEntityTooLarge:
+            return _error(
+                413,
+                f"request body exceeds the limit of {self.settings.http_max_body_bytes} bytes "
+                "(--http-max-body-bytes)",
+            )
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                return _error(exc.status, f"{exc.reason}: {request.method} {request.path}")
+            raise
+
+    def _routes(self) -> None:
+        r = self.app.router
+        r.add_get("/v2/health/live", self.live)
+        r.add_get("/v2/health/ready", self.ready)
+        r.add_get("/v2", self.server_metadata)
+        for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            r.add_get(base, self.model_metadata)
+            r.add_get(base + "/ready", self.model_ready)
+            r.add_get(base + "/config", self.model_config)
+            r.add_post(base + "/infer", self.infer)
+            r.add_get(base + "/stats", self.absent("stats"))
+            r.add_route("*", base + "/trace/setting", self.absent("trace"))
+        r.add_get("/v2/models/stats", self.absent("stats"))
+        r.add_route("*", "/v2/trace/setting", self.absent("trace"))
+        r.add_route("*", "/v2/logging", self.absent("logging"))
+        r.add_post("/v2/repository/index", self.repository_index)
+        r.add_post("/v2/repository/models/{model}/load", self.load)
+        r.add_post("/v2/repository/models/{model}/unload", self.unload)
+        for kind in ("systemsharedmemory", "cudasharedmemory"):
+            for tail in ("/status", "/unregister", "/region/{region}/status",
+                         "/region/{region}/register", "/region/{region}/unregister"):  # fmt: skip
+                r.add_route("*", f"/v2/{kind}{tail}", self.client_shm)
+
+    async def start(self) -> None:
+        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.settings.http_address, self.settings.http_port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.settings.http_port
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    # -- health and metadata -------------------------------------------------------------------
+
+    async def live(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.dp.server_live() else 400)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.dp.server_ready() else 400)
+
+    async def server_metadata(self, request: web.Request) -> web.Response:
+        name, version, extensions = self.dp.server_metadata()
+        return _json({"name": name, "version": version, "extensions": list(extensions)}, request)
+
+    @staticmethod
+    def _target(request: web.Request) -> tuple[str, str]:
+        return request.match_info["model"], request.match_info.get("version", "")
+
+    async def model_ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.dp.model_ready(*self._target(request)) else 400)
+
+    async def model_metadata(self, request: web.Request) -> web.Response:
+        config, versions = self.dp.model_metadata(*self._target(request))
+        batch = [-1] if config.max_batch_size > 0 else []
+
+        def tensors(items: Any) -> list[dict[str, Any]]:
+            return [
+                {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)}
+                for t in items
+            ]
+
+        return _json(
+            {
+                "name": config.name,
+                "versions": versions,
+                "platform": config.platform or config.backend,
+                "inputs": tensors(config.inputs),
+                "outputs": tensors(config.outputs),
+            },
+            request,
+        )
+
+    async def model_config(self, request: web.Request) -> web.Response:
+        return _json(dict(self.dp.model_config(*self._target(request)).as_dict), request)
+
+    # -- inference -----------------------------------------------------------------------------
+
+    async def infer(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        parsed = parse_infer_request(
+            body, request.headers.get(HEADER_LENGTH), *self._target(request)
+        )
+        with await self.dp.infer(parsed.request) as result:
+            payload, json_length = build_infer_response(result, parsed)
+        if json_length is None:
+            response = web.Response(body=payload, content_type="application/json")
+        else:
+            response = web.Response(
+                body=payload,
+                content_type="application/octet-stream",
+                headers={HEADER_LENGTH: str(json_length)},
+            )
+        _compress(request, response)
+        return response
+
+    # -- repository ----------------------------------------------------------------------------
+
+    async def repository_index(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        entries = self.dp.repository_index("", bool(body.get("ready", False)))
+        rows = []
+        for e in entries:
+            row = {"name": e.name}
+            if e.version:
+                row["version"] = e.version
+            if e.state:
+                row["state"] = e.state
+            if e.reason:
+                row["reason"] = e.reason
+            rows.append(row)
+        return _json(rows, request)
+
+    async def load(self, request: web.Request) -> web.Response:
+        params = _repository_params(await _json_body(request))
+        await self.dp.load_model("", request.match_info["model"], params)
+        return web.Response(status=200)
+
+    async def unload(self, request: web.Request) -> web.Response:
+        params = _repository_params(await _json_body(request))
+        await self.dp.unload_model("", request.match_info["model"], params)
+        return web.Response(status=200)
+
+    # -- absent extensions ---------------------------------------------------------------------
+
+    async def client_shm(self, request: web.Request) -> web.Response:
+        raise PbdError(
+            Code.UNSUPPORTED,
+            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
+            "to enable.",
+        )
+
+    def absent(self, what: str) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            raise PbdError(Code.UNAVAILABLE, _ABSENT[what])
+
+        return handler
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PbdError(Code.INVALID_ARG, f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PbdError(Code.INVALID_ARG, "the request JSON must be an object")
+    return doc
+
+
+def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]]:
+    """JSON parameters in the (kind, value) form the dataplane shares with gRPC."""
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise PbdError(Code.INVALID_ARG, "'parameters' must be a JSON object")
+    out: dict[str, tuple[str | None, Any]] = {}
+    for key, value in params.items():
+        if key.startswith("file:"):
+            out[key] = ("bytes_param", value)
+        elif isinstance(value, bool):
+            out[key] = ("bool_param", value)
+        elif isinstance(value, int):
+            out[key] = ("int64_param", value)
+        elif isinstance(value, str):
+            out[key] = ("string_param", value)
+        else:
+            out[key] = (None, value)
+    return out

@@ -1,0 +1,215 @@
+"""HTTP inference bodies <-> pbd types: JSON tensors and the binary tensor data extension.
+
+A body is JSON, or -- when the ``Inference-Header-Content-Length`` header is present -- that
+many bytes of JSON followed by the raw tensors of every input that declares
+``binary_data_size``, in input order. Binary inputs stay views of the received body (no copy).
+Responses mirror it: outputs asked for as binary go after the JSON, the rest as ``data``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pbd.errors import invalid_arg
+from pbd.types import InferRequest, InferResult, InputTensor, OutputTensor, RequestedOutput
+from pbd_worker import dtypes
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+_HTTP_ONLY_REQUEST_PARAMS = ("binary_data_output",)
+
+
+@dataclass
+class HttpInferRequest:
+    request: InferRequest
+    binary_outputs: set[str] | None  # None: all outputs binary or not per ``all_binary``
+    all_binary: bool
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def json_to_wire(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
+    """The wire-form bytes of a JSON ``data`` list (nested or flat, row-major)."""
+    dt = dtypes.BY_NAME.get(datatype)
+    if dt is None:
+        raise invalid_arg(f"invalid datatype '{datatype}' for input '{name}'")
+    values = _flatten(data)
+    expected = math.prod(shape)
+    if len(values) != expected:
+        raise invalid_arg(
+            f"unexpected number of elements for input '{name}': shape {shape} needs "
+            f"{expected}, 'data' has {len(values)}"
+        )
+    if dt.is_bytes:
+        parts = []
+        for v in values:
+            raw = v.encode() if isinstance(v, str) else None
+            if raw is None:
+                raise invalid_arg(f"input '{name}': BYTES elements must be JSON strings")
+            parts.append(len(raw).to_bytes(4, "little") + raw)
+        return b"".join(parts)
+    if dt.numpy is None:
+        raise invalid_arg(
+            f"input '{name}': {datatype} cannot be sent as JSON; use the binary data extension"
+        )
+    if datatype == "BOOL" and not all(isinstance(v, bool) for v in values):
+        raise invalid_arg(f"input '{name}': BOOL elements must be JSON true or false")
+    try:
+        return np.asarray(values, dtype=dt.numpy).tobytes()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise invalid_arg(f"input '{name}': data does not fit {datatype}: {exc}") from None
+
+
+def _params(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid_arg(f"'parameters' of {where} must be a JSON object")
+    for key, v in value.items():
+        if not isinstance(v, bool | int | float | str):
+            raise invalid_arg(f"parameter '{key}' of {where} must be a bool, number or string")
+    return dict(value)
+
+
+def parse_infer_request(
+    body: bytes, header_length: str | None, model: str, version: str
+) -> HttpInferRequest:
+    view = memoryview(body)
+    if header_length is not None:
+        try:
+            split = int(header_length)
+        except ValueError:
+            raise invalid_arg(f"invalid {HEADER_LENGTH} '{header_length}'") from None
+        if not 0 <= split <= len(body):
+            raise invalid_arg(
+                f"{HEADER_LENGTH} {split} is outside the request body of {len(body)} bytes"
+            )
+        header, binary = view[:split], view[split:]
+    else:
+        header, binary = view, view[:0]
+    try:
+        doc = json.loads(bytes(header))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("the request JSON must be an object")
+    params = _params(doc.get("parameters"), "the request")
+    all_binary = bool(params.pop("binary_data_output", False))
+    for key in _HTTP_ONLY_REQUEST_PARAMS:
+        params.pop(key, None)
+    inputs: list[InputTensor] = []
+    offset = 0
+    for item in doc.get("inputs") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise invalid_arg("each input must be an object with a 'name'")
+        name, datatype = item["name"], item.get("datatype", "")
+        shape = item.get("shape", [])
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in shape
+        ):
+            raise invalid_arg(f"input '{name}': 'shape' must be a list of integers")
+        tparams = _params(item.get("parameters"), f"input '{name}'")
+        size = tparams.pop("binary_data_size", None)
+        data: memoryview | None
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise invalid_arg(f"input '{name}': invalid binary_data_size {size!r}")
+            if offset + size > len(binary):
+                raise invalid_arg(
+                    f"input '{name}': binary_data_size {size} runs past the {len(binary)} bytes "
+                    "of binary data in the request"
+                )
+            data = binary[offset : offset + size]
+            offset += size
+        elif "data" in item:
+            data = memoryview(json_to_wire(name, datatype, shape, item["data"]))
+        else:
+            data = None
+        inputs.append(InputTensor(name, datatype, tuple(shape), data, tparams))
+    if offset != len(binary):
+        raise invalid_arg(
+            f"the request has {len(binary) - offset} bytes of binary data that no input claims"
+        )
+    outputs: list[RequestedOutput] = []
+    binary_outputs: set[str] = set()
+    for item in doc.get("outputs") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise invalid_arg("each requested output must be an object with a 'name'")
+        oparams = _params(item.get("parameters"), f"output '{item['name']}'")
+        if oparams.pop("binary_data", all_binary):
+            binary_outputs.add(item["name"])
+        outputs.append(RequestedOutput(item["name"], oparams))
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise invalid_arg("'id' must be a string")
+    request = InferRequest(model, version, request_id, inputs, outputs, params)
+    return HttpInferRequest(request, binary_outputs if outputs else None, all_binary)
+
+
+def wire_to_json(out: OutputTensor) -> list[Any]:
+    dt = dtypes.BY_NAME[out.datatype]
+    if dt.is_bytes:
+        values, data, pos = [], out.data, 0
+        while pos + 4 <= len(data):
+            n = int.from_bytes(data[pos : pos + 4], "little")
+            values.append(bytes(data[pos + 4 : pos + 4 + n]).decode("utf-8", "replace"))
+            pos += 4 + n
+        return values
+    if dt.numpy is None:  # BF16: widen to float32 for JSON
+        bits = np.frombuffer(out.data, np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).tolist()
+    return np.frombuffer(out.data, dt.numpy).tolist()
+
+
+def build_infer_response(result: InferResult, parsed: HttpInferRequest) -> tuple[bytes, int | None]:
+    """``(body, json_length)``; ``json_length`` is None when the body is plain JSON."""
+    outputs: list[dict[str, Any]] = []
+    binary: list[memoryview] = []
+    for out in result.outputs:
+        entry: dict[str, Any] = {
+            "name": out.name,
+            "datatype": out.datatype,
+            "shape": list(out.shape),
+        }
+        wants_binary = (
+            parsed.all_binary
+            if parsed.binary_outputs is None
+            else out.name in parsed.binary_outputs
+        )
+        if wants_binary:
+            entry["parameters"] = {"binary_data_size": len(out.data)}
+            binary.append(out.data)
+        else:
+            entry["data"] = wire_to_json(out)
+        outputs.append(entry)
+    doc: dict[str, Any] = {
+        "model_name": result.model_name,
+        "model_version": result.model_version,
+        "outputs": outputs,
+    }
+    if result.id:
+        doc["id"] = result.id
+    if result.parameters:
+        doc["parameters"] = dict(result.parameters)
+    header = json.dumps(doc, separators=(",", ":")).encode()
+    if not binary:
+        return header, None
+    return b"".join([header, *binary]), len(header)

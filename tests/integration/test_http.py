@@ -1,0 +1,223 @@
+"""The HTTP/REST binding with the real ``tritonclient.http``, and plain urllib as curl users do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from pbd_harness import ROOT, Daemon
+from test_models import SAMPLES
+from tritonclient.utils import InferenceServerException
+
+JSON_SAFE = [t for t in SAMPLES if t not in ("BYTES", "FP16")] + ["FP16"]
+
+
+@pytest.fixture(scope="module")
+def http(examples_daemon: Daemon) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(examples_daemon.http_url)
+
+
+@pytest.fixture(scope="module")
+def http_models(models_daemon: Daemon) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(models_daemon.http_url)
+
+
+def _input(name: str, data: np.ndarray, datatype: str, binary: bool) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, list(data.shape), datatype)
+    tensor.set_data_from_numpy(data, binary_data=binary)
+    return tensor
+
+
+def _urlopen(daemon: Daemon, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{daemon.http_url}{path}", data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else None
+
+
+def test_health_metadata_config_and_index(http: httpclient.InferenceServerClient) -> None:
+    assert http.is_server_live() and http.is_server_ready()
+    assert http.get_server_metadata()["name"] == "pbd"
+    assert http.is_model_ready("add_sub") and not http.is_model_ready("nope")
+    meta = http.get_model_metadata("identity_fp32")
+    assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
+    assert meta["versions"] == ["1"] and meta["platform"] == "python"
+    config = http.get_model_config("add_sub")
+    assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+    assert config["input"][0]["dims"] == [4]
+    index = {m["name"]: m for m in http.get_model_repository_index()}
+    assert index["add_sub"]["state"] == "READY"
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_add_sub_json_and_binary(http: httpclient.InferenceServerClient, binary: bool) -> None:
+    a = np.arange(4, dtype=np.float32)
+    b = np.full(4, 2, np.float32)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+    result = http.infer(
+        "add_sub",
+        [_input("INPUT0", a, "FP32", binary), _input("INPUT1", b, "FP32", binary)],
+        outputs=outputs,
+    )
+    assert result.as_numpy("OUTPUT1").tolist() == (a - b).tolist()
+    assert result.as_numpy("OUTPUT0") is None  # only what was asked for
+
+
+@pytest.mark.parametrize("datatype", list(SAMPLES))
+def test_every_datatype_binary(
+    http_models: httpclient.InferenceServerClient, datatype: str
+) -> None:
+    data = SAMPLES[datatype]
+    result = http_models.infer(
+        "identity_all",
+        [_input(f"IN_{datatype}", data, datatype, True)],
+        outputs=[httpclient.InferRequestedOutput(f"OUT_{datatype}", binary_data=True)],
+    )
+    got = result.as_numpy(f"OUT_{datatype}")
+    assert got.tolist() == data.tolist()
+
+
+@pytest.mark.parametrize("datatype", JSON_SAFE)
+def test_every_datatype_json(http_models: httpclient.InferenceServerClient, datatype: str) -> None:
+    data = SAMPLES[datatype]
+    if datatype in ("FP32", "FP64", "FP16"):
+        data = data[np.isfinite(data)]  # JSON has no infinities
+    result = http_models.infer(
+        "identity_all",
+        [_input(f"IN_{datatype}", data, datatype, False)],
+        outputs=[httpclient.InferRequestedOutput(f"OUT_{datatype}", binary_data=False)],
+    )
+    assert result.as_numpy(f"OUT_{datatype}").tolist() == data.tolist()
+
+
+def test_bytes_as_json_strings(http: httpclient.InferenceServerClient) -> None:
+    words = np.array(["héllo".encode(), b"", b"abc"], dtype=np.object_)
+    result = http.infer(
+        "string_ops",
+        [_input("INPUT0", words, "BYTES", False)],
+        outputs=[
+            httpclient.InferRequestedOutput("UPPER", binary_data=False),
+            httpclient.InferRequestedOutput("LENGTH", binary_data=False),
+        ],
+    )
+    assert [w.decode() if isinstance(w, bytes) else w for w in result.as_numpy("UPPER")] == [
+        "HÉLLO",
+        "",
+        "ABC",
+    ]
+    assert result.as_numpy("LENGTH").tolist() == [6, 0, 3]
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_responses(
+    http: httpclient.InferenceServerClient, algorithm: str
+) -> None:
+    data = np.random.default_rng(1).random((1, 4096), dtype=np.float32)
+    result = http.infer(
+        "identity_fp32",
+        [_input("INPUT0", data, "FP32", True)],
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    assert np.array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+def test_large_binary_tensor(http: httpclient.InferenceServerClient) -> None:
+    data = np.random.default_rng(2).random((1, 4 * 1024 * 1024), dtype=np.float32)  # 16 MiB
+    result = http.infer("identity_fp32", [_input("INPUT0", data, "FP32", True)])
+    assert np.array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+def test_repository_load_and_unload(http_models: httpclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException, match="explicit model load / unload"):
+        http_models.load_model("add_sub")
+
+
+def test_plain_json_requests_like_curl(examples_daemon: Daemon) -> None:
+    status, _ = _urlopen(examples_daemon, "/v2/health/ready")
+    assert status == 200
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+            {"name": "INPUT1", "shape": [2, 2], "datatype": "FP32", "data": [[1, 1], [1, 1]]},
+        ]
+    }
+    status, reply = _urlopen(examples_daemon, "/v2/models/add_sub/infer", body)
+    assert status == 400 and "unexpected shape for input 'INPUT1'" in reply["error"]
+    body["inputs"][1]["shape"] = [4]
+    body["inputs"][1]["data"] = [1, 1, 1, 1]
+    status, reply = _urlopen(examples_daemon, "/v2/models/add_sub/versions/1/infer", body)
+    assert status == 200
+    outputs = {o["name"]: o for o in reply["outputs"]}
+    assert outputs["OUTPUT0"]["data"] == [2, 3, 4, 5] and outputs["OUTPUT0"]["shape"] == [4]
+    assert reply["model_version"] == "1"
+
+
+def test_bad_input_over_http(examples_daemon: Daemon) -> None:
+    cases = [
+        ("/v2/models/nope/infer", {"inputs": []}, 404, "Request for unknown model: 'nope'"),
+        ("/v2/models/add_sub/infer", None, 400, "failed to parse the request JSON"),
+        (
+            "/v2/models/add_sub/infer",
+            {"inputs": [
+                {"name": "INPUT0", "shape": [4], "datatype": "INT32", "data": [1, 2, 3, 4]},
+                {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+            ]},
+            400,
+            "data-type is 'INT32', but model 'add_sub' expects 'FP32'",
+        ),
+        ("/v2/models/add_sub/stats", None, 503, "the server does not support model statistics"),
+        ("/v2/systemsharedmemory/status", None, 501, "Client shared memory is disabled"),
+    ]  # fmt: skip
+    for path, body, code, message in cases:
+        if body is None and path.endswith("/infer"):
+            request = urllib.request.Request(
+                f"http://{examples_daemon.http_url}{path}", data=b"{not json"
+            )
+            try:
+                urllib.request.urlopen(request, timeout=30)
+                raise AssertionError("malformed JSON was accepted")
+            except urllib.error.HTTPError as exc:
+                status, reply = exc.code, json.loads(exc.read())
+        else:
+            status, reply = _urlopen(examples_daemon, path, body)
+        assert status == code and message in reply["error"], (path, status, reply)
+
+
+def test_binary_size_that_lies(examples_daemon: Daemon) -> None:
+    header = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                     "parameters": {"binary_data_size": 64}}]}
+    ).encode()  # fmt: skip
+    request = urllib.request.Request(
+        f"http://{examples_daemon.http_url}/v2/models/identity_fp32/infer",
+        data=header + bytes(16),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    assert info.value.code == 400
+    assert "binary_data_size 64 runs past the 16 bytes" in json.loads(info.value.read())["error"]
+    assert httpclient.InferenceServerClient(examples_daemon.http_url).is_server_live()
+
+
+def test_triton_style_http_client_script(examples_daemon: Daemon) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "client_add_sub_http.py"), "--url",
+         examples_daemon.http_url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS" in done.stdout
