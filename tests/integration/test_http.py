@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from pbd_harness import ROOT, Daemon
+from pbd_harness import EXAMPLE_MODELS, ROOT, TEST_MODELS, Daemon, DaemonFactory
 from test_models import SAMPLES
 from tritonclient.utils import InferenceServerException
 
@@ -221,3 +221,26 @@ def test_triton_style_http_client_script(examples_daemon: Daemon) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout
+
+
+def test_oversized_body_and_explicit_load_unload(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon(
+        TEST_MODELS, "--model-control-mode", "explicit", "--http-max-body-bytes", "4096"
+    )
+    client = httpclient.InferenceServerClient(daemon.http_url)
+    assert not client.is_model_ready("optional_add")
+    client.load_model("optional_add")
+    assert client.is_model_ready("optional_add")
+    client.unload_model("optional_add")
+    assert not client.is_model_ready("optional_add")
+    with pytest.raises(InferenceServerException, match="failed to poll from model repository"):
+        client.load_model("no_such_model")
+    status, reply = _urlopen(daemon, "/v2/models/optional_add/infer", {"pad": "x" * 8192})
+    assert status == 413 and "exceeds the limit of 4096 bytes" in reply["error"]
+    assert client.is_server_live()
+
+
+def test_http_can_be_turned_off(start_daemon: DaemonFactory) -> None:
+    daemon = start_daemon(EXAMPLE_MODELS, "--allow-http", "false", settle=["add_sub"])
+    assert "HTTP server listening" not in daemon.log()
+    assert "gRPC server listening" in daemon.log()
