@@ -154,6 +154,15 @@ class InferenceServicer:
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         raise _client_shm_disabled()
 
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        raise PbdError(Code.UNAVAILABLE, "the server does not support model statistics")
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        raise PbdError(Code.UNAVAILABLE, "the server does not support trace")
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        raise PbdError(Code.UNAVAILABLE, "the server does not support dynamic logging")
+
     async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self.dp.server_ready() else status.NOT_SERVING
@@ -201,6 +210,9 @@ _UNARY: dict[str, tuple[Any, Any]] = {
         pb.CudaSharedMemoryRegisterRequest,
         pb.CudaSharedMemoryRegisterResponse,
     ),
+    "ModelStatistics": (pb.ModelStatisticsRequest, pb.ModelStatisticsResponse),
+    "TraceSetting": (pb.TraceSettingRequest, pb.TraceSettingResponse),
+    "LogSettings": (pb.LogSettingsRequest, pb.LogSettingsResponse),
     "CudaSharedMemoryUnregister": (
         pb.CudaSharedMemoryUnregisterRequest,
         pb.CudaSharedMemoryUnregisterResponse,
