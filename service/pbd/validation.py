@@ -218,6 +218,11 @@ def prepare_request(request: InferRequest, config: ModelConfig) -> PreparedReque
             raise invalid_arg(
                 f"[request id: {rid}] unexpected inference output '{out.name}' for model '{model}'"
             )
+        if "classification" in out.parameters:
+            raise PbdError(
+                Code.UNSUPPORTED,
+                f"output '{out.name}': classification (class_count) is not supported by pbd",
+            )
         requested.append(out.name)
     prepared = PreparedRequest(request, inputs, requested)
     _parameters(request, prepared)

@@ -145,3 +145,11 @@ def test_shared_memory_tensors_are_refused_while_client_shm_is_off():
     shm = InputTensor("INPUT0", "FP32", (4,), None, {"shared_memory_region": "r"})
     err = _error(_request(shm, _fp32("INPUT1", [0] * 4)), cfg)
     assert err.code is Code.UNSUPPORTED and "--allow-client-shm" in err.message
+
+
+def test_classification_outputs_are_refused_not_ignored():
+    cfg = _config(ADD_SUB, "add_sub")
+    request = _request(_fp32("INPUT0", [0] * 4), _fp32("INPUT1", [0] * 4), outputs=["OUTPUT0"])
+    request.outputs[0].parameters["classification"] = 3
+    err = _error(request, cfg)
+    assert err.code is Code.UNSUPPORTED and "classification" in err.message
