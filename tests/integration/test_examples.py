@@ -349,3 +349,11 @@ def test_absent_extensions_answer_as_triton_does(examples_daemon: Daemon) -> Non
     ]:
         error = error_of(call)
         assert error.status() == "StatusCode.UNAVAILABLE" and message in error.message()
+    for call in [
+        lambda: client.register_system_shared_memory("r", "/some_key", 64),
+        lambda: client.get_system_shared_memory_status(),
+        lambda: client.unregister_cuda_shared_memory(),
+    ]:
+        error = error_of(call)
+        assert error.status() == "StatusCode.UNIMPLEMENTED"
+        assert "--allow-client-shm=true" in error.message()

@@ -136,22 +136,8 @@ class InferenceServicer:
         await self.dp.unload_model(request.repository_name, request.model_name, params)
         return pb.RepositoryModelUnloadResponse()
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise _client_shm_disabled()
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise _client_shm_disabled()
-
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        raise _client_shm_disabled()
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise _client_shm_disabled()
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        raise _client_shm_disabled()
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def client_shared_memory(self, request: Any, context: Any) -> Any:
+        """Every system and CUDA shared-memory RPC, until the registries exist."""
         raise _client_shm_disabled()
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
@@ -229,9 +215,12 @@ def _handler(method: Handler, request_type: Any, response_type: Any) -> grpc.Rpc
 
 
 def generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
-    inference = {
-        name: _handler(getattr(servicer, name), req, resp) for name, (req, resp) in _UNARY.items()
-    }
+    def method(name: str) -> Handler:
+        if "SharedMemory" in name:
+            return servicer.client_shared_memory
+        return getattr(servicer, name)  # type: ignore[no-any-return]
+
+    inference = {name: _handler(method(name), req, resp) for name, (req, resp) in _UNARY.items()}
     health = {
         "Check": _handler(
             servicer.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
