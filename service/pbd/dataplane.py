@@ -12,13 +12,14 @@ from typing import Any
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.repository.config import ModelConfig
-from pbd.repository.manager import ModelRepository
+from pbd.repository.manager import ModelRepository, parse_version
 from pbd.settings import Settings
+from pbd.stats import ModelStats
 from pbd.types import IndexEntry, InferRequest, InferResult
 from pbd.validation import prepare_request
 
 # Only what pbd really implements is advertised.
-EXTENSIONS = ("model_repository", "model_configuration", "parameters")
+EXTENSIONS = ("model_repository", "model_configuration", "parameters", "statistics")
 
 
 class DataPlane:
@@ -80,7 +81,11 @@ class DataPlane:
                 if streamed
                 else "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
-        prepared = prepare_request(request, runtime.config)
+        try:
+            prepared = prepare_request(request, runtime.config)
+        except PbdError:
+            runtime.stats.fail.add(0)
+            raise
         self.inflight += 1
         self._idle.clear()
         try:
@@ -97,6 +102,27 @@ class DataPlane:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             pass
+
+    def model_statistics(self, name: str, version: str) -> list[tuple[str, int, ModelStats]]:
+        """(model, version, counters) for ``name`` ("" = every model) and ``version`` ("" =
+        every ready version), with Triton's errors for unknown models and versions."""
+        entries = self.repository.entries
+        names = sorted(entries) if not name else [name]
+        out: list[tuple[str, int, ModelStats]] = []
+        for model in names:
+            entry = entries.get(model)
+            if entry is None or (name and not entry.versions):
+                raise invalid_arg(f"requested model '{model}' is not available")
+            runtimes = sorted(entry.versions.items())
+            if version:
+                runtime = entry.versions.get(parse_version(version))
+                if runtime is None or not runtime.serving:
+                    raise invalid_arg(
+                        f"requested model version is not available for model '{model}'"
+                    )
+                runtimes = [(runtime.version, runtime)]
+            out += [(model, v, r.stats) for v, r in runtimes if r.serving]
+        return out
 
     # -- repository ----------------------------------------------------------------------------
 

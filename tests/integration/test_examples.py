@@ -343,7 +343,6 @@ def test_example_client_script(examples_daemon: Daemon) -> None:
 def test_absent_extensions_answer_as_triton_does(examples_daemon: Daemon) -> None:
     client = examples_daemon.client()
     for call, message in [
-        (lambda: client.get_inference_statistics("add_sub"), "does not support model statistics"),
         (lambda: client.get_trace_settings(), "does not support trace"),
         (lambda: client.get_log_settings(), "does not support dynamic logging"),
     ]:

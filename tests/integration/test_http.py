@@ -178,7 +178,6 @@ def test_bad_input_over_http(examples_daemon: Daemon) -> None:
             400,
             "data-type is 'INT32', but model 'add_sub' expects 'FP32'",
         ),
-        ("/v2/models/add_sub/stats", None, 503, "the server does not support model statistics"),
         ("/v2/systemsharedmemory/status", None, 501, "Client shared memory is disabled"),
     ]  # fmt: skip
     for path, body, code, message in cases:

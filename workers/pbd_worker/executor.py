@@ -10,6 +10,7 @@ the daemon sends ``Release`` for the batch.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from pbd_worker._proto import worker_pb2 as wpb
@@ -83,10 +84,13 @@ class BatchExecutor:
     def run(self, execute: wpb.Execute) -> wpb.ExecuteResult:
         result = wpb.ExecuteResult(batch_id=execute.batch_id)
         ids = [r.request_id for r in execute.requests]
+        began = time.perf_counter_ns()
         try:
             requests = [self._request(r) for r in execute.requests]
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
+        inputs_done = time.perf_counter_ns()
+        result.input_ns = inputs_done - began
         try:
             responses = call_maybe_async(self.loop, self.model.execute, requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
@@ -99,6 +103,8 @@ class BatchExecutor:
             if isinstance(exc, TritonError):
                 code = exc._code_name()
             return self._fail_all(result, ids, _error(code, message, tb))
+        executed = time.perf_counter_ns()
+        result.infer_ns = executed - inputs_done
         problem = self._check_responses(responses, len(requests))
         if problem:
             return self._fail_all(result, ids, _error("INTERNAL", problem))
@@ -109,6 +115,7 @@ class BatchExecutor:
             result.responses.append(self._response(request_msg.request_id, request, response, held))
         if held:
             self._held[execute.batch_id] = held
+        result.output_ns = time.perf_counter_ns() - executed
         return result
 
     @staticmethod

@@ -163,6 +163,24 @@ def repository_index_to_pb(entries: Iterable[IndexEntry]) -> pb.RepositoryIndexR
     return response
 
 
+def statistics_to_pb(rows: Iterable[tuple[str, int, Any]]) -> pb.ModelStatisticsResponse:
+    response = pb.ModelStatisticsResponse()
+    for name, version, stats in rows:
+        entry = response.model_stats.add(
+            name=name,
+            version=str(version),
+            last_inference=stats.last_inference_ms,
+            inference_count=stats.inference_count,
+            execution_count=stats.execution_count,
+        )
+        for field in ("success", "fail", "queue", "compute_input", "compute_infer",
+                      "compute_output"):  # fmt: skip
+            duration = getattr(stats, field)
+            target = getattr(entry.inference_stats, field)
+            target.count, target.ns = duration.count, duration.ns
+    return response
+
+
 def repository_params_from_pb(params: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, param in params.items():

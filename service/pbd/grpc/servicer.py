@@ -140,8 +140,8 @@ class InferenceServicer:
         """Every system and CUDA shared-memory RPC, until the registries exist."""
         raise _client_shm_disabled()
 
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        raise PbdError(Code.UNAVAILABLE, "the server does not support model statistics")
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> Any:
+        return convert.statistics_to_pb(self.dp.model_statistics(request.name, request.version))
 
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         raise PbdError(Code.UNAVAILABLE, "the server does not support trace")

@@ -88,9 +88,9 @@ class HttpFrontend:
             r.add_get(base + "/ready", self.model_ready)
             r.add_get(base + "/config", self.model_config)
             r.add_post(base + "/infer", self.infer)
-            r.add_get(base + "/stats", self.absent("stats"))
+            r.add_get(base + "/stats", self.statistics)
             r.add_route("*", base + "/trace/setting", self.absent("trace"))
-        r.add_get("/v2/models/stats", self.absent("stats"))
+        r.add_get("/v2/models/stats", self.statistics)
         r.add_route("*", "/v2/trace/setting", self.absent("trace"))
         r.add_route("*", "/v2/logging", self.absent("logging"))
         r.add_post("/v2/repository/index", self.repository_index)
@@ -176,6 +176,33 @@ class HttpFrontend:
             )
         _compress(request, response)
         return response
+
+    async def statistics(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("model", "")
+        rows = self.dp.model_statistics(name, request.match_info.get("version", ""))
+        stats = [
+            {
+                "name": model,
+                "version": str(version),
+                "last_inference": st.last_inference_ms,
+                "inference_count": st.inference_count,
+                "execution_count": st.execution_count,
+                "inference_stats": {
+                    key: {"count": d.count, "ns": d.ns}
+                    for key, d in (
+                        ("success", st.success),
+                        ("fail", st.fail),
+                        ("queue", st.queue),
+                        ("compute_input", st.compute_input),
+                        ("compute_infer", st.compute_infer),
+                        ("compute_output", st.compute_output),
+                    )
+                },  # fmt: skip
+                "batch_stats": [],
+            }
+            for model, version, st in rows
+        ]
+        return _json({"model_stats": stats}, request)
 
     # -- repository ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import enum
 import itertools
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
 from pbd.instances.memory import InstanceMemory
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
+from pbd.stats import ModelStats
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
@@ -60,6 +62,7 @@ class Instance:
         launcher: InstanceLauncher,
         hub: WorkerHub,
         shm_base: str,
+        stats: ModelStats | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -75,6 +78,7 @@ class Instance:
         self.handle: WorkerHandle | None = None
         self.conn: WorkerConnection | None = None
         self.memory = InstanceMemory(shm_base, settings)
+        self.stats = stats if stats is not None else ModelStats()
         self.last_seen = 0.0
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
@@ -231,6 +235,7 @@ class Instance:
             raise unavailable(f"{self.describe()} is not ready")
         batch_id = next(self._batch_ids)
         blocks: list[Block] = []
+        copy_began = time.perf_counter_ns()
         message = wpb.Execute(batch_id=batch_id)
         try:
             for request_id, prepared in enumerate(batch):
@@ -242,8 +247,12 @@ class Instance:
         self._pending[batch_id] = (future, blocks)
         message.release.extend(self._to_release)
         self._to_release.clear()
+        copy_ns = time.perf_counter_ns() - copy_began
         self.conn.send(wpb.DaemonToWorker(execute=message))
         result = await future
+        self.stats.executed(
+            len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
+        )
         return self._results(batch, result, blocks)
 
     def _results(

@@ -16,6 +16,7 @@ import enum
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pbd.instances.scaler import Scaler
 from pbd.repository.config import ModelConfig
 from pbd.scheduler import RequestQueue, WorkItem, wait_result
 from pbd.settings import Settings
+from pbd.stats import ModelStats
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 
@@ -107,6 +109,7 @@ class VersionRuntime:
         self.state = VersionState.LOADING
         self.reason = ""
         self.queue = RequestQueue()
+        self.stats = ModelStats()
         self.slots: list[Slot] = []
         self._stopping = False
         self._monitor: asyncio.Task[None] | None = None
@@ -132,6 +135,7 @@ class VersionRuntime:
             launcher=self.launcher,
             hub=self.hub,
             shm_base=self.shm_name(),
+            stats=self.stats,
         )
 
     @property
@@ -249,7 +253,14 @@ class VersionRuntime:
                 f"Request for unknown model: '{self.config.name}' version {self.version} is not "
                 "at ready state"
             )
-        return await wait_result(self.queue.submit(prepared))
+        began = time.perf_counter_ns()
+        try:
+            result = await wait_result(self.queue.submit(prepared))
+        except PbdError:
+            self.stats.fail.add(time.perf_counter_ns() - began)
+            raise
+        self.stats.success.add(time.perf_counter_ns() - began)
+        return result
 
     def _pick(self) -> Instance | None:
         """The least-loaded ready instance with room in its pipeline; idle ones first."""
@@ -279,6 +290,8 @@ class VersionRuntime:
             if item.future.done():
                 continue  # cancelled while it waited for an instance
             instance.inflight += 1
+            waited = asyncio.get_running_loop().time() - item.enqueued_at
+            self.stats.queue.add(int(waited * 1e9))
             task = asyncio.create_task(self._run_one(instance, item))
             self._running.add(task)
             task.add_done_callback(self._running.discard)

@@ -79,12 +79,18 @@ class Response(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
-    __slots__ = ("batch_id", "responses")
+    __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_NS_FIELD_NUMBER: _ClassVar[int]
+    INFER_NS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_NS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     responses: _containers.RepeatedCompositeFieldContainer[Response]
-    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ...) -> None: ...
+    input_ns: int
+    infer_ns: int
+    output_ns: int
+    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., input_ns: _Optional[int] = ..., infer_ns: _Optional[int] = ..., output_ns: _Optional[int] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("batch_ids",)

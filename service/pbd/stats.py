@@ -1,0 +1,43 @@
+"""Per model version counters for the statistics extension, as Triton reports them.
+
+``success``/``fail``: whole request, from the dataplane taking it to the result being ready;
+``queue``: waiting for an instance; ``compute_input``: copying inputs into shared memory and
+the worker building the model's requests; ``compute_infer``: ``execute()``; ``compute_output``:
+the worker writing outputs. All cumulative nanoseconds with counts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += max(ns, 0)
+
+
+@dataclass
+class ModelStats:
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+
+    def executed(self, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.execution_count += 1
+        self.inference_count += requests
+        self.compute_input.add(input_ns, requests)
+        self.compute_infer.add(infer_ns, requests)
+        self.compute_output.add(output_ns, requests)
+        self.last_inference_ms = time.time_ns() // 1_000_000
