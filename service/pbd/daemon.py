@@ -20,6 +20,7 @@ from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import ProcessLauncher
 from pbd.instances.supervisor import VersionRuntime
+from pbd.memory.client_shm import SystemShmRegistry
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.repository.config import ModelConfig
@@ -53,7 +54,13 @@ class Daemon:
         self.repository = ModelRepository(
             settings.model_repository.resolve(), make_runtime, settings.exit_timeout_secs
         )
-        self.dataplane = DataPlane(self.repository, settings)
+        self.dataplane = DataPlane(
+            self.repository,
+            settings,
+            SystemShmRegistry(
+                enabled=settings.allow_client_shm, key_prefixes=settings.client_shm_key_prefix
+            ),
+        )
         self.port = 0
         self._stop = asyncio.Event()
 

@@ -11,21 +11,31 @@ from typing import Any
 
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.types import IndexEntry, InferRequest, InferResult
-from pbd.validation import prepare_request
+from pbd.validation import prepare_request, release_regions
 
 # Only what pbd really implements is advertised.
-EXTENSIONS = ("model_repository", "model_configuration", "parameters", "statistics")
+EXTENSIONS = (
+    "model_repository",
+    "model_configuration",
+    "parameters",
+    "statistics",
+    "system_shared_memory",
+)
 
 
 class DataPlane:
-    def __init__(self, repository: ModelRepository, settings: Settings) -> None:
+    def __init__(
+        self, repository: ModelRepository, settings: Settings, shm: SystemShmRegistry
+    ) -> None:
         self.repository = repository
         self.settings = settings
+        self.shm = shm
         self.accepting = True
         self.inflight = 0
         self._idle = asyncio.Event()
@@ -82,7 +92,7 @@ class DataPlane:
                 else "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
         try:
-            prepared = prepare_request(request, runtime.config)
+            prepared = prepare_request(request, runtime.config, self.shm)
         except PbdError:
             runtime.stats.fail.add(0)
             raise
@@ -91,6 +101,9 @@ class DataPlane:
         try:
             return await runtime.infer(prepared)
         finally:
+            # The worker is done with client regions once the result is back: outputs aimed
+            # at them are already written there.
+            release_regions(prepared, self.shm)
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
@@ -123,6 +136,32 @@ class DataPlane:
                 runtimes = [(runtime.version, runtime)]
             out += [(model, v, r.stats) for v, r in runtimes if r.serving]
         return out
+
+    # -- client shared memory --------------------------------------------------------------------
+
+    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shm.register(name, key, offset, byte_size)
+
+    def shm_status(self, name: str) -> list[SystemRegion]:
+        return self.shm.status(name)
+
+    def shm_unregister(self, name: str) -> None:
+        self.shm.unregister(name)
+
+    # CUDA shared memory: no GPU support in pbd yet; answer as Triton does without GPUs.
+    def cuda_shm_register(self, name: str) -> None:
+        self.shm._check_enabled()
+        raise invalid_arg(
+            f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
+        )
+
+    def cuda_shm_status(self, name: str) -> None:
+        self.shm._check_enabled()
+        if name:
+            raise PbdError(Code.NOT_FOUND, f"Unable to find cuda shared memory region: '{name}'")
+
+    def cuda_shm_unregister(self, name: str) -> None:
+        self.shm._check_enabled()
 
     # -- repository ----------------------------------------------------------------------------
 

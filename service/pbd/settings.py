@@ -51,6 +51,12 @@ class Settings:
     )
     log_verbose: int = _opt(0, "verbose logging level (0 = off)")
     shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments in /dev/shm")
+    allow_client_shm: bool = _opt(
+        False, "let clients register system shared memory (Triton's flag; off as in Triton 2.73)"
+    )
+    client_shm_key_prefix: list[str] = _opt(
+        [], "only shm keys starting with this may be registered (repeat; default: any)"
+    )
     shm_dir: Path = _opt(Path("/dev/shm"), "tmpfs directory for shared-memory segments")
     shm_default_byte_size: int = _opt(4 * MIB, "first shared-memory segment of each worker arena")
     shm_growth_byte_size: int = _opt(16 * MIB, "size of each further segment when an arena grows")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from pbd.errors import Code, PbdError, invalid_arg
+from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
 from pbd.repository.config import ModelConfig, TensorConfig
 from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
 from pbd_worker import dtypes
@@ -20,12 +21,22 @@ SEQUENCE_END = 2
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
 
 
+@dataclass(frozen=True)
+class ShmSlice:
+    """Bytes in a client's registered region: the worker maps ``region`` itself."""
+
+    region: str  # the worker-side name (file name + "#generation")
+    offset: int  # from the start of the file
+    byte_size: int
+
+
 @dataclass
 class PreparedInput:
     name: str
     datatype: str
     shape: tuple[int, ...]  # as the model sees it (after reshape)
-    data: memoryview
+    data: memoryview | None  # None: the input is in client shared memory (``shm``)
+    shm: ShmSlice | None = None
 
 
 @dataclass
@@ -41,6 +52,8 @@ class PreparedRequest:
     priority: int = 0
     timeout_us: int = 0
     extras: dict[str, ParamValue] = field(default_factory=dict)
+    output_targets: dict[str, ShmSlice] = field(default_factory=dict)
+    regions: list[SystemRegion] = field(default_factory=list)  # held until the request ends
 
 
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
@@ -76,8 +89,14 @@ def _check_bytes_elements(tensor: InputTensor, data: memoryview, count: int) -> 
 
 
 def _prepare_input(
-    request: InferRequest, tensor: InputTensor, cfg: TensorConfig, config: ModelConfig
+    request: InferRequest,
+    tensor: InputTensor,
+    cfg: TensorConfig,
+    config: ModelConfig,
+    *,
+    nbytes: int | None = None,
 ) -> PreparedInput:
+    """``nbytes`` is given for shared-memory inputs, whose bytes the daemon does not read."""
     rid, model = request.log_id, config.name
     if tensor.datatype != cfg.datatype:
         raise invalid_arg(
@@ -116,12 +135,14 @@ def _prepare_input(
         )
     count = math.prod(shape)
     dt = dtypes.BY_NAME[cfg.datatype]
+    size = len(tensor.data) if nbytes is None else nbytes
     if dt.is_bytes:
-        _check_bytes_elements(tensor, tensor.data, count)
-    elif len(tensor.data) != count * dt.itemsize:
+        if nbytes is None:
+            _check_bytes_elements(tensor, tensor.data, count)
+    elif size != count * dt.itemsize:
         raise invalid_arg(
             f"[request id: {rid}] input byte size mismatch for input '{tensor.name}' for model "
-            f"'{model}'. Expected {count * dt.itemsize}, got {len(tensor.data)}"
+            f"'{model}'. Expected {count * dt.itemsize}, got {size}"
         )
     model_shape = shape
     if cfg.reshape is not None:
@@ -183,11 +204,11 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
     prepared.parameters_json = json.dumps(custom) if custom else "{}"
 
 
-def prepare_request(request: InferRequest, config: ModelConfig) -> PreparedRequest:
+def prepare_request(
+    request: InferRequest, config: ModelConfig, shm: SystemShmRegistry | None = None
+) -> PreparedRequest:
     """Validate ``request`` for ``config``; raises PbdError(INVALID_ARG) with Triton's text."""
     rid, model = request.log_id, config.name
-    if any("shared_memory_region" in t.parameters for t in (*request.inputs, *request.outputs)):
-        raise PbdError(Code.UNSUPPORTED, _SHM_DISABLED)
     given: dict[str, InputTensor] = {}
     for tensor in request.inputs:
         if config.input(tensor.name) is None:
@@ -204,7 +225,41 @@ def prepare_request(request: InferRequest, config: ModelConfig) -> PreparedReque
             f"model '{model}'. Got input(s) {sorted(given)}, but missing required input(s) "
             f"{missing}. Please provide all required input(s)."
         )
-    inputs = [_prepare_input(request, t, config.input(t.name), config) for t in request.inputs]  # type: ignore[arg-type]
+    prepared = PreparedRequest(request, [], [])
+    try:
+        _prepare_tensors(request, config, prepared, shm)
+    except BaseException:
+        release_regions(prepared, shm)
+        raise
+    _parameters(request, prepared)
+    return prepared
+
+
+def _prepare_tensors(
+    request: InferRequest,
+    config: ModelConfig,
+    prepared: PreparedRequest,
+    shm: SystemShmRegistry | None,
+) -> None:
+    rid, model = request.log_id, config.name
+    inputs = []
+    for tensor in request.inputs:
+        cfg = config.input(tensor.name)
+        assert cfg is not None
+        where = _shm_params(tensor.name, tensor.parameters)
+        if where is None:
+            inputs.append(_prepare_input(request, tensor, cfg, config))
+            continue
+        if tensor.data is not None:
+            raise invalid_arg(
+                "unexpected 'content' provided when using shared memory for input tensor "
+                f"'{tensor.name}' for model '{model}'"
+            )
+        slice_ = _acquire(shm, prepared, *where)
+        placeholder = InputTensor(tensor.name, tensor.datatype, tensor.shape, memoryview(b""))
+        checked = _prepare_input(request, placeholder, cfg, config, nbytes=slice_.byte_size)
+        checked.data, checked.shm = None, slice_
+        inputs.append(checked)
     if config.max_batch_size > 0 and len(inputs) > 1:
         batches = {i.shape[0] for i in inputs}
         if len(batches) > 1:
@@ -214,6 +269,7 @@ def prepare_request(request: InferRequest, config: ModelConfig) -> PreparedReque
             )
     requested: list[str] = []
     for out in request.outputs:
+        where = _shm_params(out.name, out.parameters)
         if config.output(out.name) is None:
             raise invalid_arg(
                 f"[request id: {rid}] unexpected inference output '{out.name}' for model '{model}'"
@@ -223,10 +279,59 @@ def prepare_request(request: InferRequest, config: ModelConfig) -> PreparedReque
                 Code.UNSUPPORTED,
                 f"output '{out.name}': classification (class_count) is not supported by pbd",
             )
+        if where is not None and config.output(out.name) is not None:
+            prepared.output_targets[out.name] = _acquire(shm, prepared, *where)
         requested.append(out.name)
-    prepared = PreparedRequest(request, inputs, requested)
-    _parameters(request, prepared)
-    return prepared
+    prepared.inputs, prepared.requested_outputs = inputs, requested
+
+
+def _shm_params(tensor: str, params: dict[str, ParamValue]) -> tuple[str, int, int] | None:
+    """(region, offset, byte_size) of a tensor in shared memory, or None; Triton's checks."""
+    region = params.get("shared_memory_region")
+    offset = params.get("shared_memory_offset", 0)
+    size = params.get("shared_memory_byte_size")
+    if region is None:
+        for key in ("shared_memory_offset", "shared_memory_byte_size"):
+            if key in params:
+                raise invalid_arg(
+                    f"'{key}' can not be specified without 'shared_memory_region' parameter "
+                    f"for tensor '{tensor}'"
+                )
+        return None
+    if not isinstance(region, str):
+        raise invalid_arg(
+            "invalid value type for 'shared_memory_region' parameter for tensor "
+            f"'{tensor}', expected string_param."
+        )
+    if size is None:
+        raise invalid_arg(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{tensor}'"
+        )
+    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid_arg(
+                f"invalid value type for '{key}' parameter for tensor '{tensor}', expected "
+                "int64_param."
+            )
+    return region, int(offset), int(size)  # type: ignore[arg-type]
+
+
+def _acquire(
+    shm: SystemShmRegistry | None, prepared: PreparedRequest, region: str, offset: int, size: int
+) -> ShmSlice:
+    if shm is None:
+        raise PbdError(Code.UNSUPPORTED, _SHM_DISABLED)
+    held, file_offset = shm.acquire(region, offset, size)
+    prepared.regions.append(held)
+    return ShmSlice(held.worker_name, file_offset, size)
+
+
+def release_regions(prepared: PreparedRequest, shm: SystemShmRegistry | None) -> None:
+    if shm is not None:
+        for region in prepared.regions:
+            shm.release(region)
+    prepared.regions.clear()
 
 
 _SHM_DISABLED = (

@@ -24,6 +24,10 @@ from pbd_worker.model_api.tensor import Tensor
 _EMPTY = memoryview(b"")
 
 
+class _OutputTooLarge(Exception):
+    """An output does not fit the client region it is aimed at (Triton: INTERNAL)."""
+
+
 def _error(code: str, message: str, tb: str = "") -> wpb.Error:
     return wpb.Error(code=code, message=message, traceback=tb)
 
@@ -112,7 +116,7 @@ class BatchExecutor:
         for request_msg, request, response in zip(
             execute.requests, requests, responses, strict=True
         ):
-            result.responses.append(self._response(request_msg.request_id, request, response, held))
+            result.responses.append(self._response(request_msg, request, response, held))
         if held:
             self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
@@ -146,12 +150,12 @@ class BatchExecutor:
 
     def _response(
         self,
-        request_id: int,
+        msg: wpb.Request,
         request: InferenceRequest,
         response: InferenceResponse,
         held: list[Block],
     ) -> wpb.Response:
-        out = wpb.Response(request_id=request_id)
+        out = wpb.Response(request_id=msg.request_id)
         if response.has_error():
             err = response.error()
             out.error.CopyFrom(_error(err._code_name(), err.message()))
@@ -160,19 +164,47 @@ class BatchExecutor:
         if params and params != "{}":
             out.parameters_json = params
         requested = set(request.requested_output_names())
+        targets = {t.name: t for t in msg.output_targets}
         try:
             for tensor in response.output_tensors():
                 if requested and tensor.name() not in requested:
                     continue  # Triton prunes outputs the client did not ask for
-                out.outputs.append(self._output(tensor, held))
+                target = targets.get(tensor.name())
+                if target is not None:
+                    out.outputs.append(self._output_to_client(tensor, target))
+                else:
+                    out.outputs.append(self._output(tensor, held))
         except ShmExhausted as exc:
             del out.outputs[:]
             out.error.CopyFrom(_error("RESOURCE_EXHAUSTED", exc.message))
+        except _OutputTooLarge as exc:
+            del out.outputs[:]
+            out.error.CopyFrom(_error("INTERNAL", str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bad output tensor fails its request
             del out.outputs[:]
             text, tb = describe_exception(exc)
             out.error.CopyFrom(_error("INTERNAL", f"invalid output from model: {text}", tb))
         return out
+
+    def _output_to_client(self, tensor: Tensor, target: wpb.OutputTarget) -> wpb.TensorRef:
+        """Write an output straight into the client's registered region."""
+        nbytes = tensor._wire_nbytes()
+        if nbytes > target.byte_size:
+            raise _OutputTooLarge(
+                f"shared memory size specified with the request for output '{tensor.name()}' "
+                f"({target.byte_size} bytes) should be at least {nbytes} bytes to hold the "
+                "results"
+            )
+        if nbytes:
+            tensor._write_into(self.inputs.view(target.region, target.offset, nbytes))
+        return wpb.TensorRef(
+            name=tensor.name(),
+            datatype=tensor._datatype,
+            shape=tensor.shape(),
+            region=target.region,
+            offset=target.offset,
+            nbytes=nbytes,
+        )
 
     def _output(self, tensor: Tensor, held: list[Block]) -> wpb.TensorRef:
         ref = wpb.TensorRef(name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape())

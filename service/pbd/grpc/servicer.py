@@ -136,9 +136,35 @@ class InferenceServicer:
         await self.dp.unload_model(request.repository_name, request.model_name, params)
         return pb.RepositoryModelUnloadResponse()
 
-    async def client_shared_memory(self, request: Any, context: Any) -> Any:
-        """Every system and CUDA shared-memory RPC, until the registries exist."""
-        raise _client_shm_disabled()
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self.dp.shm_register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for r in self.dp.shm_status(request.name):
+            response.regions[r.name].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size
+                )
+            )
+        return response
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.dp.shm_unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self.dp.cuda_shm_register(request.name)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        self.dp.cuda_shm_status(request.name)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.dp.cuda_shm_unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> Any:
         return convert.statistics_to_pb(self.dp.model_statistics(request.name, request.version))
@@ -153,14 +179,6 @@ class InferenceServicer:
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self.dp.server_ready() else status.NOT_SERVING
         return status(status=serving)
-
-
-def _client_shm_disabled() -> PbdError:
-    return PbdError(
-        Code.UNSUPPORTED,
-        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
-        "to enable.",
-    )
 
 
 def _identity(data: bytes) -> bytes:
@@ -215,12 +233,9 @@ def _handler(method: Handler, request_type: Any, response_type: Any) -> grpc.Rpc
 
 
 def generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
-    def method(name: str) -> Handler:
-        if "SharedMemory" in name:
-            return servicer.client_shared_memory
-        return getattr(servicer, name)  # type: ignore[no-any-return]
-
-    inference = {name: _handler(method(name), req, resp) for name, (req, resp) in _UNARY.items()}
+    inference = {
+        name: _handler(getattr(servicer, name), req, resp) for name, (req, resp) in _UNARY.items()
+    }
     health = {
         "Check": _handler(
             servicer.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse

@@ -97,9 +97,11 @@ class HttpFrontend:
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)
         for kind in ("systemsharedmemory", "cudasharedmemory"):
-            for tail in ("/status", "/unregister", "/region/{region}/status",
-                         "/region/{region}/register", "/region/{region}/unregister"):  # fmt: skip
-                r.add_route("*", f"/v2/{kind}{tail}", self.client_shm)
+            r.add_get(f"/v2/{kind}/status", self.shm_status)
+            r.add_get(f"/v2/{kind}/region/{{region}}/status", self.shm_status)
+            r.add_post(f"/v2/{kind}/region/{{region}}/register", self.shm_register)
+            r.add_post(f"/v2/{kind}/unregister", self.shm_unregister)
+            r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -233,12 +235,40 @@ class HttpFrontend:
 
     # -- absent extensions ---------------------------------------------------------------------
 
-    async def client_shm(self, request: web.Request) -> web.Response:
-        raise PbdError(
-            Code.UNSUPPORTED,
-            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
-            "to enable.",
-        )
+    @staticmethod
+    def _cuda(request: web.Request) -> bool:
+        return request.path.startswith("/v2/cudasharedmemory")
+
+    async def shm_status(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("region", "")
+        if self._cuda(request):
+            self.dp.cuda_shm_status(name)
+            return _json([], request)
+        rows = [
+            {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
+            for r in self.dp.shm_status(name)
+        ]
+        return _json(rows, request)
+
+    async def shm_register(self, request: web.Request) -> web.Response:
+        name = request.match_info["region"]
+        body = await _json_body(request)
+        if self._cuda(request):
+            self.dp.cuda_shm_register(name)
+        try:
+            key, offset, size = str(body["key"]), int(body.get("offset", 0)), int(body["byte_size"])
+        except (KeyError, TypeError, ValueError):
+            raise PbdError(Code.INVALID_ARG, "register needs 'key' and 'byte_size'") from None
+        self.dp.shm_register(name, key, offset, size)
+        return web.Response(status=200)
+
+    async def shm_unregister(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("region", "")
+        if self._cuda(request):
+            self.dp.cuda_shm_unregister(name)
+        else:
+            self.dp.shm_unregister(name)
+        return web.Response(status=200)
 
     def absent(self, what: str) -> Handler:
         async def handler(request: web.Request) -> web.Response:

@@ -279,7 +279,10 @@ class Instance:
                 results.append(PbdError(Code.parse(err.code), err.message))
             else:
                 try:
-                    outputs = [self.memory.output(ref) for ref in response.outputs]
+                    targets = prepared.output_targets
+                    outputs = [
+                        self.memory.output(ref, ref.name in targets) for ref in response.outputs
+                    ]
                 except ValueError as exc:
                     results.append(PbdError(Code.INTERNAL, f"{self.describe()}: {exc}"))
                     continue

@@ -49,8 +49,20 @@ class InstanceMemory:
             msg.correlation_id_str = prepared.correlation_id
         else:
             msg.correlation_id = prepared.correlation_id
+        for name, target in prepared.output_targets.items():
+            msg.output_targets.add(
+                name=name, region=target.region, offset=target.offset, byte_size=target.byte_size
+            )
         for tensor in prepared.inputs:
             ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+            if tensor.shm is not None:  # the worker maps the client's region: no copy
+                ref.region, ref.offset, ref.nbytes = (
+                    tensor.shm.region,
+                    tensor.shm.offset,
+                    tensor.shm.byte_size,
+                )
+                continue
+            assert tensor.data is not None
             nbytes = len(tensor.data)
             ref.nbytes = nbytes
             if nbytes:
@@ -60,9 +72,10 @@ class InstanceMemory:
                 ref.region, ref.offset = block.segment.name, block.offset
         return msg
 
-    def output(self, ref: wpb.TensorRef) -> OutputTensor:
-        """A view of an output; it may point into our own arena (a model returning its input)."""
-        if ref.nbytes == 0:
+    def output(self, ref: wpb.TensorRef, in_client_shm: bool = False) -> OutputTensor:
+        """A view of an output; it may point into our own arena (a model returning its input).
+        Outputs the worker wrote into a client's region travel as shape and type only."""
+        if ref.nbytes == 0 or in_client_shm:
             data = _EMPTY
         else:
             own = self.arena.find(ref.region)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from pbd.errors import Code, PbdError
+from pbd.memory.client_shm import SystemShmRegistry
 from pbd.repository.config import parse_model_config
 from pbd.types import InferRequest, InputTensor, RequestedOutput, Uint64
-from pbd.validation import SEQUENCE_END, SEQUENCE_START, prepare_request
+from pbd.validation import SEQUENCE_END, SEQUENCE_START, prepare_request, release_regions
 
 ADD_SUB = """
 name: "add_sub"
@@ -140,11 +141,74 @@ def test_parameters_sequence_priority_custom_and_reserved():
     assert "sequence_id" in _error(_request(x, params={"sequence_id": 1.5}), cfg).message
 
 
-def test_shared_memory_tensors_are_refused_while_client_shm_is_off():
+def test_shared_memory_parameters_follow_triton(tmp_path):
     cfg = _config(ADD_SUB, "add_sub")
-    shm = InputTensor("INPUT0", "FP32", (4,), None, {"shared_memory_region": "r"})
-    err = _error(_request(shm, _fp32("INPUT1", [0] * 4)), cfg)
+    other = _fp32("INPUT1", [0] * 4)
+
+    def shm_input(params):
+        return InputTensor("INPUT0", "FP32", (4,), None, params)
+
+    off = SystemShmRegistry(enabled=False, key_prefixes=[], shm_dir=str(tmp_path))
+    err = _error_with(
+        _request(shm_input({"shared_memory_region": "r", "shared_memory_byte_size": 16}), other),
+        cfg,
+        off,
+    )
     assert err.code is Code.UNSUPPORTED and "--allow-client-shm" in err.message
+    on = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
+    (tmp_path / "key").write_bytes(bytes(64))
+    on.register("r", "/key", 16, 32)
+    cases = [
+        ({"shared_memory_region": "r"}, "'shared_memory_byte_size' must be specified"),
+        ({"shared_memory_byte_size": 16}, "can not be specified without 'shared_memory_region'"),
+        ({"shared_memory_region": 5, "shared_memory_byte_size": 16}, "expected string_param"),
+        (
+            {"shared_memory_region": "x", "shared_memory_byte_size": 16},
+            "Unable to find shared memory region: 'x'",
+        ),
+        (
+            {
+                "shared_memory_region": "r",
+                "shared_memory_byte_size": 16,
+                "shared_memory_offset": 32,
+            },
+            "Invalid offset for shared memory region",
+        ),
+        (
+            {"shared_memory_region": "r", "shared_memory_byte_size": 32, "shared_memory_offset": 8},
+            "Invalid offset + byte size",
+        ),
+        ({"shared_memory_region": "r", "shared_memory_byte_size": 8}, "input byte size mismatch"),
+    ]
+    for params, message in cases:
+        assert message in _error_with(_request(shm_input(params), other), cfg, on).message
+        assert on.regions["r"].in_use == 0  # a refused request holds no region
+    good = prepare_request(
+        _request(
+            shm_input(
+                {
+                    "shared_memory_region": "r",
+                    "shared_memory_byte_size": 16,
+                    "shared_memory_offset": 4,
+                }
+            ),
+            other,
+        ),
+        cfg,
+        on,
+    )
+    assert good.inputs[0].shm is not None and good.inputs[0].shm.offset == 20
+    assert on.regions["r"].in_use == 1
+    on.unregister("r")  # deferred while in use
+    assert on.regions["r"].awaiting_unregister
+    release_regions(good, on)
+    assert "r" not in on.regions
+
+
+def _error_with(request, config, shm) -> PbdError:
+    with pytest.raises(PbdError) as info:
+        prepare_request(request, config, shm)
+    return info.value
 
 
 def test_classification_outputs_are_refused_not_ignored():

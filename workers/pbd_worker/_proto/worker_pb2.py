@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epbd_worker/_proto/worker.proto\x12\npbd.worker\"j\n\tTensorRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0e\n\x06nbytes\x18\x06 \x01(\x04\"9\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\x83\x02\n\x07Request\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\n\n\x02id\x18\x02 \x01(\t\x12%\n\x06inputs\x18\x03 \x03(\x0b\x32\x15.pbd.worker.TensorRef\x12\x19\n\x11requested_outputs\x18\x04 \x03(\t\x12\x17\n\x0fparameters_json\x18\x05 \x01(\t\x12\x18\n\x0e\x63orrelation_id\x18\x06 \x01(\x04H\x00\x12\x1c\n\x12\x63orrelation_id_str\x18\x07 \x01(\tH\x00\x12\r\n\x05\x66lags\x18\x08 \x01(\r\x12\x12\n\ntimeout_us\x18\t \x01(\x04\x12\x13\n\x0btraceparent\x18\n \x01(\tB\r\n\x0b\x63orrelation\"S\n\x07\x45xecute\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12%\n\x08requests\x18\x02 \x03(\x0b\x32\x13.pbd.worker.Request\x12\x0f\n\x07release\x18\x03 \x03(\x04\"\x81\x01\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12&\n\x07outputs\x18\x02 \x03(\x0b\x32\x15.pbd.worker.TensorRef\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x11.pbd.worker.Error\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"\x81\x01\n\rExecuteResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\'\n\tresponses\x18\x02 \x03(\x0b\x32\x14.pbd.worker.Response\x12\x10\n\x08input_ns\x18\x03 \x01(\x04\x12\x10\n\x08infer_ns\x18\x04 \x01(\x04\x12\x11\n\toutput_ns\x18\x05 \x01(\x04\"\x1c\n\x07Release\x12\x11\n\tbatch_ids\x18\x01 \x03(\x04\"G\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x10\n\x08protocol\x18\x04 \x01(\r\"\xa1\x02\n\nInitialize\x12.\n\x04\x61rgs\x18\x01 \x03(\x0b\x32 .pbd.worker.Initialize.ArgsEntry\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x11\n\tmodel_dir\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x1c\n\x14output_region_prefix\x18\x05 \x01(\t\x12\x1b\n\x13output_region_bytes\x18\x06 \x01(\x04\x12\x1d\n\x15heartbeat_interval_ms\x18\x07 \x01(\x04\x12\x13\n\x0blog_verbose\x18\x08 \x01(\r\x12\x0f\n\x07shm_dir\x18\t \x01(\t\x1a+\n\tArgsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\x0bInitialized\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.pbd.worker.Error\"\n\n\x08\x46inalize\"-\n\tFinalized\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.pbd.worker.Error\"\x1d\n\tHeartbeat\x12\x10\n\x08\x65xecuted\x18\x01 \x01(\x04\"\xc0\x01\n\x0e\x44\x61\x65monToWorker\x12,\n\ninitialize\x18\x01 \x01(\x0b\x32\x16.pbd.worker.InitializeH\x00\x12&\n\x07\x65xecute\x18\x02 \x01(\x0b\x32\x13.pbd.worker.ExecuteH\x00\x12&\n\x07release\x18\x03 \x01(\x0b\x32\x13.pbd.worker.ReleaseH\x00\x12(\n\x08\x66inalize\x18\x04 \x01(\x0b\x32\x14.pbd.worker.FinalizeH\x00\x42\x06\n\x04kind\"\xf1\x01\n\x0eWorkerToDaemon\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.pbd.worker.HelloH\x00\x12.\n\x0binitialized\x18\x02 \x01(\x0b\x32\x17.pbd.worker.InitializedH\x00\x12+\n\x06result\x18\x03 \x01(\x0b\x32\x19.pbd.worker.ExecuteResultH\x00\x12*\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.pbd.worker.HeartbeatH\x00\x12*\n\tfinalized\x18\x05 \x01(\x0b\x32\x15.pbd.worker.FinalizedH\x00\x42\x06\n\x04kindb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epbd_worker/_proto/worker.proto\x12\npbd.worker\"j\n\tTensorRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0e\n\x06nbytes\x18\x06 \x01(\x04\"9\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\ttraceback\x18\x03 \x01(\t\"\xb5\x02\n\x07Request\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\n\n\x02id\x18\x02 \x01(\t\x12%\n\x06inputs\x18\x03 \x03(\x0b\x32\x15.pbd.worker.TensorRef\x12\x19\n\x11requested_outputs\x18\x04 \x03(\t\x12\x17\n\x0fparameters_json\x18\x05 \x01(\t\x12\x18\n\x0e\x63orrelation_id\x18\x06 \x01(\x04H\x00\x12\x1c\n\x12\x63orrelation_id_str\x18\x07 \x01(\tH\x00\x12\r\n\x05\x66lags\x18\x08 \x01(\r\x12\x12\n\ntimeout_us\x18\t \x01(\x04\x12\x13\n\x0btraceparent\x18\n \x01(\t\x12\x30\n\x0eoutput_targets\x18\x0b \x03(\x0b\x32\x18.pbd.worker.OutputTargetB\r\n\x0b\x63orrelation\"O\n\x0cOutputTarget\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tbyte_size\x18\x04 \x01(\x04\"S\n\x07\x45xecute\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12%\n\x08requests\x18\x02 \x03(\x0b\x32\x13.pbd.worker.Request\x12\x0f\n\x07release\x18\x03 \x03(\x04\"\x81\x01\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12&\n\x07outputs\x18\x02 \x03(\x0b\x32\x15.pbd.worker.TensorRef\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x11.pbd.worker.Error\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"\x81\x01\n\rExecuteResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\'\n\tresponses\x18\x02 \x03(\x0b\x32\x14.pbd.worker.Response\x12\x10\n\x08input_ns\x18\x03 \x01(\x04\x12\x10\n\x08infer_ns\x18\x04 \x01(\x04\x12\x11\n\toutput_ns\x18\x05 \x01(\x04\"\x1c\n\x07Release\x12\x11\n\tbatch_ids\x18\x01 \x03(\x04\"G\n\x05Hello\x12\x10\n\x08instance\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x10\n\x08protocol\x18\x04 \x01(\r\"\xa1\x02\n\nInitialize\x12.\n\x04\x61rgs\x18\x01 \x03(\x0b\x32 .pbd.worker.Initialize.ArgsEntry\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x11\n\tmodel_dir\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x1c\n\x14output_region_prefix\x18\x05 \x01(\t\x12\x1b\n\x13output_region_bytes\x18\x06 \x01(\x04\x12\x1d\n\x15heartbeat_interval_ms\x18\x07 \x01(\x04\x12\x13\n\x0blog_verbose\x18\x08 \x01(\r\x12\x0f\n\x07shm_dir\x18\t \x01(\t\x1a+\n\tArgsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"/\n\x0bInitialized\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.pbd.worker.Error\"\n\n\x08\x46inalize\"-\n\tFinalized\x12 \n\x05\x65rror\x18\x01 \x01(\x0b\x32\x11.pbd.worker.Error\"\x1d\n\tHeartbeat\x12\x10\n\x08\x65xecuted\x18\x01 \x01(\x04\"\xc0\x01\n\x0e\x44\x61\x65monToWorker\x12,\n\ninitialize\x18\x01 \x01(\x0b\x32\x16.pbd.worker.InitializeH\x00\x12&\n\x07\x65xecute\x18\x02 \x01(\x0b\x32\x13.pbd.worker.ExecuteH\x00\x12&\n\x07release\x18\x03 \x01(\x0b\x32\x13.pbd.worker.ReleaseH\x00\x12(\n\x08\x66inalize\x18\x04 \x01(\x0b\x32\x14.pbd.worker.FinalizeH\x00\x42\x06\n\x04kind\"\xf1\x01\n\x0eWorkerToDaemon\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.pbd.worker.HelloH\x00\x12.\n\x0binitialized\x18\x02 \x01(\x0b\x32\x17.pbd.worker.InitializedH\x00\x12+\n\x06result\x18\x03 \x01(\x0b\x32\x19.pbd.worker.ExecuteResultH\x00\x12*\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.pbd.worker.HeartbeatH\x00\x12*\n\tfinalized\x18\x05 \x01(\x0b\x32\x15.pbd.worker.FinalizedH\x00\x42\x06\n\x04kindb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,31 +38,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERROR']._serialized_start=154
   _globals['_ERROR']._serialized_end=211
   _globals['_REQUEST']._serialized_start=214
-  _globals['_REQUEST']._serialized_end=473
-  _globals['_EXECUTE']._serialized_start=475
-  _globals['_EXECUTE']._serialized_end=558
-  _globals['_RESPONSE']._serialized_start=561
-  _globals['_RESPONSE']._serialized_end=690
-  _globals['_EXECUTERESULT']._serialized_start=693
-  _globals['_EXECUTERESULT']._serialized_end=822
-  _globals['_RELEASE']._serialized_start=824
-  _globals['_RELEASE']._serialized_end=852
-  _globals['_HELLO']._serialized_start=854
-  _globals['_HELLO']._serialized_end=925
-  _globals['_INITIALIZE']._serialized_start=928
-  _globals['_INITIALIZE']._serialized_end=1217
-  _globals['_INITIALIZE_ARGSENTRY']._serialized_start=1174
-  _globals['_INITIALIZE_ARGSENTRY']._serialized_end=1217
-  _globals['_INITIALIZED']._serialized_start=1219
-  _globals['_INITIALIZED']._serialized_end=1266
-  _globals['_FINALIZE']._serialized_start=1268
-  _globals['_FINALIZE']._serialized_end=1278
-  _globals['_FINALIZED']._serialized_start=1280
-  _globals['_FINALIZED']._serialized_end=1325
-  _globals['_HEARTBEAT']._serialized_start=1327
-  _globals['_HEARTBEAT']._serialized_end=1356
-  _globals['_DAEMONTOWORKER']._serialized_start=1359
-  _globals['_DAEMONTOWORKER']._serialized_end=1551
-  _globals['_WORKERTODAEMON']._serialized_start=1554
-  _globals['_WORKERTODAEMON']._serialized_end=1795
+  _globals['_REQUEST']._serialized_end=523
+  _globals['_OUTPUTTARGET']._serialized_start=525
+  _globals['_OUTPUTTARGET']._serialized_end=604
+  _globals['_EXECUTE']._serialized_start=606
+  _globals['_EXECUTE']._serialized_end=689
+  _globals['_RESPONSE']._serialized_start=692
+  _globals['_RESPONSE']._serialized_end=821
+  _globals['_EXECUTERESULT']._serialized_start=824
+  _globals['_EXECUTERESULT']._serialized_end=953
+  _globals['_RELEASE']._serialized_start=955
+  _globals['_RELEASE']._serialized_end=983
+  _globals['_HELLO']._serialized_start=985
+  _globals['_HELLO']._serialized_end=1056
+  _globals['_INITIALIZE']._serialized_start=1059
+  _globals['_INITIALIZE']._serialized_end=1348
+  _globals['_INITIALIZE_ARGSENTRY']._serialized_start=1305
+  _globals['_INITIALIZE_ARGSENTRY']._serialized_end=1348
+  _globals['_INITIALIZED']._serialized_start=1350
+  _globals['_INITIALIZED']._serialized_end=1397
+  _globals['_FINALIZE']._serialized_start=1399
+  _globals['_FINALIZE']._serialized_end=1409
+  _globals['_FINALIZED']._serialized_start=1411
+  _globals['_FINALIZED']._serialized_end=1456
+  _globals['_HEARTBEAT']._serialized_start=1458
+  _globals['_HEARTBEAT']._serialized_end=1487
+  _globals['_DAEMONTOWORKER']._serialized_start=1490
+  _globals['_DAEMONTOWORKER']._serialized_end=1682
+  _globals['_WORKERTODAEMON']._serialized_start=1685
+  _globals['_WORKERTODAEMON']._serialized_end=1926
 # @@protoc_insertion_point(module_scope)

@@ -33,7 +33,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent")
+    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent", "output_targets")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class Request(_message.Message):
     FLAGS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_US_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TARGETS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     id: str
     inputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
@@ -54,7 +55,20 @@ class Request(_message.Message):
     flags: int
     timeout_us: int
     traceparent: str
-    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    output_targets: _containers.RepeatedCompositeFieldContainer[OutputTarget]
+    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ...) -> None: ...
+
+class OutputTarget(_message.Message):
+    __slots__ = ("name", "region", "offset", "byte_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    region: str
+    offset: int
+    byte_size: int
+    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class Execute(_message.Message):
     __slots__ = ("batch_id", "requests", "release")

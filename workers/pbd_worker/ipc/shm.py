@@ -237,11 +237,13 @@ class SegmentMap:
         self.segments: dict[str, Segment] = {}
 
     def get(self, name: str) -> Segment:
+        """``name`` is a file name, optionally with ``#<generation>``: a client region the
+        daemon registered anew is mapped anew, even if its file has the same name."""
         segment = self.segments.get(name)
         if segment is None:
             if not name.startswith(self.allowed_prefix):
                 raise ValueError(f"segment {name!r} is not one of this peer's")
-            segment = Segment.attach(name, self.shm_dir)
+            segment = Segment.attach(name.split("#", 1)[0], self.shm_dir)
             self.segments[name] = segment
         return segment
 

@@ -1,0 +1,190 @@
+"""System shared memory with the real tritonclient.utils.shared_memory and tritonclient.grpc:
+registration, inputs and outputs in regions (offsets, several regions), zero copy, misuse."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
+from pbd_harness import (
+    EXAMPLE_MODELS,
+    TEST_MODELS,
+    Daemon,
+    DaemonFactory,
+    error_of,
+    infer_input,
+    make_repository,
+    running_daemon,
+    wait_until,
+)
+
+PREFIX = f"pbdclient{os.getpid()}_"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    root = tmp_path_factory.mktemp("shm")
+    repo = make_repository(
+        root,
+        {
+            "add_sub": EXAMPLE_MODELS / "add_sub",
+            "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
+            "shm_probe": TEST_MODELS / "shm_probe",
+        },
+    )
+    with running_daemon(
+        repo, root, "--allow-client-shm", "true", settle=["add_sub", "identity_fp32", "shm_probe"]
+    ) as d:
+        yield d
+
+
+@pytest.fixture
+def regions() -> Iterator[dict[str, object]]:
+    made: dict[str, object] = {}
+
+    def create(name: str, size: int) -> object:
+        handle = shm.create_shared_memory_region(name, f"/{PREFIX}{name}", size)
+        made[name] = handle
+        return handle
+
+    made["create"] = create  # type: ignore[assignment]
+    yield made
+    for name, handle in made.items():
+        if name != "create":
+            shm.destroy_shared_memory_region(handle)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)]
+
+
+def test_inputs_and_outputs_in_regions_with_offsets(daemon: Daemon, regions: dict) -> None:
+    client = daemon.client()
+    client.unregister_system_shared_memory()
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 10, np.float32)
+    inp = regions["create"]("in", 64)
+    out = regions["create"]("out", 64)
+    shm.set_shared_memory_region(inp, [a, b])  # a at 0, b at 16
+    client.register_system_shared_memory("in", f"/{PREFIX}in", 64)
+    client.register_system_shared_memory("out", f"/{PREFIX}out", 64)
+    x, y = (
+        grpcclient.InferInput("INPUT0", [4], "FP32"),
+        grpcclient.InferInput("INPUT1", [4], "FP32"),
+    )
+    x.set_shared_memory("in", 16)
+    y.set_shared_memory("in", 16, offset=16)
+    o0, o1 = grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")
+    o0.set_shared_memory("out", 16, offset=32)
+    o1.set_shared_memory("out", 16)
+    result = client.infer("add_sub", [x, y], outputs=[o0, o1])
+    # The bytes went to the region: the reply carries shape and type, and an empty raw entry.
+    assert list(result.get_output("OUTPUT0").shape) == [4]
+    assert result.get_response().raw_output_contents[0] == b""
+    assert shm.get_contents_as_numpy(out, np.float32, [4], offset=32).tolist() == (a + b).tolist()
+    assert shm.get_contents_as_numpy(out, np.float32, [4]).tolist() == (a - b).tolist()
+    status = client.get_system_shared_memory_status(as_json=True)["regions"]
+    assert set(status) == {"in", "out"} and int(status["in"]["byte_size"]) == 64
+    # Mixed: one input from a region, the other over the wire.
+    z = infer_input("INPUT1", b, "FP32")
+    mixed = client.infer("add_sub", [x, z])
+    assert mixed.as_numpy("OUTPUT0").tolist() == (a + b).tolist()
+    client.unregister_system_shared_memory("in")
+    assert (
+        "Unable to find system shared memory region: 'in'"
+        in error_of(lambda: client.get_system_shared_memory_status("in")).message()
+    )
+    client.unregister_system_shared_memory()
+    assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+
+
+def test_the_model_reads_the_clients_memory(daemon: Daemon, regions: dict, tmp_path: Path) -> None:
+    client = daemon.client()
+    value = regions["create"]("probe", 4)
+    shm.set_shared_memory_region(value, [np.array([1], np.int32)])
+    client.register_system_shared_memory("probe", f"/{PREFIX}probe", 4)
+    v = grpcclient.InferInput("VALUE", [1], "INT32")
+    v.set_shared_memory("probe", 4)
+    folder = infer_input("DIR", np.array([str(tmp_path).encode()], dtype=np.object_), "BYTES")
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(client.infer, "shm_probe", [v, folder])
+        wait_until(lambda: (tmp_path / "started").exists(), 60, "the model to start")
+        # In flight: unregistering is deferred, the name is still taken.
+        client.unregister_system_shared_memory("probe")
+        taken = error_of(
+            lambda: client.register_system_shared_memory("probe", f"/{PREFIX}probe", 4)
+        )
+        assert taken.status() == "StatusCode.ALREADY_EXISTS"
+        shm.set_shared_memory_region(value, [np.array([2], np.int32)])  # after registration
+        (tmp_path / "go").touch()
+        seen = future.result(timeout=60).as_numpy("SEEN").tolist()
+    assert seen == [1, 2]  # the second read saw the client's write: zero copy
+    wait_until(
+        lambda: (
+            "probe" not in client.get_system_shared_memory_status(as_json=True).get("regions", {})
+        ),
+        30,
+        "the deferred unregister",
+    )
+
+
+def test_misuse_is_refused_and_the_daemon_keeps_serving(daemon: Daemon, regions: dict) -> None:
+    client = daemon.client()
+    small = regions["create"]("small", 8)
+    data = np.arange(4, dtype=np.float32).reshape(1, 4)
+    client.register_system_shared_memory("small", f"/{PREFIX}small", 8)
+    cases = []
+    x = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    x.set_shared_memory("nope", 16)
+    cases.append(([x], None, "StatusCode.NOT_FOUND", "Unable to find shared memory region: 'nope'"))
+    x = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    x.set_shared_memory("small", 16)
+    cases.append(([x], None, "StatusCode.INVALID_ARGUMENT", "Invalid offset + byte size"))
+    out = grpcclient.InferRequestedOutput("OUTPUT0")
+    out.set_shared_memory("small", 8)
+    cases.append(
+        (
+            [infer_input("INPUT0", data, "FP32")],
+            [out],
+            "StatusCode.INTERNAL",
+            "should be at least 16 bytes",
+        )
+    )
+    for inputs, outputs, status, message in cases:
+        error = error_of(lambda i=inputs, o=outputs: client.infer("identity_fp32", i, outputs=o))
+        assert error.status() == status and message in error.message(), error
+    missing = error_of(lambda: client.register_system_shared_memory("m", "/no_such_key_pbd", 8))
+    assert (
+        missing.status() == "StatusCode.INTERNAL"
+        and "Unable to open shared memory region" in missing.message()
+    )
+    too_big = error_of(lambda: client.register_system_shared_memory("b", f"/{PREFIX}small", 64))
+    assert "invalid args" in too_big.message()
+    cuda = error_of(lambda: client.register_cuda_shared_memory("c", b"x" * 64, 0, 64))
+    assert "GPUs not supported" in cuda.message()
+    ok = client.infer("identity_fp32", [infer_input("INPUT0", data, "FP32")])
+    assert ok.as_numpy("OUTPUT0").tolist() == data.tolist()
+    client.unregister_system_shared_memory()
+    del small
+
+
+def test_key_allow_list(start_daemon: DaemonFactory, regions: dict, tmp_path: Path) -> None:
+    repo = make_repository(tmp_path, {"identity_fp32": EXAMPLE_MODELS / "identity_fp32"})
+    d = start_daemon(
+        repo,
+        "--allow-client-shm",
+        "true",
+        "--client-shm-key-prefix",
+        "allowed_",
+        settle=["identity_fp32"],
+    )
+    regions["create"]("private", 8)
+    refused = error_of(
+        lambda: d.client().register_system_shared_memory("p", f"/{PREFIX}private", 8)
+    )
+    assert (
+        refused.status() == "StatusCode.INVALID_ARGUMENT" and "is not allowed" in refused.message()
+    )
+    assert d.client().is_server_live()
