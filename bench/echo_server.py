@@ -3,7 +3,7 @@
 It registers ``inference.GRPCInferenceService/ModelInfer`` by hand and parses and builds the
 messages with tritonclient's generated classes, as a plain Python KServe v2 server would. Each
 input ``INPUTn`` comes back as output ``OUTPUTn`` with the same datatype, shape and raw bytes.
-It applies the daemon's allocator tuning (:mod:`bench.malloc_tuning`) unless told not to, so
+It applies the daemon's allocator tuning (:mod:`pbd.memory.malloc`) unless told not to, so
 pbd/echo measures what the daemon adds (validation, scheduling, the worker hop) and nothing else.
 
     python -m bench.echo_server --port N [--no-malloc-tuning]
@@ -21,7 +21,7 @@ import sys
 import grpc
 from tritonclient.grpc import service_pb2
 
-from bench.malloc_tuning import apply_tuning, describe
+from pbd.memory.malloc import describe, tune_malloc
 
 SERVICE = "inference.GRPCInferenceService"
 SERVER_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.no_malloc_tuning:
         print("malloc tuning: off", flush=True)
     else:
-        accepted = apply_tuning()
+        accepted = tune_malloc()
         refused = [name for name, ok in accepted.items() if not ok]
         if not accepted:
             print("malloc tuning: not applied (no glibc mallopt)", flush=True)

@@ -25,7 +25,6 @@ import grpc
 
 from bench import procstat
 from bench.loadgen import LoadStats, ResponseMismatch, build_request, run_load
-from bench.malloc_tuning import describe
 from bench.report import (
     SERVERS,
     TABLE_FOOT,
@@ -36,6 +35,7 @@ from bench.report import (
     format_row,
 )
 from bench.servers import ROOT, ServerProcess, leftover_segments, start_echo, start_pbd
+from pbd.memory.malloc import describe
 
 MODEL = "identity_fp32"
 SCENARIOS = [

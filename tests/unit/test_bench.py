@@ -17,7 +17,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from bench import malloc_tuning
 from bench.loadgen import (
     LoadStats,
     ResponseMismatch,
@@ -78,13 +77,6 @@ def test_check_response_accepts_only_the_echo() -> None:
         check_response(_response("OUTPUT0", [4], data), [1, 4], data)
     with pytest.raises(ResponseMismatch):
         check_response(_response("OUTPUT1", [1, 4], data), [1, 4], data)
-
-
-def test_malloc_tuning_equals_the_daemons() -> None:
-    from pbd.memory import malloc as daemon_malloc
-
-    ours = dict(malloc_tuning.TUNING.values())
-    assert ours == daemon_malloc.TUNING
 
 
 @pytest.fixture(scope="module")
