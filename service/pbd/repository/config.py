@@ -18,10 +18,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from google.protobuf import descriptor, json_format, text_format
+from google.protobuf import json_format, text_format
 
 from pbd._proto import model_config_pb2 as mc
 from pbd.errors import Code, PbdError
+from pbd.repository.config_json import config_to_dict
 from pbd_worker import dtypes
 
 CONFIG_FILE = "config.pbtxt"
@@ -30,10 +31,6 @@ DEFAULT_MODEL_FILENAME = "model.py"
 SEQUENCE_IDLE_DEFAULT_US = 1_000_000
 WILDCARD_DIM = -1
 
-_F = descriptor.FieldDescriptor
-_INT64_TYPES = frozenset(
-    {_F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_SINT64, _F.TYPE_FIXED64, _F.TYPE_SFIXED64}
-)
 _Group = mc.ModelInstanceGroup
 _IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
 
@@ -153,15 +150,6 @@ def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelC
 def _triton_names(exc: Exception) -> str:
     """protobuf's message, naming the types as Triton's users know them (inference.*)."""
     return str(exc).replace(f"{mc.DESCRIPTOR.package}.", "inference.")
-
-
-def config_to_dict(message: mc.ModelConfig) -> dict[str, Any]:
-    """Triton's JSON form of ``message``: protobuf JSON with field names as in the .proto,
-    fields without presence printed, and 64-bit integers as numbers (protobuf prints strings)."""
-    document = json_format.MessageToDict(
-        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    return _triton_json(document, message.DESCRIPTOR)
 
 
 def _build(msg: mc.ModelConfig, model_name: str, src: str) -> ModelConfig:
@@ -376,31 +364,3 @@ def _version_policy(policy: mc.ModelVersionPolicy, src: str) -> VersionPolicy:
         # Triton accepts it and then fails the load: no version can be served.
         raise ConfigError(f"{src}: version_policy latest: num_versions must be >= 1")
     return VersionPolicy("latest", num_versions=policy.latest.num_versions)
-
-
-def _triton_json(document: dict[str, Any], desc: descriptor.Descriptor) -> dict[str, Any]:
-    """``document`` (MessageToDict of a ``desc`` message) with 64-bit integers as numbers and
-    keys in .proto declaration order, as Triton prints it. Map keys stay strings: JSON has no
-    other kind of key."""
-    fixed: dict[str, Any] = {}
-    for field in desc.fields:
-        if field.name not in document:
-            continue
-        value = document[field.name]
-        message_type = field.message_type
-        if message_type is not None and message_type.GetOptions().map_entry:
-            value_field = message_type.fields_by_name["value"]
-            fixed[field.name] = {k: _triton_value(value_field, v) for k, v in value.items()}
-        elif field.is_repeated:
-            fixed[field.name] = [_triton_value(field, v) for v in value]
-        else:
-            fixed[field.name] = _triton_value(field, value)
-    return fixed
-
-
-def _triton_value(field: descriptor.FieldDescriptor, value: Any) -> Any:
-    if field.message_type is not None:
-        return _triton_json(value, field.message_type)
-    if field.type in _INT64_TYPES:
-        return int(value)
-    return value
