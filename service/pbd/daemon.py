@@ -15,7 +15,7 @@ from pathlib import Path
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.gpus import visible_gpus
-from pbd.grpc.server import build_server
+from pbd.grpc.server import build_server, secure_socket
 from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import ProcessLauncher
@@ -100,9 +100,15 @@ class Daemon:
         tune_malloc()
         remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
         await self.hub.start()
-        server, self.port = build_server(self.dataplane, settings.grpc_address, settings.grpc_port)
+        server, self.port = build_server(self.dataplane, settings)
         await server.start()
-        log.info("gRPC server listening on %s:%d", settings.grpc_address, self.port)
+        secure_socket(settings)
+        where = (
+            settings.grpc_address
+            if settings.grpc_address.startswith("unix:")
+            else f"{settings.grpc_address}:{self.port}"
+        )
+        log.info("gRPC server listening on %s%s", where, " (TLS)" if settings.grpc_use_ssl else "")
         http: HttpFrontend | None = None
         if settings.allow_http:
             http = HttpFrontend(self.dataplane, settings)

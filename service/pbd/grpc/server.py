@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import grpc
 
 from pbd.dataplane import DataPlane
 from pbd.grpc.servicer import InferenceServicer, generic_handlers
+from pbd.settings import Settings
 
 # Triton allows messages up to INT32_MAX both ways; gRPC's 4 MiB default breaks large tensors.
 MAX_MESSAGE_BYTES = 2**31 - 1
@@ -24,12 +28,48 @@ SERVER_OPTIONS = [
 ]
 
 
-def build_server(dataplane: DataPlane, address: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """The server, not started yet, and the port it bound (useful when ``port`` is 0)."""
+def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS as Triton's ``--grpc-use-ssl*`` flags describe it; None for plaintext."""
+    if not settings.grpc_use_ssl:
+        return None
+    try:
+        key = Path(settings.grpc_server_key).read_bytes()
+        cert = Path(settings.grpc_server_cert).read_bytes()
+        root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    except OSError as exc:
+        raise OSError(f"--grpc-use-ssl: cannot read a key or certificate: {exc}") from None
+    if settings.grpc_use_ssl_mutual and root is None:
+        raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert to check client certificates")
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=settings.grpc_use_ssl_mutual
+    )
+
+
+def build_server(dataplane: DataPlane, settings: Settings) -> tuple[grpc.aio.Server, int]:
+    """The server, not started yet, and the port it bound (0 for a Unix socket).
+
+    ``--grpc-address unix:/path`` listens on a Unix socket (file mode from
+    ``--grpc-socket-mode``); anything else is a host for ``--grpc-port``.
+    """
     server = grpc.aio.server(options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers(generic_handlers(InferenceServicer(dataplane)))
-    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise OSError(f"cannot bind gRPC server to {host}:{port}")
+    address = settings.grpc_address
+    if address.startswith("unix:"):
+        target = address
+    else:
+        host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+        target = f"{host}:{settings.grpc_port}"
+    credentials = _credentials(settings)
+    if credentials is None:
+        bound = server.add_insecure_port(target)
+    else:
+        bound = server.add_secure_port(target, credentials)
+    if bound == 0 and not address.startswith("unix:"):
+        raise OSError(f"cannot bind gRPC server to {target}")
     return server, bound
+
+
+def secure_socket(settings: Settings) -> None:
+    """Give a Unix-socket listener its configured file mode once it exists."""
+    if settings.grpc_address.startswith("unix:"):
+        os.chmod(settings.grpc_address.removeprefix("unix:"), int(settings.grpc_socket_mode, 8))
