@@ -72,6 +72,11 @@ class Settings:
     worker_pipeline_depth: int = _opt(
         2, "batches queued at a worker at once (1: strictly one at a time; more hides the hop)"
     )
+    execute_timeout_secs: float = _opt(
+        0.0,
+        "default longest execute() (0: none); longer and the instance is killed and replaced "
+        "(per model: parameter pbd.execute_timeout_s)",
+    )
     worker_heartbeat_ms: int = _opt(1000, "interval of worker heartbeats")
     worker_heartbeat_timeout_secs: float = _opt(
         30.0, "a worker silent this long is killed and restarted"

@@ -192,3 +192,18 @@ def test_workers_exit_when_the_daemon_is_killed(repository: Path, tmp_path: Path
         # Nobody unlinks a SIGKILLed daemon's segments; remove them so the test leaves none.
         for name in daemon.shm_segments():
             (Path("/dev/shm") / name).unlink()
+
+
+def test_a_hung_execute_is_killed_and_replaced(
+    start_daemon: DaemonFactory, repository: Path
+) -> None:
+    daemon = start_daemon(repository, "--execute-timeout-secs", "1", settle=["sleepy", "add_sub"])
+    client = daemon.client()
+    (old_pid,) = daemon.workers_of("sleepy")
+    error = error_of(lambda: client.infer("sleepy", sleepy_inputs(5_000)))
+    assert error.status() == "StatusCode.UNAVAILABLE"
+    assert "execute() did not return within 1s" in error.message()
+    # The same daemon serves on, from a new worker for that instance.
+    assert int(client.infer("sleepy", sleepy_inputs(0)).as_numpy("SLEPT_MS")[0]) == 0
+    assert old_pid not in daemon.workers_of("sleepy")
+    add_sub_works(client)

@@ -59,6 +59,8 @@ _KEYS = {
     "max_starting": ("max_starting", "int"),
     "cold_start_timeout_s": ("cold_start_timeout_s", "float"),
 }
+# pbd.* keys that are not about scaling, read elsewhere.
+_OTHER_KEYS = ("execute_timeout_s",)
 
 
 def _value(key: str, text: str, kind: str, source: str) -> object:
@@ -97,6 +99,8 @@ def parse_policy(
         if not name.startswith(PREFIX):
             continue
         key = name[len(PREFIX) :]
+        if key in _OTHER_KEYS:
+            continue
         if key not in _KEYS:
             known = ", ".join(PREFIX + k for k in _KEYS)
             raise invalid_arg(f"{source}: unknown parameter '{name}' (known: {known})")

@@ -63,6 +63,7 @@ class Instance:
         hub: WorkerHub,
         shm_base: str,
         stats: ModelStats | None = None,
+        execute_timeout: float = 0.0,
     ) -> None:
         self.config = config
         self.version = version
@@ -79,6 +80,7 @@ class Instance:
         self.conn: WorkerConnection | None = None
         self.memory = InstanceMemory(shm_base, settings)
         self.stats = stats if stats is not None else ModelStats()
+        self.execute_timeout = execute_timeout
         self.last_seen = 0.0
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
@@ -249,6 +251,14 @@ class Instance:
         self._to_release.clear()
         copy_ns = time.perf_counter_ns() - copy_began
         self.conn.send(wpb.DaemonToWorker(execute=message))
+        if self.execute_timeout > 0:
+            done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
+            if not done:
+                # A hung model: the worker is killed (which fails this batch) and replaced.
+                await self.kill(
+                    f"{self.describe()}: execute() did not return within "
+                    f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
+                )
         result = await future
         self.stats.executed(
             len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns

@@ -110,6 +110,7 @@ class VersionRuntime:
         self.reason = ""
         self.queue = RequestQueue()
         self.stats = ModelStats()
+        self.execute_timeout = settings.execute_timeout_secs
         self.slots: list[Slot] = []
         self._stopping = False
         self._monitor: asyncio.Task[None] | None = None
@@ -136,6 +137,7 @@ class VersionRuntime:
             hub=self.hub,
             shm_base=self.shm_name(),
             stats=self.stats,
+            execute_timeout=self.execute_timeout,
         )
 
     @property
@@ -209,6 +211,19 @@ class VersionRuntime:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise
         self.templates = plans
+        try:
+            self.execute_timeout = float(
+                self.config.parameters.get(
+                    "pbd.execute_timeout_s", self.settings.execute_timeout_secs
+                )
+            )
+        except ValueError:
+            self.state = VersionState.UNAVAILABLE
+            self.reason = (
+                f"{self.model_dir / 'config.pbtxt'}: parameter 'pbd.execute_timeout_s' must be "
+                "a number of seconds"
+            )
+            raise invalid_arg(self.reason) from None
         cpu_only = all(p.kind != "GPU" for p in plans)
         try:
             self.policy = parse_policy(
