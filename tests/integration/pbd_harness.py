@@ -8,7 +8,6 @@ shutdown: exit code 0, no ``/dev/shm/<prefix>-*`` left, no worker process left.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import re
@@ -44,10 +43,16 @@ _daemon_numbers = itertools.count()
 _PR_SET_PDEATHSIG = 1
 
 
-def _terminate_with_parent() -> None:
-    """Runs in the daemon's process before exec: SIGTERM it if the test process dies, so a
-    killed pytest run leaves no daemon (and, through the daemon, no workers) behind."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+# Runs as the daemon's first program: asks for SIGTERM when the test process dies (so a
+# killed pytest run leaves no daemon, and through it no worker, behind), then execs the daemon
+# in the same process, so its PID is the one the test holds. Not a preexec_fn: Python code
+# between fork and exec can deadlock when the test process has threads (gRPC's do), which it
+# did here once in a while.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys;"
+    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, {int(signal.SIGTERM)}, 0, 0, 0);"
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def free_port() -> int:
@@ -141,6 +146,7 @@ class Daemon:
 
     def start(self) -> None:
         command = [
+            sys.executable, "-c", _DIE_WITH_PARENT,
             sys.executable, "-m", "pbd", "serve",
             "--model-repository", str(self.repository),
             "--grpc-address", "127.0.0.1",
@@ -159,7 +165,6 @@ class Daemon:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
                 env=env,
-                preexec_fn=_terminate_with_parent,
             )
         self._wait_live()
 
