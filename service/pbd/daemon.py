@@ -100,7 +100,12 @@ class Daemon:
         tune_malloc()
         remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
         await self.hub.start()
-        server, self.port = build_server(self.dataplane, settings)
+        try:
+            server, self.port = build_server(self.dataplane, settings)
+        except (OSError, ValueError) as exc:
+            log.error("%s", exc)
+            await self.hub.close()
+            return 2
         await server.start()
         secure_socket(settings)
         where = (

@@ -31,6 +31,9 @@ class Settings:
     model_repository: Path = _opt(Path("models"), "model repository directory (Triton layout)")
     grpc_address: str = _opt("127.0.0.1", "address the gRPC server binds")
     grpc_port: int = _opt(8001, "gRPC port (0 picks a free one)")
+    grpc_restricted_protocol: list[str] = _opt(
+        [], "<group>[,<group>...]:<key>=<value>: those RPCs need header triton-grpc-protocol-<key>"
+    )
     grpc_socket_mode: str = _opt("0660", "file mode of a unix: gRPC socket (octal)")
     grpc_use_ssl: bool = _opt(False, "serve gRPC over TLS")
     grpc_use_ssl_mutual: bool = _opt(False, "require client certificates (mutual TLS)")

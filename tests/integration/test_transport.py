@@ -127,3 +127,32 @@ def test_tls_and_mutual_tls(daemon, certs: Path) -> None:  # noqa: ANN001
         murl, ssl=True, root_certificates=str(certs / "ca.pem")
     )
     assert error_of(lambda: no_cert.is_server_live()).status() == "StatusCode.UNAVAILABLE"
+
+
+def test_restricted_protocol_needs_the_header(daemon, tmp_path: Path) -> None:  # noqa: ANN001
+    port = free_port()
+    daemon("--grpc-port", str(port), "--grpc-restricted-protocol", "model-repository:admin=s3cret")
+    url = f"127.0.0.1:{port}"
+    wait_until(_ready(lambda: grpcclient.InferenceServerClient(url)), 120, "restricted daemon")
+    client = grpcclient.InferenceServerClient(url)
+    refused = error_of(lambda: client.get_model_repository_index())
+    assert refused.status() == "StatusCode.UNAVAILABLE"
+    assert "expecting header 'triton-grpc-protocol-admin'" in refused.message()
+    wrong = error_of(
+        lambda: client.unload_model("add_sub", headers={"triton-grpc-protocol-admin": "no"})
+    )
+    assert wrong.status() == "StatusCode.UNAVAILABLE"
+    index = client.get_model_repository_index(headers={"triton-grpc-protocol-admin": "s3cret"})
+    assert [m.name for m in index.models if m.state == "READY"] == ["add_sub"]
+    assert _add_sub(client) == [0.0, 2.0, 4.0, 6.0]  # inference is not restricted
+
+
+def test_bad_listener_settings_fail_at_start(tmp_path: Path) -> None:
+    for args, message in [
+        (["--grpc-restricted-protocol", "nope:k=v"], "unknown group 'nope'"),
+        (["--grpc-use-ssl", "true", "--grpc-server-cert", "/no/cert",
+          "--grpc-server-key", "/no/key"], "cannot read a key or certificate"),
+    ]:  # fmt: skip
+        process = _serve(tmp_path, "--grpc-port", str(free_port()), *args)
+        assert process.wait(timeout=60) == 2
+        assert message in (tmp_path / "daemon.log").read_text()

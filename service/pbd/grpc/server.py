@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 
 from pbd.dataplane import DataPlane
+from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, generic_handlers
 from pbd.settings import Settings
 
@@ -52,7 +53,8 @@ def build_server(dataplane: DataPlane, settings: Settings) -> tuple[grpc.aio.Ser
     ``--grpc-socket-mode``); anything else is a host for ``--grpc-port``.
     """
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers(generic_handlers(InferenceServicer(dataplane)))
+    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    server.add_generic_rpc_handlers(generic_handlers(InferenceServicer(dataplane), restrictions))
     address = settings.grpc_address
     if address.startswith("unix:"):
         target = address

@@ -21,6 +21,7 @@ from pbd._proto import health_pb2
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.grpc import convert
+from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS
 
 log = logging.getLogger("pbd.grpc")
@@ -232,17 +233,26 @@ def _handler(method: Handler, request_type: Any, response_type: Any) -> grpc.Rpc
     )
 
 
-def generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
-    inference = {
-        name: _handler(getattr(servicer, name), req, resp) for name, (req, resp) in _UNARY.items()
-    }
+def generic_handlers(
+    servicer: InferenceServicer, restrictions: dict[str, Restriction] | None = None
+) -> list[grpc.GenericRpcHandler]:
+    rules = restrictions or {}
+
+    def unary(name: str) -> Handler:
+        method = getattr(servicer, name)
+        return guard_unary(method, rules[name]) if name in rules else method
+
+    inference = {name: _handler(unary(name), req, resp) for name, (req, resp) in _UNARY.items()}
     health = {
         "Check": _handler(
-            servicer.Check, health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
+            unary("Check"), health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
         )
     }
+    stream = servicer.ModelStreamInfer
+    if "ModelStreamInfer" in rules:
+        stream = guard_stream(stream, rules["ModelStreamInfer"])
     inference["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        servicer.ModelStreamInfer, request_deserializer=_identity, response_serializer=_identity
+        stream, request_deserializer=_identity, response_serializer=_identity
     )
     return [
         grpc.method_handlers_generic_handler(SERVICE, inference),
