@@ -26,6 +26,7 @@ from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, State
 from pbd.instances.launcher import InstanceLauncher
+from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
 from pbd.repository.config import ModelConfig
 from pbd.scheduler import RequestQueue, WorkItem, wait_result
@@ -44,34 +45,6 @@ class VersionState(enum.Enum):
     READY = "READY"
     UNAVAILABLE = "UNAVAILABLE"
     UNLOADING = "UNLOADING"
-
-
-def plan_instances(config: ModelConfig, gpus: list[int]) -> list[InstancePlan]:
-    """Triton's placement: ``count`` per listed GPU for GPU groups; AUTO falls back to CPU."""
-    plans: list[InstancePlan] = []
-    for group in config.instance_groups:
-        kind = group.kind
-        if kind == "KIND_AUTO":
-            kind = "KIND_GPU" if gpus else "KIND_CPU"
-        if kind == "KIND_GPU":
-            if not gpus:
-                raise invalid_arg(
-                    f"instance group '{group.name}' of model '{config.name}' has kind KIND_GPU, "
-                    "but no GPU is available on this machine; use KIND_CPU, or KIND_AUTO to "
-                    "fall back to the CPU"
-                )
-            ids = list(group.gpus) or gpus
-            for gpu in ids:
-                if gpu not in gpus:
-                    raise invalid_arg(
-                        f"instance group '{group.name}' of model '{config.name}' names GPU {gpu}, "
-                        f"but the available GPUs are {gpus}"
-                    )
-            devices = [("GPU", g) for g in ids for _ in range(group.count)]
-        else:
-            devices = [("MODEL" if kind == "KIND_MODEL" else "CPU", 0)] * group.count
-        plans += [InstancePlan(f"{group.name}_{n}", k, d) for n, (k, d) in enumerate(devices)]
-    return plans
 
 
 @dataclass

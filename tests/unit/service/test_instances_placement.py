@@ -6,7 +6,7 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.gpus import visible_gpus
-from pbd.instances.supervisor import plan_instances
+from pbd.instances.placement import plan_instances
 from pbd.repository.config import parse_model_config
 
 
