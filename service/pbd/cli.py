@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
+from pathlib import Path
 
 from pbd import __version__
 from pbd.settings import add_arguments, from_args
-
-
-def _configure_logging(verbose: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+from pbd_worker import journal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +29,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="print each model version's state, and instance counts of autoscaled models",
     )
     status.add_argument("--url", default="127.0.0.1:8001", help="the daemon's gRPC address")
+    install = commands.add_parser(
+        "install-units",
+        help="install pbd.service and pbd-worker@.service for this Python environment",
+        description="Copy the systemd units into UNIT_DIR and write pbd.service.d/10-install.conf "
+        "with this interpreter and the model repository. Then: systemctl daemon-reload; "
+        "systemctl start pbd.",
+    )
+    install.add_argument("--model-repository", type=Path, required=True)
+    install.add_argument("--unit-dir", type=Path, default=Path("/etc/systemd/system"))
+    install.add_argument(
+        "--python", default=sys.executable, help="interpreter pbd is installed for"
+    )
+    install.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a pbd serve setting for the unit, e.g. grpc_port=8001 (repeat)",
+    )
     return parser
+
+
+def _install_units(args: argparse.Namespace) -> int:
+    from pbd.settings import ENV_PREFIX, Settings
+    from pbd.systemd.units import install
+
+    extra: dict[str, str] = {}
+    for item in args.setting:
+        name, sep, value = item.partition("=")
+        if not sep or name not in Settings.field_names():
+            print(f"pbd install-units: unknown setting {item!r}", file=sys.stderr)
+            return 2
+        extra[ENV_PREFIX + name.upper()] = value
+    if not args.model_repository.is_dir():
+        print(f"pbd install-units: {args.model_repository} is not a directory", file=sys.stderr)
+        return 2
+    for path in install(args.unit_dir, args.model_repository, args.python, extra):
+        print(f"wrote {path}")
+    return 0
 
 
 def _status(url: str) -> int:
@@ -60,12 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
         return _status(args.url)
+    if args.command == "install-units":
+        return _install_units(args)
     try:
         settings = from_args(args)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"pbd: {exc}", file=sys.stderr)
         return 2
-    _configure_logging(settings.log_verbose)
+    journal.configure(verbose=settings.log_verbose)
     if args.command == "serve":
         from pbd.daemon import serve
 

@@ -2,6 +2,8 @@
 
 Shutdown (SIGTERM/SIGINT): stop accepting requests, let those in flight finish (up to
 ``exit_timeout_secs``), finalize models and stop workers, remove every shared-memory segment.
+Under systemd with the systemd launcher, a SIGTERM that comes from `systemctl restart pbd`
+leaves the instance units running instead; the next daemon re-attaches to them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server, secure_socket
 from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
-from pbd.instances.launcher import ProcessLauncher
+from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
 from pbd.instances.supervisor import VersionRuntime
 from pbd.memory.client_shm import SystemShmRegistry
 from pbd.memory.malloc import tune_malloc
@@ -26,6 +28,9 @@ from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
 from pbd.settings import Settings
+from pbd.systemd.launcher import SystemdLauncher
+from pbd.systemd.notify_loop import DaemonNotifier
+from pbd.systemd.units import worker_unit
 
 log = logging.getLogger("pbd")
 
@@ -34,8 +39,16 @@ class Daemon:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.daemon_id = new_daemon_id()
-        self.hub = WorkerHub(settings.worker_socket or f"@pbd-{self.daemon_id}")
-        self.launcher = ProcessLauncher()
+        self.launcher: InstanceLauncher
+        if settings.launcher == "systemd":
+            # A path that outlives this process: running workers reconnect to the next daemon.
+            self.hub = WorkerHub(settings.worker_socket or "/run/pbd/worker.sock")
+            self.launcher = self.systemd = SystemdLauncher(settings)
+        else:
+            self.hub = WorkerHub(settings.worker_socket or f"@pbd-{self.daemon_id}")
+            self.launcher = ProcessLauncher()
+            self.systemd = None
+        self.notifier = DaemonNotifier(self.status_text)
         self.gpus = visible_gpus()
         shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
 
@@ -66,6 +79,37 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def status_text(self) -> str:
+        """One line for systemd's STATUS=: models, and instances ready of all."""
+        models = ready = total = 0
+        for entry in self.repository.entries.values():
+            for runtime in entry.versions.values():
+                models += runtime.ready
+                for instance in runtime.instances():
+                    total += 1
+                    ready += instance.state.value == "READY"
+        return f"{models} model version(s) ready, {ready}/{total} instances ready"
+
+    async def _stop_orphan_units(self) -> None:
+        """Instance units left from an earlier daemon that no model of ours took back (a model
+        removed from the repository, an autoscaled extra instance): stop them."""
+        assert self.systemd is not None
+        ours = {
+            worker_unit(instance.id)
+            for entry in self.repository.entries.values()
+            for runtime in entry.versions.values()
+            for instance in runtime.instances()
+        }
+        for unit in await self.systemd.running_units():
+            if unit not in ours:
+                log.info("stopping %s: no loaded model owns it", unit)
+                await self.systemd.stop_unit(unit)
+
+    async def _decide_detach(self) -> None:
+        if self.systemd is not None and await self.systemd.own_job() == "restart":
+            self.systemd.detaching = True
+            log.info("restarting: instance units keep running for the next daemon")
 
     async def _load_startup_models(self) -> list[str]:
         names = self.repository.model_names()
@@ -99,6 +143,12 @@ class Daemon:
             return 2
         tune_malloc()
         remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
+        if self.systemd is not None:
+            try:
+                await self.systemd.connect()
+            except PbdError as exc:
+                log.error("--launcher systemd: %s", exc.message)
+                return 2
         await self.hub.start()
         try:
             server, self.port = build_server(self.dataplane, settings)
@@ -132,8 +182,18 @@ class Daemon:
                 "pbd ready: %d model(s) loaded",
                 sum(1 for e in self.repository.index() if e.state == "READY"),
             )
+            if self.systemd is not None:
+                await self._stop_orphan_units()
+            self.notifier.ready()
+            self.notifier.start()
             await self._stop.wait()
             log.info("shutting down")
+        await self._decide_detach()
+        await self.notifier.stopping(
+            "restarting; instances keep running"
+            if self.launcher.detaching
+            else "draining requests and stopping instances"
+        )
         if poller is not None:
             poller.cancel()
         await self.dataplane.drain(settings.exit_timeout_secs)
@@ -145,6 +205,9 @@ class Daemon:
         remove_segments(
             settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
         )
+        if self.systemd is not None:
+            self.systemd.close()
+        self.notifier.close()
         log.info("stopped")
         return code
 

@@ -38,6 +38,8 @@ class PbdError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+        # Retrying the same thing would fail the same way (a worker's start is refused).
+        self.permanent = False
 
     def __repr__(self) -> str:
         return f"PbdError({self.code.name}, {self.message!r})"

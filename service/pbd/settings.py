@@ -72,6 +72,21 @@ class Settings:
     worker_socket: str = _opt(
         "", "socket workers connect to: a path or @abstract name (default: abstract)"
     )
+    launcher: str = _opt(
+        "process",
+        "how instances run: process (child processes) or systemd (pbd-worker@ units)",
+        choices=("process", "systemd"),
+    )
+    systemd_unit_dir: Path = _opt(
+        Path("/run/systemd/system"), "where the systemd launcher writes per-instance drop-ins"
+    )
+    systemd_env_dir: Path = _opt(
+        Path("/run/pbd/workers"), "where it writes each instance's EnvironmentFile"
+    )
+    systemd_python: str = _opt("", "interpreter of the worker units (default: the daemon's)")
+    systemd_reattach_secs: float = _opt(
+        120.0, "how long a worker unit waits for a restarted daemon before it exits"
+    )
     worker_pipeline_depth: int = _opt(
         2, "batches queued at a worker at once (1: strictly one at a time; more hides the hop)"
     )

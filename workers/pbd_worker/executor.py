@@ -53,6 +53,14 @@ class BatchExecutor:
         self.loop = loop
         self._held: dict[int, list[Block]] = {}
 
+    def rebind(self, inputs: SegmentMap, outputs: Arena) -> None:
+        """New segments after a daemon restart; blocks of the old arena are void."""
+        self._held.clear()
+        self.inputs, self.outputs = inputs, outputs
+
+    def held_batches(self) -> list[int]:
+        return list(self._held)
+
     def release(self, batch_ids: list[int]) -> None:
         for batch_id in batch_ids:
             for block in self._held.pop(batch_id, ()):

@@ -2,7 +2,10 @@
 
 Threads: the main thread reads frames and runs the model; a heartbeat thread sends
 ``Heartbeat`` every interval (and exits the process if the daemon can no longer be reached,
-even while the model is busy). EOF on the socket means the daemon is gone: the worker exits.
+even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
+or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
+model. Under systemd it also speaks sd_notify: READY=1 once initialize() returned, STATUS=
+with its batch count, WATCHDOG=1 from the heartbeat thread.
 This module imports neither ``pbd`` nor grpc: a worker starts in the time numpy takes.
 """
 
@@ -10,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
+import time
 from typing import Any
 
+from pbd_worker import journal
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
@@ -25,81 +30,194 @@ from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_addre
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.model_api import state
+from pbd_worker.notify import Notifier
 
 log = logging.getLogger("pbd_worker")
 
 
+# initialize() raised: the model is broken, restarting the process would not help. The systemd
+# unit lists this in RestartPreventExitStatus=.
+EXIT_INIT_FAILED = 3
+# The daemon's model or arguments changed while we were disconnected: start over (systemd
+# restarts the unit; a fresh process initializes the new model).
+EXIT_STALE = 75
+
+
+def init_fingerprint(init: wpb.Initialize) -> str:
+    """What must match for a reconnecting worker to keep its model: the model file, version
+    and every initialize() argument. Per-daemon fields (segment names, intervals) may differ."""
+    digest = hashlib.sha256()
+    for key, value in sorted(init.args.items()):
+        digest.update(f"{key}={value}\0".encode())
+    digest.update(f"{init.model_path}\0{init.model_dir}\0{init.version}".encode())
+    return digest.hexdigest()
+
+
 class WorkerRuntime:
-    def __init__(self, sock: socket.socket, instance: str) -> None:
-        self.sock = sock
+    def __init__(self, address: str, instance: str, reconnect_s: float = 0.0) -> None:
+        self.address = address
         self.instance = instance
-        self.reader = SocketFrameReader(sock)
+        self.reconnect_s = reconnect_s
+        self.sock: socket.socket | None = None
+        self.reader: SocketFrameReader | None = None
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
-        self.executed = 0
+        self.executed = 0  # batches
+        self.requests = 0
         self.loop = asyncio.new_event_loop()
         self.model: Any = None
+        self.fingerprint = ""
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
+        self.notify = Notifier()
+        self.exit_code: int | None = None  # set when the conversation decided the exit
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(socket_address(self.address))
+        except OSError:
+            sock.close()
+            raise
+        with self._send_lock:
+            self.sock, self.reader = sock, SocketFrameReader(sock)
+
+    def disconnect(self) -> None:
+        with self._send_lock:
+            sock, self.sock, self.reader = self.sock, None, None
+        if sock is not None:
+            sock.close()
 
     def send(self, message: wpb.WorkerToDaemon) -> None:
         frame = encode_frame(message.SerializeToString())
         with self._send_lock:
+            if self.sock is None:
+                raise BrokenPipeError("not connected to the daemon")
             self.sock.sendall(frame)
 
     def _heartbeat(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        watchdog = self.notify.watchdog_interval_s
+        period = min(interval_s, watchdog) if watchdog else interval_s
+        while not self._stop.wait(period):
+            self.notify.watchdog()
             try:
                 self.send(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat(executed=self.executed)))
             except OSError:
-                log.error("daemon unreachable; exiting")
-                os._exit(1)
+                if not self.reconnect_s:
+                    log.error("daemon unreachable; exiting")
+                    os._exit(1)
+                # Reconnecting: the main thread sees the broken connection and handles it.
+
+    # -- conversation --------------------------------------------------------------------------
 
     def serve(self) -> int:
-        self.send(
-            wpb.WorkerToDaemon(
-                hello=wpb.Hello(
-                    instance=self.instance,
-                    token=os.environ.get(TOKEN_ENV, ""),
-                    pid=os.getpid(),
-                    protocol=PROTOCOL_VERSION,
-                )
-            )
-        )
+        """Talk to the daemon until told to finalize; with ``reconnect_s``, outlive the daemon:
+        reconnect (and keep the model) when it comes back within that many seconds."""
         while True:
-            frame = self.reader.read()
-            if frame is None:
+            self.converse()
+            if self.exit_code is not None:
+                return self.exit_code
+            if not self.reconnect_s:
                 log.info("daemon closed the connection; exiting")
                 return 0
-            message = wpb.DaemonToWorker.FromString(frame)
-            kind = message.WhichOneof("kind")
-            if kind == "execute":
-                assert self.executor is not None
-                self.executor.release(list(message.execute.release))
-                result = self.executor.run(message.execute)
-                self.executed += 1
-                self.send(wpb.WorkerToDaemon(result=result))
-            elif kind == "release":
-                assert self.executor is not None
-                self.executor.release(list(message.release.batch_ids))
-            elif kind == "initialize":
-                self.send(wpb.WorkerToDaemon(initialized=self._initialize(message.initialize)))
-            elif kind == "finalize":
-                self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
+            self._forget_daemon()
+            if not self._reconnect():
+                # Exit 0: the daemon is gone for good, nothing for systemd to restart.
+                log.warning("daemon did not come back in %gs; exiting", self.reconnect_s)
+                self.finalize_alone("the daemon did not come back")
                 return 0
 
+    def converse(self) -> None:
+        """One connection: Hello, then frames until EOF or finalize."""
+        try:
+            self.send(
+                wpb.WorkerToDaemon(
+                    hello=wpb.Hello(
+                        instance=self.instance,
+                        token=os.environ.get(TOKEN_ENV, ""),
+                        pid=os.getpid(),
+                        protocol=PROTOCOL_VERSION,
+                        initialized=self.model is not None,
+                    )
+                )
+            )
+            while self.exit_code is None:
+                assert self.reader is not None
+                frame = self.reader.read()
+                if frame is None:
+                    return
+                self.handle(wpb.DaemonToWorker.FromString(frame))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        finally:
+            self.disconnect()
+
+    def handle(self, message: wpb.DaemonToWorker) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "execute":
+            assert self.executor is not None
+            self.executor.release(list(message.execute.release))
+            result = self.executor.run(message.execute)
+            self.executed += 1
+            self.requests += len(message.execute.requests)
+            self.send(wpb.WorkerToDaemon(result=result))
+            if self.notify.enabled:
+                self.notify.status(self._status())
+        elif kind == "release":
+            assert self.executor is not None
+            self.executor.release(list(message.release.batch_ids))
+        elif kind == "initialize":
+            reply = self._initialize(message.initialize)
+            self.send(wpb.WorkerToDaemon(initialized=reply))
+            if reply.HasField("error"):
+                self.exit_code = EXIT_STALE if self.model is not None else EXIT_INIT_FAILED
+            else:
+                self.notify.ready(self._status())
+        elif kind == "finalize":
+            self.notify.stopping("finalizing")
+            self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
+            self.exit_code = 0
+
+    def _status(self) -> str:
+        return f"serving {self.instance}: {self.requests} requests in {self.executed} batches"
+
+    def _forget_daemon(self) -> None:
+        """The daemon is gone: what it held (our outputs, its input segments) is void."""
+        self.notify.status(f"{self.instance}: waiting for the daemon to come back")
+        if self.executor is not None:
+            self.executor.release(self.executor.held_batches())
+        self.inputs.close()
+
+    def _reconnect(self) -> bool:
+        deadline = time.monotonic() + self.reconnect_s
+        delay = 0.05
+        while time.monotonic() < deadline:
+            try:
+                self.connect()
+                return True
+            except OSError:
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        return False
+
+    # -- initialize / adopt / finalize -----------------------------------------------------------
+
     def _initialize(self, init: wpb.Initialize) -> wpb.Initialized:
-        configure_logging(self.instance, init.log_verbose)
+        if self.model is not None:
+            return self._adopt(init)
+        journal.configure(f"[{self.instance}]", init.log_verbose)
         args = dict(init.args)
         state.set_model_dir(init.model_dir)
         shm_dir = init.shm_dir or SHM_DIR
         self.inputs = SegmentMap(shm_dir)
         try:
             cls = load_model_class(init.model_path, init.model_dir, init.version)
-            self.model = cls()
-            if hasattr(self.model, "initialize"):
-                call_maybe_async(self.loop, self.model.initialize, args)
+            model = cls()
+            if hasattr(model, "initialize"):
+                call_maybe_async(self.loop, model.initialize, args)
         except ModelLoadError as exc:
             return wpb.Initialized(
                 error=wpb.Error(code="INVALID_ARG", message=exc.message, traceback=exc.traceback)
@@ -111,12 +229,9 @@ class WorkerRuntime:
                     code="INTERNAL", message=f"initialize() failed: {text}", traceback=tb
                 )
             )
-        self.outputs = Arena(
-            init.output_region_prefix,
-            init.output_region_bytes,
-            init.output_region_bytes,
-            shm_dir=shm_dir,
-        )
+        self.model = model
+        self.fingerprint = init_fingerprint(init)
+        self.outputs = self._output_arena(init, shm_dir)
         self.executor = BatchExecutor(
             self.model,
             instance_name=args.get("model_instance_name", self.instance),
@@ -132,6 +247,36 @@ class WorkerRuntime:
         ).start()
         return wpb.Initialized()
 
+    def _adopt(self, init: wpb.Initialize) -> wpb.Initialized:
+        """A new daemon after a restart: keep the model if it is the same one, with new
+        shared-memory segments (the old daemon's are gone)."""
+        if init_fingerprint(init) != self.fingerprint:
+            log.warning("the daemon now has another model or arguments; restarting")
+            return wpb.Initialized(
+                error=wpb.Error(
+                    code="UNAVAILABLE",
+                    message=f"{self.instance} holds an older configuration; it restarts",
+                )
+            )
+        assert self.executor is not None
+        shm_dir = init.shm_dir or SHM_DIR
+        if self.outputs is not None:
+            self.outputs.close()
+        self.inputs = SegmentMap(shm_dir)
+        self.outputs = self._output_arena(init, shm_dir)
+        self.executor.rebind(self.inputs, self.outputs)
+        log.info("re-attached to a new daemon without re-initializing the model")
+        return wpb.Initialized(adopted=True)
+
+    @staticmethod
+    def _output_arena(init: wpb.Initialize, shm_dir: str) -> Arena:
+        return Arena(
+            init.output_region_prefix,
+            init.output_region_bytes,
+            init.output_region_bytes,
+            shm_dir=shm_dir,
+        )
+
     def _finalize(self) -> wpb.Finalized:
         self._stop.set()
         error = None
@@ -143,45 +288,54 @@ class WorkerRuntime:
                 error = wpb.Error(
                     code="INTERNAL", message=f"finalize() failed: {text}", traceback=tb
                 )
+        self.model = None
         self.close()
         return wpb.Finalized(error=error) if error is not None else wpb.Finalized()
+
+    def finalize_alone(self, reason: str) -> None:
+        """finalize() the model without a daemon asking: SIGTERM from systemd (``systemctl
+        stop``), or the daemon did not come back."""
+        self.notify.stopping(reason)
+        self._finalize()
 
     def close(self) -> None:
         self.inputs.close()
         if self.outputs is not None:
             self.outputs.close()
-
-
-def configure_logging(instance: str, verbose: int) -> None:
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(levelname)s [{instance}] %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
+            self.outputs = None
+        self.notify.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pbd_worker", description="pbd model-instance worker")
     parser.add_argument("--socket", required=True, help="daemon socket: a path or @abstract-name")
     parser.add_argument("--instance", required=True, help="instance id given by the daemon")
+    parser.add_argument(
+        "--reconnect-secs",
+        type=float,
+        default=0.0,
+        help="outlive the daemon: reconnect for this long and keep the model (systemd units)",
+    )
     opts = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_logging(opts.instance, 0)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    journal.configure(f"[{opts.instance}]")
+    runtime = WorkerRuntime(opts.socket, opts.instance, opts.reconnect_secs)
+    if opts.reconnect_secs:
+        # A systemd unit: `systemctl stop` is SIGTERM; finalize the model, then go. (Under the
+        # process launcher the daemon finalizes first and SIGTERM keeps its default.)
+        def on_term(signum: int, frame: object) -> None:
+            runtime.finalize_alone("stopping on SIGTERM")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
     try:
-        sock.connect(socket_address(opts.socket))
+        runtime.connect()
     except OSError as exc:
-        log.error("cannot connect to the daemon at %s: %s", opts.socket, exc)
-        return 2
-    runtime = WorkerRuntime(sock, opts.instance)
+        if not (opts.reconnect_secs and runtime._reconnect()):
+            log.error("cannot connect to the daemon at %s: %s", opts.socket, exc)
+            return 2
     try:
         return runtime.serve()
-    except (BrokenPipeError, ConnectionResetError):
-        log.info("daemon connection lost; exiting")
-        return 0
     finally:
         runtime.close()
-        sock.close()

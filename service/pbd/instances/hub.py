@@ -11,7 +11,6 @@ import contextlib
 import hmac
 import logging
 import os
-import secrets
 import socket
 import struct
 
@@ -25,11 +24,12 @@ HELLO_TIMEOUT_S = 10.0
 
 class WorkerConnection:
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pid: int
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: wpb.Hello
     ) -> None:
         self.reader = reader
         self.writer = writer
-        self.pid = pid
+        self.pid = hello.pid
+        self.hello = hello
         self._outbox: list[bytes] = []
 
     async def recv(self) -> wpb.WorkerToDaemon | None:
@@ -93,12 +93,11 @@ class WorkerHub:
                 future.set_exception(unavailable("daemon is shutting down"))
         self._pending.clear()
 
-    def expect(self, instance_id: str) -> tuple[str, asyncio.Future[WorkerConnection]]:
-        """A token for the worker to present, and a future that gets its connection."""
-        token = secrets.token_hex(16)
+    def expect(self, instance_id: str, token: str) -> asyncio.Future[WorkerConnection]:
+        """A future that gets the connection of the worker that presents ``token``."""
         future: asyncio.Future[WorkerConnection] = asyncio.get_running_loop().create_future()
         self._pending[instance_id] = (token, future)
-        return token, future
+        return future
 
     def forget(self, instance_id: str) -> None:
         self._pending.pop(instance_id, None)
@@ -112,12 +111,17 @@ class WorkerHub:
             if hello.WhichOneof("kind") != "hello":
                 raise ValueError("first message is not Hello")
             pending = self._pending.get(hello.hello.instance)
-            if pending is None or not hmac.compare_digest(pending[0], hello.hello.token):
-                raise ValueError(f"unknown instance or bad token for {hello.hello.instance!r}")
+            if pending is None:
+                # A worker that outlived its daemon may call before we expect it: it retries.
+                log.debug("worker %r connected before it was expected", hello.hello.instance)
+                writer.close()
+                return
+            if not hmac.compare_digest(pending[0], hello.hello.token):
+                raise ValueError(f"bad token for {hello.hello.instance!r}")
             token, future = self._pending.pop(hello.hello.instance)
             if future.done():
                 raise ValueError("instance no longer waits for a worker")
-            future.set_result(WorkerConnection(reader, writer, hello.hello.pid))
+            future.set_result(WorkerConnection(reader, writer, hello.hello))
         except Exception as exc:  # noqa: BLE001 - a stranger on the socket must not hurt us
             log.warning("refused a worker connection: %s", exc or type(exc).__name__)
             writer.close()

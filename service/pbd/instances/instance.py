@@ -82,6 +82,7 @@ class Instance:
         self.stats = stats if stats is not None else ModelStats()
         self.execute_timeout = execute_timeout
         self.last_seen = 0.0
+        self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
         self.draining = False  # being scaled away: finishes its work, takes no more
@@ -94,6 +95,8 @@ class Instance:
 
     @property
     def pid(self) -> int | None:
+        if self.conn is not None:
+            return self.conn.pid
         return self.handle.pid if self.handle is not None else None
 
     def describe(self) -> str:
@@ -102,19 +105,35 @@ class Instance:
     # -- start -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Launch the worker and run initialize(); raises PbdError with the model's error."""
-        token, connected = self.hub.expect(self.id)
+        """Launch the worker and run initialize(); raises PbdError with the model's error.
+
+        Under systemd the worker may already run, initialized for the previous daemon: it
+        re-attaches (``adopted``) without initialize() when the model and arguments match; a
+        worker of an older configuration exits instead, and systemd starts a fresh one."""
+        began = time.perf_counter()
+        token = self.launcher.token(self.id)
+        connected = self.hub.expect(self.id, token)
         try:
             self.handle = await self.launcher.start(
                 WorkerSpec(self.id, self.hub.address, {TOKEN_ENV: token})
             )
-            self.conn = await self._wait_connected(connected)
-            self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
-            reply = await self._wait_message(self.settings.model_init_timeout_secs, "initialize()")
-            if reply.WhichOneof("kind") != "initialized":
-                raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
-            if reply.initialized.HasField("error"):
+            for attempt in range(2):
+                self.conn = await self._wait_connected(connected)
+                self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
+                reply = await self._wait_message(
+                    self.settings.model_init_timeout_secs, "initialize()"
+                )
+                if reply.WhichOneof("kind") != "initialized":
+                    raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
+                if not reply.initialized.HasField("error"):
+                    self.adopted = reply.initialized.adopted
+                    break
                 err = reply.initialized.error
+                if self.conn.hello.initialized and attempt == 0:
+                    log.info("%s: %s", self.describe(), err.message)
+                    self.conn.close()
+                    connected = self.hub.expect(self.id, token)
+                    continue
                 if err.traceback:
                     log.error("%s failed to initialize:\n%s", self.describe(), err.traceback)
                 raise PbdError(Code.parse(err.code), err.message)
@@ -125,6 +144,13 @@ class Instance:
             raise
         self.state = State.READY
         self.last_seen = asyncio.get_running_loop().time()
+        log.info(
+            "%s ready in %.1f ms (pid %s%s)",
+            self.describe(),
+            (time.perf_counter() - began) * 1e3,
+            self.pid,
+            ", re-attached without re-initializing" if self.adopted else "",
+        )
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader {self.id}")
 
     async def _wait_connected(
@@ -137,11 +163,15 @@ class Instance:
         done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
         if connected in done:
             exited.cancel()
-            return connected.result()
+            conn = connected.result()
+            self.launcher.attached(self.handle, conn.pid)
+            return conn
         connected.cancel()
         status = exited.result()
         how = status.describe() if status else "did not connect in time"
-        raise unavailable(f"worker for {self.describe()} {how} before connecting")
+        error = unavailable(f"worker for {self.describe()} {how} before connecting")
+        error.permanent = status is not None and status.permanent
+        raise error
 
     async def _wait_message(self, timeout: float, what: str) -> wpb.WorkerToDaemon:
         assert self.conn is not None
@@ -219,7 +249,9 @@ class Instance:
             self.memory.free(blocks)
         self._pending.clear()
         self.died.set()
-        await self._terminate(grace=0.0)
+        if self.handle is not None:
+            await self.launcher.abort(self.handle)
+        self._release_resources()
 
     async def kill(self, reason: str) -> None:
         """Declare the worker dead (hung, or silent) and make sure the process is gone."""
@@ -330,7 +362,12 @@ class Instance:
     # -- stop ----------------------------------------------------------------------------------
 
     async def stop(self, grace: float) -> None:
-        """finalize() the model (up to ``grace`` seconds), then end the process."""
+        """finalize() the model (up to ``grace`` seconds), then end the process; or, while the
+        daemon restarts under systemd, let go of a running worker without finalize()."""
+        if self.launcher.detaching and self.state is State.READY:
+            self.state = State.STOPPED
+            self._release_resources()
+            return
         if self.state is State.READY and self.conn is not None:
             self.state = State.STOPPED
             with contextlib.suppress(PbdError, ConnectionError):
@@ -344,6 +381,9 @@ class Instance:
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:
             await self.launcher.stop(self.handle, grace)
+        self._release_resources()
+
+    def _release_resources(self) -> None:
         if self.conn is not None:
             self.conn.close()
         if self._reader is not None and self._reader is not asyncio.current_task():

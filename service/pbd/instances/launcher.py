@@ -1,9 +1,9 @@
 """How worker processes are started and stopped.
 
-Launchers share one interface (``start``/``stop``/``status``/``wait``), so the supervisor does
-not care whether a worker is a child process or, later, a systemd unit. Liveness is *not* the
-launcher's job: the worker's connection and heartbeats say that. The launcher only reports how
-a worker ended, for the error message.
+Launchers share one interface, so the supervisor does not care whether a worker is a child
+process (``ProcessLauncher``, here) or a systemd unit (``pbd.systemd.launcher``). Liveness is
+*not* the launcher's job: the worker's connection and heartbeats say that. The launcher only
+reports how a worker ended, for the error message.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class ExitStatus:
     returncode: int
+    permanent = False
 
     def describe(self) -> str:
         if self.returncode < 0:
@@ -55,11 +57,40 @@ class WorkerHandle(Protocol):
     def pid(self) -> int | None: ...
 
 
+class WorkerExit(Protocol):
+    def describe(self) -> str: ...
+
+    @property
+    def permanent(self) -> bool:
+        """Starting the worker again would fail the same way (e.g. a systemd start limit)."""
+        ...
+
+
 class InstanceLauncher(Protocol):
+    # True while the daemon restarts under systemd: stopping an instance then only lets go of
+    # it (the worker keeps running and re-attaches to the next daemon).
+    detaching: bool
+
+    def token(self, instance_id: str) -> str:
+        """The secret the worker of ``instance_id`` presents when it connects."""
+        ...
+
     async def start(self, spec: WorkerSpec) -> WorkerHandle: ...
-    async def stop(self, handle: WorkerHandle, grace: float) -> ExitStatus | None: ...
-    def status(self, handle: WorkerHandle) -> ExitStatus | None: ...
-    async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None: ...
+    def attached(self, handle: WorkerHandle, pid: int) -> None:
+        """The worker of ``handle`` connected: its process is ``pid``."""
+        ...
+
+    async def stop(self, handle: WorkerHandle, grace: float) -> WorkerExit | None:
+        """End the worker for good."""
+        ...
+
+    async def abort(self, handle: WorkerHandle) -> None:
+        """Kill a broken worker now; a launcher with its own restart policy then applies it."""
+        ...
+
+    async def wait(self, handle: WorkerHandle, timeout: float) -> WorkerExit | None:
+        """How the worker ended, once it has (None: still running after ``timeout``)."""
+        ...
 
 
 @dataclass
@@ -74,6 +105,11 @@ class ProcessHandle:
 class ProcessLauncher:
     """Workers as direct child processes of the daemon (the default; needs nothing else)."""
 
+    detaching = False
+
+    def token(self, instance_id: str) -> str:
+        return secrets.token_hex(16)
+
     async def start(self, spec: WorkerSpec) -> ProcessHandle:
         env = dict(os.environ)
         env.update(spec.env)
@@ -86,16 +122,18 @@ class ProcessLauncher:
         )
         return ProcessHandle(process)
 
-    def status(self, handle: WorkerHandle) -> ExitStatus | None:
-        assert isinstance(handle, ProcessHandle)
-        code = handle.process.returncode
-        return None if code is None else ExitStatus(code)
-
     async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None:
         assert isinstance(handle, ProcessHandle)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(handle.process.wait(), timeout)
-        return self.status(handle)
+        code = handle.process.returncode
+        return None if code is None else ExitStatus(code)
+
+    def attached(self, handle: WorkerHandle, pid: int) -> None:
+        pass  # our child: its pid is known from the start
+
+    async def abort(self, handle: WorkerHandle) -> None:
+        await self.stop(handle, 0.0)
 
     async def stop(self, handle: WorkerHandle, grace: float) -> ExitStatus | None:
         """SIGTERM, then SIGKILL after ``grace`` seconds."""

@@ -324,7 +324,7 @@ class VersionRuntime:
                 except PbdError as exc:
                     failures += 1
                     initialize_raised = exc.code is not Code.UNAVAILABLE
-                    if initialize_raised or failures >= MAX_RESTART_FAILURES:
+                    if initialize_raised or exc.permanent or failures >= MAX_RESTART_FAILURES:
                         self._give_up(slot, exc.message)
                         return
                     log.warning(
@@ -344,6 +344,10 @@ class VersionRuntime:
             self.state = VersionState.UNAVAILABLE
             self.reason = reason
             self.queue.fail_all(unavailable(reason))
+            # The request the dispatcher holds while it waits for an instance fails too.
+            held = self.held
+            if held is not None and not held.future.done():
+                held.future.set_exception(unavailable(reason))
 
     async def _watch_heartbeats(self) -> None:
         loop = asyncio.get_running_loop()

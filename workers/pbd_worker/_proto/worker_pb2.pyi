@@ -113,16 +113,18 @@ class Release(_message.Message):
     def __init__(self, batch_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("instance", "token", "pid", "protocol")
+    __slots__ = ("instance", "token", "pid", "protocol", "initialized")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     instance: str
     token: str
     pid: int
     protocol: int
-    def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ...) -> None: ...
+    initialized: bool
+    def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ..., initialized: _Optional[bool] = ...) -> None: ...
 
 class Initialize(_message.Message):
     __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir")
@@ -154,10 +156,12 @@ class Initialize(_message.Message):
     def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ...) -> None: ...
 
 class Initialized(_message.Message):
-    __slots__ = ("error",)
+    __slots__ = ("error", "adopted")
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
     error: Error
-    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    adopted: bool
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., adopted: _Optional[bool] = ...) -> None: ...
 
 class Finalize(_message.Message):
     __slots__ = ()

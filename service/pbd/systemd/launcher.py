@@ -1,0 +1,268 @@
+"""Model instances as ``pbd-worker@<instance>.service`` units (``pbd serve --launcher systemd``).
+
+For each instance the daemon writes the unit's EnvironmentFile (interpreter, socket, instance
+id and a token that stays the same for the unit's life, so a worker systemd restarted on its
+own, or one that outlived a daemon restart, can still prove who it is) and a drop-in that puts
+it in its model's slice; then it starts the unit over D-Bus and the start job finishes when
+the worker sent READY=1, i.e. after initialize(). Crashes are restarted by systemd
+(``Restart=on-failure``); the daemon re-attaches to the new process. How a unit ended
+(exit status, signal, watchdog, start limit) comes from the unit's properties.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pbd.errors import PbdError
+from pbd.instances.launcher import WorkerHandle, WorkerSpec
+from pbd.settings import Settings
+from pbd.systemd import units
+from pbd.systemd.bus import SERVICE, UNIT, SystemdBus
+from pbd_worker.ipc import TOKEN_ENV
+
+log = logging.getLogger("pbd.systemd")
+
+# systemd's ExecMainCode: how the main process ended (siginfo si_code).
+_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
+# Results that mean "systemd will not restart this unit on its own".
+_FINAL_SUBSTATES = {"failed", "dead", "exited"}
+STOP_JOB_TIMEOUT_S = 90.0
+
+
+@dataclass
+class UnitHandle:
+    unit: str
+    path: str
+    started_pid: int = 0  # our worker's process (0: not known yet)
+    start_job: asyncio.Future[str] | None = None  # result of our StartUnit job
+    pid_before: int = 0  # ExecMainPID before our StartUnit: unchanged = nothing was started
+
+    @property
+    def pid(self) -> int | None:
+        return self.started_pid or None
+
+
+@dataclass(frozen=True)
+class UnitExit:
+    unit: str
+    code: int  # ExecMainCode
+    status: int  # ExecMainStatus: exit status or signal number
+    result: str  # Result: success, exit-code, signal, core-dump, watchdog, start-limit-hit, ...
+    restarting: bool  # systemd will start it again (Restart=)
+    refused: str = ""  # systemd refused to start it at all (the start limit), and why
+
+    @property
+    def permanent(self) -> bool:
+        """Starting it again now would be refused too."""
+        return bool(self.refused)
+
+    def describe(self) -> str:
+        if self.refused:
+            return f"was not started by systemd: {self.refused} (unit {self.unit})"
+        if self.result == "start-limit-hit":
+            how = "hit its start limit; systemd no longer restarts it"
+        elif self.result == "watchdog":
+            how = "was killed by the systemd watchdog (no WATCHDOG=1 in time)"
+        elif self.result == "timeout":
+            how = "timed out in systemd"
+        elif self.code in (_CLD_KILLED, _CLD_DUMPED):
+            try:
+                name = signal.Signals(self.status).name
+            except ValueError:
+                name = f"signal {self.status}"
+            how = f"killed by signal {self.status} ({name})"
+            if self.code == _CLD_DUMPED:
+                how += " and dumped core"
+        elif self.code == _CLD_EXITED:
+            how = f"exited with status {self.status}"
+        else:
+            how = f"ended ({self.result})"
+        then = "; systemd restarts it" if self.restarting else ""
+        return f"{how} (unit {self.unit}{then})"
+
+
+class SystemdLauncher:
+    def __init__(self, settings: Settings, bus: SystemdBus | None = None) -> None:
+        self.settings = settings
+        self.bus = bus or SystemdBus()
+        self.env_dir = Path(settings.systemd_env_dir)
+        self.unit_dir = Path(settings.systemd_unit_dir)
+        self.detaching = False
+        self._tokens: dict[str, str] = {}
+
+    async def connect(self) -> None:
+        await self.bus.connect()
+
+    def close(self) -> None:
+        self.bus.close()
+
+    def _env_path(self, instance_id: str) -> Path:
+        return self.env_dir / f"{units.escape(instance_id)}.env"
+
+    def token(self, instance_id: str) -> str:
+        """The instance's token: the one in its EnvironmentFile when a unit already has one
+        (a worker from before a daemon restart presents it), else a new one."""
+        token = self._tokens.get(instance_id)
+        if token is None:
+            token = units.read_env_file(self._env_path(instance_id)).get(TOKEN_ENV, "")
+            token = token or secrets.token_hex(16)
+            self._tokens[instance_id] = token
+        return token
+
+    def _write_unit_files(self, spec: WorkerSpec) -> bool:
+        """EnvironmentFile and slice drop-in; True when systemd must reload to see the drop-in."""
+        env = {
+            "PBD_PYTHON": self.settings.systemd_python or sys.executable,
+            "PBD_WORKER_SOCKET": spec.socket,
+            "PBD_INSTANCE": spec.instance_id,
+            "PBD_RECONNECT_SECS": f"{self.settings.systemd_reattach_secs:g}",
+            **spec.env,
+        }
+        units.write_private(self._env_path(spec.instance_id), units.env_file_text(env))
+        model = spec.instance_id.split("/", 1)[0]
+        dropin = self.unit_dir / f"{units.worker_unit(spec.instance_id)}.d" / "50-pbd-slice.conf"
+        text = units.instance_dropin_text(model)
+        if dropin.is_file() and dropin.read_text() == text:
+            return False
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text(text)
+        dropin.chmod(0o644)  # unit files are public (systemd warns otherwise); no secret here
+        return True
+
+    async def start(self, spec: WorkerSpec) -> UnitHandle:
+        unit = units.worker_unit(spec.instance_id)
+        changed = self._write_unit_files(spec)
+        path = await self.bus.load_unit(unit)
+        if changed and await self.bus.get(path, UNIT, "NeedDaemonReload"):
+            await self.bus.manager("Reload")
+        state = await self.bus.get(path, UNIT, "ActiveState")
+        handle = UnitHandle(unit, path)
+        if state in ("active", "reloading"):
+            # Running already: a worker from before a daemon restart. It reconnects by itself.
+            handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))
+            log.info("%s is running (pid %d); waiting for it to re-attach", unit, handle.pid)
+            return handle
+        if state == "activating":
+            # systemd restarts it on its own (Restart=, after a crash): another start job
+            # would only count twice against the unit's start limit. Its worker connects.
+            return handle
+        handle.pid_before = int(await self.bus.get(path, SERVICE, "ExecMainPID"))
+        # The job ends when the worker sent READY=1 (after initialize()), or failed; the
+        # instance waits for its connection meanwhile, so do not block on the job here.
+        (job,) = await self.bus.manager("StartUnit", "ss", unit, "replace")
+        handle.start_job = asyncio.ensure_future(
+            self.bus.job_result(str(job), self.settings.model_init_timeout_secs + 60)
+        )
+        return handle
+
+    def attached(self, handle: WorkerHandle, pid: int) -> None:
+        assert isinstance(handle, UnitHandle)
+        handle.started_pid = pid
+
+    async def exit_of(self, handle: UnitHandle) -> UnitExit | None:
+        """How the unit's main process ended, when it has (None while it runs)."""
+        unit = await self.bus.get_all(handle.path, UNIT)
+        service = await self.bus.get_all(handle.path, SERVICE)
+        main_pid = int(service.get("MainPID", 0))
+        sub = str(unit.get("SubState", ""))
+        running = main_pid != 0 and (handle.started_pid in (0, main_pid))
+        if running and sub not in _FINAL_SUBSTATES and sub != "auto-restart":
+            return None
+        refused = ""
+        job = handle.start_job
+        if (
+            job is not None
+            and job.done()
+            and not job.cancelled()
+            and job.result() != "done"
+            and int(service.get("ExecMainPID", 0)) == handle.pid_before
+        ):
+            burst, interval = unit.get("StartLimitBurst"), unit.get("StartLimitIntervalUSec")
+            refused = (
+                f"its start limit is reached (StartLimitBurst={burst} starts in "
+                f"StartLimitIntervalSec={int(interval or 0) / 1e6:g}s)"
+            )
+        return UnitExit(
+            unit=handle.unit,
+            code=int(service.get("ExecMainCode", 0)),
+            status=int(service.get("ExecMainStatus", 0)),
+            result=str(service.get("Result", "")),
+            restarting=sub == "auto-restart" or (main_pid != 0 and main_pid != handle.started_pid),
+            refused=refused,
+        )
+
+    async def wait(self, handle: WorkerHandle, timeout: float) -> UnitExit | None:
+        assert isinstance(handle, UnitHandle)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        job = handle.start_job
+        if job is not None and not job.done():
+            # Until our start job finished the unit may not even have a process yet.
+            await asyncio.wait({job}, timeout=timeout)
+            if not job.done():
+                return None
+        while True:
+            changed = self.bus.changes(handle.path)
+            status = await self.exit_of(handle)
+            if status is not None and (handle.started_pid or not status.restarting):
+                return status
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+
+    async def abort(self, handle: WorkerHandle) -> None:
+        """SIGKILL the main process; systemd records the failure and restarts the unit."""
+        assert isinstance(handle, UnitHandle)
+        if await self.exit_of(handle) is None:
+            try:
+                await self.bus.manager("KillUnit", "ssi", handle.unit, "main", signal.SIGKILL)
+            except PbdError as exc:
+                log.warning("could not kill %s: %s", handle.unit, exc.message)
+
+    async def stop(self, handle: WorkerHandle, grace: float) -> UnitExit | None:
+        """Give the worker ``grace`` seconds to end by itself (after Finalize, or after it
+        reported that initialize() failed: its exit status is what the unit keeps), then
+        stop the unit."""
+        assert isinstance(handle, UnitHandle)
+        if await self.wait(handle, grace) is None:
+            await self.stop_unit(handle.unit)
+        self._tokens.pop(units.unescape(handle.unit[len("pbd-worker@") : -len(".service")]), None)
+        return await self.exit_of(handle)
+
+    async def own_job(self) -> str:
+        """The type of the job systemd runs on the daemon's own unit ("restart", "stop", ...),
+        "" when none: tells `systemctl restart pbd` (keep instances) from a stop."""
+        try:
+            (path,) = await self.bus.manager("GetUnitByPID", "u", os.getpid())
+            job_id, job_path = await self.bus.get(str(path), UNIT, "Job")
+            if not job_id:
+                return ""
+            return str(await self.bus.get(str(job_path), "org.freedesktop.systemd1.Job", "JobType"))
+        except PbdError as exc:
+            log.warning("could not ask systemd about our own unit: %s", exc.message)
+            return ""
+
+    async def running_units(self) -> list[str]:
+        """Instance units that are running or starting."""
+        (rows,) = await self.bus.manager(
+            "ListUnitsByPatterns",
+            "asas",
+            ["active", "activating", "reloading"],
+            ["pbd-worker@*.service"],
+        )
+        return [str(row[0]) for row in rows]
+
+    async def stop_unit(self, unit: str) -> None:
+        result = await self.bus.run_job("StopUnit", unit, STOP_JOB_TIMEOUT_S)
+        if result != "done":
+            log.warning("stop job of %s: %s", unit, result)
