@@ -3,6 +3,9 @@
 Threads: the main thread reads frames and runs the model; a heartbeat thread sends
 ``Heartbeat`` every interval (and exits the process if the daemon can no longer be reached,
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits.
+Every frame the worker sends is preceded by the custom-metric updates buffered since the last
+one. A metric query (``MetricFamily(...)``, ``Metric.value()``) reads frames until its reply
+comes, keeping the others for the main loop.
 This module imports neither ``pbd`` nor grpc: a worker starts in the time numpy takes.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -24,6 +28,7 @@ from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
+from pbd_worker.metrics import MetricsChannel
 from pbd_worker.model_api import state
 
 log = logging.getLogger("pbd_worker")
@@ -42,11 +47,70 @@ class WorkerRuntime:
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
+        # Frames read while waiting for a metric reply, and replies read by someone else.
+        self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
+        self._read_lock = threading.Lock()
+        self._replies: dict[int, wpb.MetricReply] = {}
+        self._replied = threading.Condition()
+        self.metrics = MetricsChannel(self.send, self._ask)
+        state.metrics_channel = self.metrics
 
-    def send(self, message: wpb.WorkerToDaemon) -> None:
-        frame = encode_frame(message.SerializeToString())
+    def send(self, *messages: wpb.WorkerToDaemon) -> None:
+        """Send ``messages`` (nothing: only the buffered metric updates) in one write."""
         with self._send_lock:
-            self.sock.sendall(frame)
+            frames = [encode_frame(m.SerializeToString()) for m in messages]
+            updates = self.metrics.take()
+            if updates is not None:
+                frames.insert(
+                    0, encode_frame(wpb.WorkerToDaemon(metrics=updates).SerializeToString())
+                )
+            if frames:
+                self.sock.sendall(b"".join(frames))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read_one(self) -> wpb.DaemonToWorker | None:
+        """One frame (caller holds the read lock); a metric reply is filed, not returned."""
+        frame = self.reader.read()
+        if frame is None:
+            return None
+        message = wpb.DaemonToWorker.FromString(frame)
+        if message.WhichOneof("kind") == "metric_reply":
+            with self._replied:
+                self._replies[message.metric_reply.query] = message.metric_reply
+                self._replied.notify_all()
+        return message
+
+    def _next(self) -> wpb.DaemonToWorker | None:
+        while True:
+            with self._read_lock:
+                message = self._backlog.popleft() if self._backlog else self._read_one()
+            if message is None or message.WhichOneof("kind") != "metric_reply":
+                return message
+
+    def _ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:
+        """Send a metric query and wait for its reply. On the thread running the model the
+        main loop is not reading, so read here; another thread may find the main loop
+        reading, and then waits for it to file the reply."""
+        query = updates.query
+        self.send(wpb.WorkerToDaemon(metrics=updates))
+        while True:
+            with self._replied:
+                reply = self._replies.pop(query, None)
+            if reply is not None:
+                return reply
+            if self._read_lock.acquire(timeout=0.05):
+                try:
+                    message = self._read_one()
+                finally:
+                    self._read_lock.release()
+                if message is None:
+                    raise RuntimeError("the daemon closed the connection")
+                if message.WhichOneof("kind") != "metric_reply":
+                    self._backlog.append(message)
+            else:
+                with self._replied:
+                    self._replied.wait_for(lambda: query in self._replies, timeout=0.05)
 
     def _heartbeat(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -68,11 +132,10 @@ class WorkerRuntime:
             )
         )
         while True:
-            frame = self.reader.read()
-            if frame is None:
+            message = self._next()
+            if message is None:
                 log.info("daemon closed the connection; exiting")
                 return 0
-            message = wpb.DaemonToWorker.FromString(frame)
             kind = message.WhichOneof("kind")
             if kind == "execute":
                 assert self.executor is not None
