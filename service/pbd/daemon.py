@@ -186,6 +186,9 @@ async def serve(settings: Settings) -> int:
     try:
         return await daemon.run()
     finally:
+        # Shutdown is done: a further SIGTERM (a supervisor repeating itself) must not turn
+        # the exit code into "killed by a signal" while the interpreter winds down.
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)
