@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from pbd_worker._proto import worker_pb2 as wpb
 
@@ -31,8 +32,8 @@ class MetricsChannel:
         self._flush = flush
         self._ask = ask
         self._lock = threading.Lock()
-        self._ops: list[wpb.MetricOp] = []
-        self._last: dict[int, wpb.MetricOp] = {}  # metric id -> its foldable pending op
+        self._ops: list[list[Any]] = []
+        self._last: dict[int, list[Any]] = {}  # metric id -> its foldable pending op
         self._pending = 0
         self._ids = itertools.count(1)
         self._queries = itertools.count(1)
@@ -41,79 +42,89 @@ class MetricsChannel:
         return next(self._ids)
 
     # -- buffered ---------------------------------------------------------------------------
+    # Pending ops are plain lists [kind, id, payload] (protobuf field access costs more than
+    # the update itself); take() builds the message.
 
-    def _post(self, op: wpb.MetricOp, foldable: bool = False) -> None:
+    def _post(self, entry: list[Any], foldable: bool = False) -> None:
         with self._lock:
-            self._ops.append(op)
+            self._ops.append(entry)
             if foldable:
-                self._last[op.id] = op
+                self._last[entry[1]] = entry
             self._pending += 1
             full = self._pending >= MAX_PENDING
         if full:
             self._flush()
 
     def metric_new(self, metric: int, family: int, labels: dict[str, str], buckets: list[float]):
-        self._post(
-            wpb.MetricOp(
-                id=metric, metric_new=wpb.MetricNew(family=family, labels=labels, buckets=buckets)
-            )
-        )
+        self._post(["new", metric, (family, labels, buckets)])
 
     def increment(self, metric: int, value: float) -> None:
         with self._lock:
-            op = self._last.get(metric)
-            if op is not None:
-                which = op.WhichOneof("op")
-                if which == "increment":
-                    op.increment += value
-                    return
-                if which == "set":
-                    op.set += value
-                    return
-        self._post(wpb.MetricOp(id=metric, increment=value), foldable=True)
+            entry = self._last.get(metric)
+            if entry is not None and entry[0] != "observe":
+                entry[2] += value  # an increment adds up; after a set, set(v + d)
+                return
+        self._post(["increment", metric, value], foldable=True)
 
     def set(self, metric: int, value: float) -> None:
         with self._lock:
-            op = self._last.get(metric)
-            if op is not None and op.WhichOneof("op") in ("increment", "set"):
-                op.set = value
+            entry = self._last.get(metric)
+            if entry is not None and entry[0] != "observe":
+                entry[0], entry[2] = "set", value
                 return
-        self._post(wpb.MetricOp(id=metric, set=value), foldable=True)
+        self._post(["set", metric, value], foldable=True)
 
     def observe(self, metric: int, value: float) -> None:
         with self._lock:
-            op = self._last.get(metric)
-            if op is not None and op.WhichOneof("op") == "observe":
-                op.observe.values.append(value)
+            entry = self._last.get(metric)
+            if entry is not None and entry[0] == "observe":
+                entry[2].append(value)
                 self._pending += 1
-                full = self._pending >= MAX_PENDING
+                if self._pending < MAX_PENDING:
+                    return
+                full = True
             else:
-                full = None
-        if full is None:
-            self._post(
-                wpb.MetricOp(id=metric, observe=wpb.MetricObservations(values=[value])),
-                foldable=True,
-            )
-        elif full:
+                full = False
+        if full:
             self._flush()
+        else:
+            self._post(["observe", metric, [value]], foldable=True)
 
     def remove(self, metric: int) -> None:
-        self._post(wpb.MetricOp(id=metric, remove=True))
+        self._post(["remove", metric, None])
         with self._lock:
             self._last.pop(metric, None)
 
     def family_remove(self, family: int) -> None:
-        self._post(wpb.MetricOp(id=family, family_remove=True))
+        self._post(["family_remove", family, None])
 
     def take(self) -> wpb.MetricUpdates | None:
         """Everything buffered, as one message (None if nothing is); the caller sends it."""
         with self._lock:
             if not self._ops:
                 return None
-            ops, self._ops = self._ops, []
+            entries, self._ops = self._ops, []
             self._last.clear()
             self._pending = 0
-        return wpb.MetricUpdates(ops=ops)
+        updates = wpb.MetricUpdates()
+        for kind, ident, payload in entries:
+            op = updates.ops.add(id=ident)
+            if kind == "increment":
+                op.increment = payload
+            elif kind == "set":
+                op.set = payload
+            elif kind == "observe":
+                op.observe.values.extend(payload)
+            elif kind == "new":
+                family, labels, buckets = payload
+                op.metric_new.family = family
+                op.metric_new.labels.update(labels)
+                op.metric_new.buckets.extend(buckets)
+            elif kind == "remove":
+                op.remove = True
+            else:
+                op.family_remove = True
+        return updates
 
     # -- answered -----------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def _channel() -> Any:
 
 
 def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # noqa: UP038
         raise TypeError(f"{what}(): value must be a number, got {type(value).__name__}")
     return float(value)
 
@@ -69,45 +69,54 @@ class Metric:
     @classmethod
     def _make(cls, family: MetricFamily, labels: dict[str, str], buckets: list[float]) -> Metric:
         metric = object.__new__(cls)
-        metric._kind = family._kind
+        metric._kind = kind = family._kind
         metric._id = family._channel.new_id()
         metric._channel = family._channel
         metric._cleared = False
+        # Checked on every update: plain attributes, not enum lookups (this is the hot path).
+        metric._counter = kind is MetricKind.COUNTER
+        metric._gauge = kind is MetricKind.GAUGE
+        metric._histogram = kind is MetricKind.HISTOGRAM
         metric._channel.metric_new(metric._id, family._id, labels, buckets)
         return metric
 
-    def _check(self, operation: str, allowed: tuple[MetricKind, ...], prefix: str) -> None:
+    def _refuse(self, operation: str, prefix: str) -> None:
         if self._cleared:
             raise TritonModelException(f"{prefix}{_CLEARED}")
-        if self._kind not in allowed:
-            raise TritonModelException(
-                f"{prefix}{_TRITON_KIND[self._kind]} does not support {operation}"
-            )
+        raise TritonModelException(
+            f"{prefix}{_TRITON_KIND[self._kind]} does not support {operation}"
+        )
 
     def increment(self, value: float) -> None:
-        prefix = "Failed to increment metric value: "
-        value = _number(value, "increment")
-        self._check("Increment", (MetricKind.COUNTER, MetricKind.GAUGE), prefix)
-        if self._kind is MetricKind.COUNTER and value < 0:
+        if type(value) is not float:
+            value = _number(value, "increment")
+        if self._cleared or self._histogram:
+            self._refuse("Increment", "Failed to increment metric value: ")
+        if value < 0 and self._counter:
             raise TritonModelException(
-                f"{prefix}TRITONSERVER_METRIC_KIND_COUNTER can only be incremented "
-                "monotonically by non-negative values."
+                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
+                "be incremented monotonically by non-negative values."
             )
         self._channel.increment(self._id, value)
 
     def set(self, value: float) -> None:
-        value = _number(value, "set")
-        self._check("Set", (MetricKind.GAUGE,), "Failed to set metric value: ")
+        if type(value) is not float:
+            value = _number(value, "set")
+        if self._cleared or not self._gauge:
+            self._refuse("Set", "Failed to set metric value: ")
         self._channel.set(self._id, value)
 
     def observe(self, value: float) -> None:
-        value = _number(value, "observe")
-        self._check("Observe", (MetricKind.HISTOGRAM,), "Failed to observe metric value: ")
+        if type(value) is not float:
+            value = _number(value, "observe")
+        if self._cleared or not self._histogram:
+            self._refuse("Observe", "Failed to observe metric value: ")
         self._channel.observe(self._id, value)
 
     def value(self) -> float:
         prefix = "Failed to get metric value: "
-        self._check("Value", (MetricKind.COUNTER, MetricKind.GAUGE), prefix)
+        if self._cleared or self._histogram:
+            self._refuse("Value", prefix)
         try:
             return self._channel.value(self._id)
         except RuntimeError as exc:
