@@ -130,6 +130,7 @@ def start_pbd(
         "--model-repository", str(repository),
         "--grpc-port", str(port),
         "--http-port", "0",
+        "--metrics-port", "0",
         "--model-control-mode", "explicit",
         "--load-model", model,
         "--shm-prefix", shm_prefix,

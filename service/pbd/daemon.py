@@ -25,6 +25,9 @@ from pbd.instances.supervisor import VersionRuntime
 from pbd.memory.client_shm import SystemShmRegistry
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
+from pbd.metrics.collector import PbdCollector
+from pbd.metrics.custom import CustomMetrics
+from pbd.metrics.server import MetricsServer
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
 from pbd.settings import Settings
@@ -50,6 +53,7 @@ class Daemon:
             self.systemd = None
         self.notifier = DaemonNotifier(self.status_text)
         self.gpus = visible_gpus()
+        self.custom_metrics = CustomMetrics()
         shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
 
         def make_runtime(config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
@@ -62,6 +66,7 @@ class Daemon:
                 hub=self.hub,
                 shm_name=shm_name,
                 gpus=self.gpus,
+                custom_metrics=self.custom_metrics,
             )
 
         self.repository = ModelRepository(
@@ -169,6 +174,28 @@ class Daemon:
             http = HttpFrontend(self.dataplane, settings)
             await http.start()
             log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
+        metrics: MetricsServer | None = None
+        if settings.allow_metrics:
+            metrics = MetricsServer(
+                [PbdCollector(self.dataplane), self.custom_metrics],
+                settings.metrics_address,
+                settings.metrics_port,
+            )
+            try:
+                await metrics.start()
+            except OSError as exc:
+                log.error(
+                    "cannot serve metrics on %s:%d: %s",
+                    settings.metrics_address,
+                    settings.metrics_port,
+                    exc,
+                )
+                await server.stop(grace=0)
+                if http is not None:
+                    await http.stop()
+                await self.hub.close()
+                return 2
+            log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
         failed = await self._load_startup_models()
         code = 0
         poller: asyncio.Task[None] | None = None
@@ -200,6 +227,8 @@ class Daemon:
         await server.stop(grace=1.0)
         if http is not None:
             await http.stop()
+        if metrics is not None:
+            await metrics.stop()
         await self.repository.unload_all()
         await self.hub.close()
         remove_segments(
@@ -220,6 +249,9 @@ async def serve(settings: Settings) -> int:
     try:
         return await daemon.run()
     finally:
+        # Shutdown is done: a further SIGTERM (a supervisor repeating itself) must not turn
+        # the exit code into "killed by a signal" while the interpreter winds down.
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)

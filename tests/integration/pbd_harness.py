@@ -152,6 +152,7 @@ class Daemon:
             "--grpc-address", "127.0.0.1",
             "--grpc-port", str(self.port),
             "--http-port", "0",  # the daemon picks a free one and logs it (see http_url)
+            "--metrics-port", "0",  # likewise (see metrics_url)
             "--shm-prefix", self.shm_prefix,
             *self.args,
         ]  # fmt: skip
@@ -274,6 +275,13 @@ class Daemon:
         found = re.search(r"HTTP server listening on ([\d.]+):(\d+)", self.log())
         assert found, "the daemon did not log its HTTP port"
         return f"{found.group(1)}:{found.group(2)}"
+
+    @property
+    def metrics_url(self) -> str:
+        """``http://host:port/metrics`` of the metrics server, as the daemon logged it."""
+        found = re.search(r"Metrics server listening on ([\d.]+):(\d+)", self.log())
+        assert found, "the daemon did not log its metrics port"
+        return f"http://{found.group(1)}:{found.group(2)}/metrics"
 
     def shm_segments(self) -> list[str]:
         return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))

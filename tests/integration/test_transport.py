@@ -25,7 +25,8 @@ def _serve(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "pbd", "serve", "--model-repository", str(EXAMPLE_MODELS),
              "--model-control-mode", "explicit", "--load-model", "add_sub",
-             "--allow-http", "false", "--shm-prefix", f"pbdtls{os.getpid()}", *args],
+             "--allow-http", "false", "--allow-metrics", "false",
+             "--shm-prefix", f"pbdtls{os.getpid()}", *args],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 

@@ -41,6 +41,7 @@ class PbdUnits:
         self.settings = [
             f"grpc_port={self.port}",
             "allow_http=false",
+            "metrics_port=0",
             f"shm_prefix={shm_prefix}",
             *settings,
         ]

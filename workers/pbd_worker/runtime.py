@@ -5,7 +5,10 @@ Threads: the main thread reads frames and runs the model; a heartbeat thread sen
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
 or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
 model. Under systemd it also speaks sd_notify: READY=1 once initialize() returned, STATUS=
-with its batch count, WATCHDOG=1 from the heartbeat thread.
+with its request count, WATCHDOG=1 from the heartbeat thread.
+Every frame the worker sends is preceded by the custom-metric updates buffered since the last
+one. A metric query (``MetricFamily(...)``, ``Metric.value()``) reads frames until its reply
+comes, keeping the others for the main loop.
 This module imports neither ``pbd`` nor grpc: a worker starts in the time numpy takes.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import hashlib
 import logging
 import os
@@ -29,6 +33,7 @@ from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
+from pbd_worker.metrics import MetricsChannel
 from pbd_worker.model_api import state
 from pbd_worker.notify import Notifier
 
@@ -72,6 +77,13 @@ class WorkerRuntime:
         self.outputs: Arena | None = None
         self.notify = Notifier()
         self.exit_code: int | None = None  # set when the conversation decided the exit
+        # Frames read while waiting for a metric reply, and replies read by someone else.
+        self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
+        self._read_lock = threading.Lock()
+        self._replies: dict[int, wpb.MetricReply] = {}
+        self._replied = threading.Condition()
+        self.metrics = MetricsChannel(self.send, self._ask)
+        state.metrics_channel = self.metrics
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -91,12 +103,65 @@ class WorkerRuntime:
         if sock is not None:
             sock.close()
 
-    def send(self, message: wpb.WorkerToDaemon) -> None:
-        frame = encode_frame(message.SerializeToString())
+    def send(self, *messages: wpb.WorkerToDaemon) -> None:
+        """Send ``messages`` (nothing: only the buffered metric updates) in one write."""
         with self._send_lock:
             if self.sock is None:
                 raise BrokenPipeError("not connected to the daemon")
-            self.sock.sendall(frame)
+            frames = [encode_frame(m.SerializeToString()) for m in messages]
+            updates = self.metrics.take()
+            if updates is not None:
+                frames.insert(
+                    0, encode_frame(wpb.WorkerToDaemon(metrics=updates).SerializeToString())
+                )
+            if frames:
+                self.sock.sendall(b"".join(frames))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _read_one(self) -> wpb.DaemonToWorker | None:
+        """One frame (caller holds the read lock); a metric reply is filed, not returned."""
+        reader = self.reader
+        frame = reader.read() if reader is not None else None
+        if frame is None:
+            return None
+        message = wpb.DaemonToWorker.FromString(frame)
+        if message.WhichOneof("kind") == "metric_reply":
+            with self._replied:
+                self._replies[message.metric_reply.query] = message.metric_reply
+                self._replied.notify_all()
+        return message
+
+    def _next(self) -> wpb.DaemonToWorker | None:
+        while True:
+            with self._read_lock:
+                message = self._backlog.popleft() if self._backlog else self._read_one()
+            if message is None or message.WhichOneof("kind") != "metric_reply":
+                return message
+
+    def _ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:
+        """Send a metric query and wait for its reply. On the thread running the model the
+        main loop is not reading, so read here; another thread may find the main loop
+        reading, and then waits for it to file the reply."""
+        query = updates.query
+        self.send(wpb.WorkerToDaemon(metrics=updates))
+        while True:
+            with self._replied:
+                reply = self._replies.pop(query, None)
+            if reply is not None:
+                return reply
+            if self._read_lock.acquire(timeout=0.05):
+                try:
+                    message = self._read_one()
+                finally:
+                    self._read_lock.release()
+                if message is None:
+                    raise RuntimeError("the daemon closed the connection")
+                if message.WhichOneof("kind") != "metric_reply":
+                    self._backlog.append(message)
+            else:
+                with self._replied:
+                    self._replied.wait_for(lambda: query in self._replies, timeout=0.05)
 
     def _heartbeat(self, interval_s: float) -> None:
         watchdog = self.notify.watchdog_interval_s
@@ -145,11 +210,10 @@ class WorkerRuntime:
                 )
             )
             while self.exit_code is None:
-                assert self.reader is not None
-                frame = self.reader.read()
-                if frame is None:
+                message = self._next()
+                if message is None:
                     return
-                self.handle(wpb.DaemonToWorker.FromString(frame))
+                self.handle(message)
         except (BrokenPipeError, ConnectionResetError):
             return
         finally:
@@ -190,6 +254,7 @@ class WorkerRuntime:
         if self.executor is not None:
             self.executor.release(self.executor.held_batches())
         self.inputs.close()
+        self._backlog.clear()
 
     def _reconnect(self) -> bool:
         deadline = time.monotonic() + self.reconnect_s

@@ -22,6 +22,7 @@ from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
 from pbd.instances.memory import InstanceMemory
+from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
@@ -64,6 +65,7 @@ class Instance:
         shm_base: str,
         stats: ModelStats | None = None,
         execute_timeout: float = 0.0,
+        custom_metrics: CustomMetrics | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -81,6 +83,8 @@ class Instance:
         self.memory = InstanceMemory(shm_base, settings)
         self.stats = stats if stats is not None else ModelStats()
         self.execute_timeout = execute_timeout
+        registry = custom_metrics if custom_metrics is not None else CustomMetrics()
+        self.custom_metrics = registry.session(self.id)
         self.last_seen = 0.0
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
@@ -119,16 +123,11 @@ class Instance:
             )
             for attempt in range(2):
                 self.conn = await self._wait_connected(connected)
-                self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
-                reply = await self._wait_message(
-                    self.settings.model_init_timeout_secs, "initialize()"
-                )
-                if reply.WhichOneof("kind") != "initialized":
-                    raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
-                if not reply.initialized.HasField("error"):
-                    self.adopted = reply.initialized.adopted
+                reply = await self._initialize()
+                if not reply.HasField("error"):
+                    self.adopted = reply.adopted
                     break
-                err = reply.initialized.error
+                err = reply.error
                 if self.conn.hello.initialized and attempt == 0:
                     log.info("%s: %s", self.describe(), err.message)
                     self.conn.close()
@@ -153,6 +152,25 @@ class Instance:
         )
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader {self.id}")
 
+    async def _initialize(self) -> wpb.Initialized:
+        """Send Initialize; the reply (model metric families it makes come first)."""
+        assert self.conn is not None
+        self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.model_init_timeout_secs
+        while True:
+            reply = await self._wait_message(
+                max(deadline - loop.time(), 0.0),
+                "initialize()",
+                self.settings.model_init_timeout_secs,
+            )
+            if reply.WhichOneof("kind") != "metrics":
+                break
+            self._on_metrics(reply.metrics)
+        if reply.WhichOneof("kind") != "initialized":
+            raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
+        return reply.initialized
+
     async def _wait_connected(
         self, connected: asyncio.Future[WorkerConnection]
     ) -> WorkerConnection:
@@ -173,12 +191,15 @@ class Instance:
         error.permanent = status is not None and status.permanent
         raise error
 
-    async def _wait_message(self, timeout: float, what: str) -> wpb.WorkerToDaemon:
+    async def _wait_message(
+        self, timeout: float, what: str, limit: float | None = None
+    ) -> wpb.WorkerToDaemon:
         assert self.conn is not None
         try:
             message = await asyncio.wait_for(self.conn.recv(), timeout)
         except TimeoutError:
-            raise unavailable(f"{self.describe()}: {what} did not finish in {timeout:g}s") from None
+            limit = timeout if limit is None else limit
+            raise unavailable(f"{self.describe()}: {what} did not finish in {limit:g}s") from None
         if message is None:
             raise unavailable(
                 f"worker for {self.describe()} {await self._exit_text()} during {what}"
@@ -229,8 +250,16 @@ class Instance:
                     self._release(batch_id, blocks)
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
+            elif kind == "metrics":
+                self._on_metrics(message.metrics)
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
+
+    def _on_metrics(self, updates: wpb.MetricUpdates) -> None:
+        reply = self.custom_metrics.apply(updates)
+        if reply is not None and self.conn is not None:
+            with contextlib.suppress(PbdError):
+                self.conn.send(wpb.DaemonToWorker(metric_reply=reply))
 
     async def _exit_text(self) -> str:
         if self.handle is None:
@@ -384,6 +413,7 @@ class Instance:
         self._release_resources()
 
     def _release_resources(self) -> None:
+        self.custom_metrics.close()
         if self.conn is not None:
             self.conn.close()
         if self._reader is not None and self._reader is not asyncio.current_task():

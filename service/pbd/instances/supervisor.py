@@ -28,6 +28,7 @@ from pbd.instances.instance import Instance, InstancePlan, State
 from pbd.instances.launcher import InstanceLauncher
 from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
+from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
 from pbd.scheduler import RequestQueue, WorkItem, wait_result
 from pbd.settings import Settings
@@ -70,6 +71,7 @@ class VersionRuntime:
         hub: WorkerHub,
         shm_name: Callable[[], str],
         gpus: list[int],
+        custom_metrics: CustomMetrics | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -79,6 +81,7 @@ class VersionRuntime:
         self.hub = hub
         self.shm_name = shm_name
         self.gpus = gpus
+        self.custom_metrics = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.state = VersionState.LOADING
         self.reason = ""
         self.queue = RequestQueue()
@@ -111,6 +114,7 @@ class VersionRuntime:
             shm_base=self.shm_name(),
             stats=self.stats,
             execute_timeout=self.execute_timeout,
+            custom_metrics=self.custom_metrics,
         )
 
     @property

@@ -179,28 +179,105 @@ class Heartbeat(_message.Message):
     executed: int
     def __init__(self, executed: _Optional[int] = ...) -> None: ...
 
+class MetricOp(_message.Message):
+    __slots__ = ("id", "family_new", "metric_new", "increment", "set", "observe", "remove", "family_remove")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_NEW_FIELD_NUMBER: _ClassVar[int]
+    METRIC_NEW_FIELD_NUMBER: _ClassVar[int]
+    INCREMENT_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    OBSERVE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_REMOVE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    family_new: MetricFamilyNew
+    metric_new: MetricNew
+    increment: float
+    set: float
+    observe: MetricObservations
+    remove: bool
+    family_remove: bool
+    def __init__(self, id: _Optional[int] = ..., family_new: _Optional[_Union[MetricFamilyNew, _Mapping]] = ..., metric_new: _Optional[_Union[MetricNew, _Mapping]] = ..., increment: _Optional[float] = ..., set: _Optional[float] = ..., observe: _Optional[_Union[MetricObservations, _Mapping]] = ..., remove: _Optional[bool] = ..., family_remove: _Optional[bool] = ...) -> None: ...
+
+class MetricFamilyNew(_message.Message):
+    __slots__ = ("name", "description", "kind")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class MetricNew(_message.Message):
+    __slots__ = ("family", "labels", "buckets")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    family: int
+    labels: _containers.ScalarMap[str, str]
+    buckets: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, family: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., buckets: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MetricObservations(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class MetricUpdates(_message.Message):
+    __slots__ = ("ops", "query", "value_of")
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_OF_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[MetricOp]
+    query: int
+    value_of: int
+    def __init__(self, ops: _Optional[_Iterable[_Union[MetricOp, _Mapping]]] = ..., query: _Optional[int] = ..., value_of: _Optional[int] = ...) -> None: ...
+
+class MetricReply(_message.Message):
+    __slots__ = ("query", "value", "error")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    query: int
+    value: float
+    error: Error
+    def __init__(self, query: _Optional[int] = ..., value: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize")
+    __slots__ = ("initialize", "execute", "release", "finalize", "metric_reply")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_FIELD_NUMBER: _ClassVar[int]
+    METRIC_REPLY_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
     finalize: Finalize
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ...) -> None: ...
+    metric_reply: MetricReply
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "metrics")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     FINALIZED_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
     heartbeat: Heartbeat
     finalized: Finalized
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ...) -> None: ...
+    metrics: MetricUpdates
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ...) -> None: ...

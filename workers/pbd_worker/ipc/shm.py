@@ -195,6 +195,11 @@ class Arena:
     def capacity(self) -> int:
         return sum(s.size for s in self.segments)
 
+    @property
+    def used(self) -> int:
+        """Bytes allocated now (block sizes rounded up to the alignment)."""
+        return self.capacity - sum(sum(f.sizes) for f in self._free.values())
+
     def _grow(self, need: int) -> Segment:
         size = self.initial_bytes if not self.segments else self.growth_bytes
         size = max(size, need)

@@ -27,6 +27,7 @@ from pbd_worker.model_api.helpers import (
     using_decoupled_model_transaction_policy,
 )
 from pbd_worker.model_api.logger import Logger
+from pbd_worker.model_api.metrics import Metric, MetricFamily, MetricKind
 from pbd_worker.model_api.request import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -52,6 +53,9 @@ __all__ = [
     "InferenceTrace",
     "Logger",
     "MemoryType",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
     "PreferredMemory",
     "Tensor",
     "TritonError",

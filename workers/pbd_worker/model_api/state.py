@@ -21,6 +21,8 @@ BlsExecutor = Callable[["InferenceRequest", bool], Any]
 ResponseSenderFactory = Callable[["InferenceRequest"], Any]
 
 bls_executor: BlsExecutor | None = None
+# The worker runtime's ``pbd_worker.metrics.MetricsChannel`` (custom metrics).
+metrics_channel: Any = None
 response_sender_factory: ResponseSenderFactory | None = None
 
 _model_dir: str | None = None
