@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from pbd import __version__
 from pbd.settings import add_arguments, from_args
-
-
-def _configure_logging(verbose: int) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,9 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"pbd: {exc}", file=sys.stderr)
         return 2
-    _configure_logging(settings.log_verbose)
     if args.command == "serve":
         from pbd.daemon import serve
+        from pbd.logsettings import log_config
+        from pbd_worker.logconfig import apply
+
+        apply(log_config(settings))
 
         return asyncio.run(serve(settings))
     return 2

@@ -26,13 +26,18 @@ from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
 from pbd.settings import Settings
+from pbd.tracing.provider import Tracing, build_tracing
+from pbd.tracing.settings import parse_trace_config
 
 log = logging.getLogger("pbd")
 
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
+        """``tracing``: what spans go through (tests pass one with an in-memory exporter);
+        by default built from ``--trace-config`` and the OTEL_* environment."""
         self.settings = settings
+        self.tracing = tracing or build_tracing(parse_trace_config(settings.trace_config))
         self.daemon_id = new_daemon_id()
         self.hub = WorkerHub(settings.worker_socket or f"@pbd-{self.daemon_id}")
         self.launcher = ProcessLauncher()
@@ -49,6 +54,7 @@ class Daemon:
                 hub=self.hub,
                 shm_name=shm_name,
                 gpus=self.gpus,
+                tracing=self.tracing,
             )
 
         self.repository = ModelRepository(
@@ -60,6 +66,7 @@ class Daemon:
             SystemShmRegistry(
                 enabled=settings.allow_client_shm, key_prefixes=settings.client_shm_key_prefix
             ),
+            self.tracing,
         )
         self.port = 0
         self._stop = asyncio.Event()
@@ -145,6 +152,8 @@ class Daemon:
         remove_segments(
             settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
         )
+        # Exports what the batch processor still holds (bounded by OTEL_BSP_EXPORT_TIMEOUT).
+        await asyncio.to_thread(self.tracing.shutdown)
         log.info("stopped")
         return code
 

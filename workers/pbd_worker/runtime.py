@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from typing import Any
 
@@ -24,6 +23,8 @@ from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
+from pbd_worker.logconfig import LogConfig
+from pbd_worker.logconfig import apply as apply_logging
 from pbd_worker.model_api import state
 
 log = logging.getLogger("pbd_worker")
@@ -42,6 +43,7 @@ class WorkerRuntime:
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
+        self.log_config = LogConfig()
 
     def send(self, message: wpb.WorkerToDaemon) -> None:
         frame = encode_frame(message.SerializeToString())
@@ -79,18 +81,33 @@ class WorkerRuntime:
                 self.executor.release(list(message.execute.release))
                 result = self.executor.run(message.execute)
                 self.executed += 1
+                if self.executor.tracing is not None:
+                    spans = self.executor.tracing.take_encoded()
+                    if spans:
+                        self.send(wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=spans)))
                 self.send(wpb.WorkerToDaemon(result=result))
             elif kind == "release":
                 assert self.executor is not None
                 self.executor.release(list(message.release.batch_ids))
+            elif kind == "settings":
+                self._apply_settings(message.settings)
             elif kind == "initialize":
                 self.send(wpb.WorkerToDaemon(initialized=self._initialize(message.initialize)))
             elif kind == "finalize":
                 self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
                 return 0
 
+    def _apply_settings(self, settings: wpb.RuntimeSettings) -> None:
+        self.log_config = LogConfig(
+            info=settings.log_info,
+            warning=settings.log_warning,
+            error=settings.log_error,
+            verbose=settings.log_verbose,
+            format=settings.log_format or "default",
+        )
+        apply_logging(self.log_config, self.instance)
+
     def _initialize(self, init: wpb.Initialize) -> wpb.Initialized:
-        configure_logging(self.instance, init.log_verbose)
         args = dict(init.args)
         state.set_model_dir(init.model_dir)
         shm_dir = init.shm_dir or SHM_DIR
@@ -152,16 +169,6 @@ class WorkerRuntime:
             self.outputs.close()
 
 
-def configure_logging(instance: str, verbose: int) -> None:
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(levelname)s [{instance}] %(name)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pbd_worker", description="pbd model-instance worker")
     parser.add_argument("--socket", required=True, help="daemon socket: a path or @abstract-name")
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_logging(opts.instance, 0)
+    apply_logging(LogConfig(), opts.instance)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(socket_address(opts.socket))
