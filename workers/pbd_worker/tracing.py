@@ -4,7 +4,8 @@ Nothing here is imported until the daemon sends a traced request (``Request.trac
 set): an untraced worker never loads the OpenTelemetry SDK. On the first traced request the
 SDK's ``TracerProvider`` becomes the process's global provider, so model code that calls
 ``opentelemetry.trace.get_tracer(...).start_as_current_span(...)`` records real spans, children
-of the ``execute`` span that is current while ``execute()`` runs. The provider's one span
+of the ``execute`` span that is current while ``execute()`` runs (spans opened outside a
+traced request have no sampled parent and are not recorded). The provider's one span
 processor only collects finished spans; after each batch the runtime sends them to the daemon
 OTLP-encoded (``SpanBatch``), and the daemon exports them. No exporter is imported here.
 """
@@ -21,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -46,7 +48,9 @@ class _Collector(SpanProcessor):
 class WorkerTracing:
     def __init__(self, attributes: dict[str, Any]) -> None:
         self.collector = _Collector()
-        provider = TracerProvider()
+        # Spans follow their parent's decision; a span the model opens outside a traced
+        # request (no parent) is not recorded.
+        provider = TracerProvider(sampler=ParentBased(root=ALWAYS_OFF))
         provider.add_span_processor(self.collector)
         trace.set_tracer_provider(provider)
         self.tracer = provider.get_tracer("pbd.worker")

@@ -31,7 +31,6 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from pbd.tracing.settings import TraceConfig, TraceSettings
 
 log = logging.getLogger("pbd.tracing")
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 class Tracing:
@@ -73,9 +72,11 @@ class Tracing:
             self.provider.shutdown()
 
 
-def _context(trace_id: bytes, span_id: bytes, remote: bool) -> SpanContext:
+def _context(
+    trace_id: bytes, span_id: bytes, remote: bool, flags: int = TraceFlags.SAMPLED
+) -> SpanContext:
     return SpanContext(
-        int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), remote, _SAMPLED
+        int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), remote, TraceFlags(flags)
     )
 
 
@@ -97,7 +98,8 @@ def _readable(span: Any, scope: InstrumentationScope, resource: Resource) -> Rea
     status = Status(StatusCode(span.status.code), span.status.message or None)
     return ReadableSpan(
         name=span.name,
-        context=_context(span.trace_id, span.span_id, False),
+        # OTLP's span flags carry the W3C trace flags in their low byte.
+        context=_context(span.trace_id, span.span_id, False, (span.flags & 0xFF) or 1),
         parent=_context(span.trace_id, span.parent_span_id, True) if span.parent_span_id else None,
         resource=resource,
         attributes=_attributes(span.attributes),
