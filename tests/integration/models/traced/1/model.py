@@ -2,8 +2,9 @@
 and returns its input with the request's trace context (``request.trace().get_context()``)."""
 
 import numpy as np
-import triton_python_backend_utils as pb_utils
 from opentelemetry import trace
+
+import triton_python_backend_utils as pb_utils
 
 tracer = trace.get_tracer("traced_model")
 
