@@ -32,13 +32,25 @@ def free_port() -> int:
 class ServerProcess:
     """One server process; ``argv`` must make it listen on ``127.0.0.1:<port>``."""
 
-    def __init__(self, name: str, argv: list[str], port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.port = port
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            argv,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
 
     @property
@@ -123,6 +135,8 @@ def start_pbd(
     shm_prefix: str,
     extra_args: list[str],
     timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    name: str = "pbd",
 ) -> ServerProcess:
     port = free_port()
     argv = [
@@ -136,7 +150,7 @@ def start_pbd(
         "--shm-prefix", shm_prefix,
         *extra_args,
     ]  # fmt: skip
-    server = ServerProcess("pbd", argv, port, log_dir / "pbd.log")
+    server = ServerProcess(name, argv, port, log_dir / f"{name}.log", env)
     try:
         server.wait_ready(lambda: pbd_ready(server.target, model), timeout=timeout)
     except BaseException:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from pbd import __version__
 from pbd.settings import add_arguments, from_args
-from pbd_worker import journal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"pbd: {exc}", file=sys.stderr)
         return 2
-    journal.configure(verbose=settings.log_verbose)
     if args.command == "serve":
         from pbd.daemon import serve
+        from pbd.logsettings import log_config
+        from pbd_worker.logconfig import apply
+
+        apply(log_config(settings))
 
         return asyncio.run(serve(settings))
     return 2

@@ -34,13 +34,18 @@ from pbd.settings import Settings
 from pbd.systemd.launcher import SystemdLauncher
 from pbd.systemd.notify_loop import DaemonNotifier
 from pbd.systemd.units import worker_unit
+from pbd.tracing.provider import Tracing, build_tracing
+from pbd.tracing.settings import parse_trace_config
 
 log = logging.getLogger("pbd")
 
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracing: Tracing | None = None) -> None:
+        """``tracing``: what spans go through (tests pass one with an in-memory exporter);
+        by default built from ``--trace-config`` and the OTEL_* environment."""
         self.settings = settings
+        self.tracing = tracing or build_tracing(parse_trace_config(settings.trace_config))
         self.daemon_id = new_daemon_id()
         self.launcher: InstanceLauncher
         if settings.launcher == "systemd":
@@ -67,6 +72,7 @@ class Daemon:
                 shm_name=shm_name,
                 gpus=self.gpus,
                 custom_metrics=self.custom_metrics,
+                tracing=self.tracing,
             )
 
         self.repository = ModelRepository(
@@ -78,6 +84,7 @@ class Daemon:
             SystemShmRegistry(
                 enabled=settings.allow_client_shm, key_prefixes=settings.client_shm_key_prefix
             ),
+            self.tracing,
         )
         self.port = 0
         self._stop = asyncio.Event()
@@ -237,6 +244,8 @@ class Daemon:
         if self.systemd is not None:
             self.systemd.close()
         self.notifier.close()
+        # Exports what the batch processor still holds (bounded by OTEL_BSP_EXPORT_TIMEOUT).
+        await asyncio.to_thread(self.tracing.shutdown)
         log.info("stopped")
         return code
 

@@ -6,16 +6,20 @@ The servicer converts a message into pbd types, calls one method here, and conve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.logsettings import log_settings_answer, update_log_settings
 from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd.tracing.provider import Tracing
+from pbd.tracing.request import RequestTrace
+from pbd.tracing.settings import TraceSettings
 from pbd.types import IndexEntry, InferRequest, InferResult
 from pbd.validation import prepare_request, release_regions
 
@@ -26,16 +30,23 @@ EXTENSIONS = (
     "parameters",
     "statistics",
     "system_shared_memory",
+    "trace",
+    "logging",
 )
 
 
 class DataPlane:
     def __init__(
-        self, repository: ModelRepository, settings: Settings, shm: SystemShmRegistry
+        self,
+        repository: ModelRepository,
+        settings: Settings,
+        shm: SystemShmRegistry,
+        tracing: Tracing | None = None,
     ) -> None:
         self.repository = repository
         self.settings = settings
         self.shm = shm
+        self.tracing = tracing or Tracing(TraceSettings())
         self.accepting = True
         self.inflight = 0
         self._idle = asyncio.Event()
@@ -71,6 +82,28 @@ class DataPlane:
 
     def model_config(self, name: str, version: str) -> ModelConfig:
         return self.repository.lookup(name, version).config
+
+    def start_trace(
+        self,
+        request: InferRequest,
+        method: str,
+        start_ns: int,
+        traceparent: Callable[[], str | None],
+        system: str = "grpc",
+    ) -> RequestTrace | None:
+        """A trace for ``request`` if the trace settings sample it (``traceparent`` is asked
+        only then), else None: an untraced request creates no span."""
+        if not self.tracing.sample(request.model_name):
+            return None
+        return RequestTrace(
+            self.tracing,
+            method=method,
+            model=request.model_name,
+            version=request.model_version,
+            traceparent=traceparent(),
+            start_ns=start_ns,
+            system=system,
+        )
 
     async def infer(self, request: InferRequest) -> InferResult:
         return await self._infer(request, streamed=False)
@@ -136,6 +169,28 @@ class DataPlane:
                 runtimes = [(runtime.version, runtime)]
             out += [(model, v, r.stats) for v, r in runtimes if r.serving]
         return out
+
+    # -- trace and log extensions ------------------------------------------------------------
+
+    def trace_setting(
+        self, model: str, values: Mapping[str, Sequence[str]]
+    ) -> dict[str, list[str]]:
+        """Update (when ``values``) then answer the trace settings of ``model`` ("" = global)."""
+        if model and not self.model_ready(model, ""):
+            raise invalid_arg(f"Request for unknown model : {model}")
+        if values:
+            self.tracing.settings.update(model, values)
+        return self.tracing.settings.answer(model)
+
+    def log_settings(self, values: Mapping[str, tuple[str | None, Any]]) -> dict[str, Any]:
+        """Update (when ``values``) then answer the log settings; workers follow at once."""
+        if values:
+            update_log_settings(self.settings, values)
+            for entry in self.repository.entries.values():
+                for runtime in entry.versions.values():
+                    for instance in runtime.instances():
+                        instance.push_runtime_settings()
+        return log_settings_answer(self.settings)
 
     # -- client shared memory --------------------------------------------------------------------
 

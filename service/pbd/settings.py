@@ -62,6 +62,20 @@ class Settings:
         False, "exit at start if a model fails to load (Triton's default is true)"
     )
     log_verbose: int = _opt(0, "verbose logging level (0 = off)")
+    log_info: bool = _opt(True, "log INFO lines")
+    log_warning: bool = _opt(True, "log WARNING lines")
+    log_error: bool = _opt(True, "log ERROR lines")
+    log_format: str = _opt(
+        "default",
+        "log timestamps: default (local time) or ISO8601 (UTC)",
+        choices=("default", "ISO8601"),
+    )
+    trace_config: list[str] = _opt(
+        [],
+        "Triton's --trace-config: level=OFF|TIMESTAMPS|TENSORS, rate=N (1 in N), count=N, "
+        "log-frequency=N, mode=opentelemetry, opentelemetry,url=|resource=k=v|bsp_*=N "
+        "(repeat; the exporter itself is set by OTEL_* variables)",
+    )
     shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments in /dev/shm")
     allow_client_shm: bool = _opt(
         False, "let clients register system shared memory (Triton's flag; off as in Triton 2.73)"
@@ -174,4 +188,9 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     settings = Settings(**values)
     if settings.model_control_mode not in ("none", "poll", "explicit"):
         raise ValueError(f"invalid model control mode {settings.model_control_mode!r}")
+    if settings.log_format not in ("default", "ISO8601"):
+        raise ValueError(f"invalid log format {settings.log_format!r}")
+    from pbd.tracing.settings import parse_trace_config
+
+    parse_trace_config(settings.trace_config)  # report a bad --trace-config at the start
     return settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 # Request/response parameter values. ``Uint64`` marks the protocol's uint64_param, which Triton
 # accepts for ``priority`` only.
@@ -39,6 +39,8 @@ class InferRequest:
     inputs: list[InputTensor]
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    # A pbd.tracing.request.RequestTrace when this request is traced (sampled), else None.
+    trace: Any = None
 
     @property
     def log_id(self) -> str:

@@ -10,16 +10,20 @@ the daemon sends ``Release`` for the batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
 from pbd_worker.model_api.errors import TritonError
-from pbd_worker.model_api.request import InferenceRequest
+from pbd_worker.model_api.request import InferenceRequest, InferenceTrace
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
+
+if TYPE_CHECKING:
+    from pbd_worker.tracing import WorkerTracing
 
 _EMPTY = memoryview(b"")
 
@@ -52,6 +56,23 @@ class BatchExecutor:
         self.outputs = outputs
         self.loop = loop
         self._held: dict[int, list[Block]] = {}
+        # Created by the first traced request (see pbd_worker.tracing).
+        self.tracing: WorkerTracing | None = None
+
+    def _tracing_for(self, execute: wpb.Execute) -> WorkerTracing | None:
+        if not any(r.traceparent for r in execute.requests):
+            return None
+        if self.tracing is None:
+            from pbd_worker.tracing import WorkerTracing
+
+            self.tracing = WorkerTracing(
+                {
+                    "model.name": self.model_name,
+                    "model.version": self.model_version,
+                    "model.instance": self.instance_name,
+                }
+            )
+        return self.tracing
 
     def rebind(self, inputs: SegmentMap, outputs: Arena) -> None:
         """New segments after a daemon restart; blocks of the old arena are void."""
@@ -90,7 +111,7 @@ class BatchExecutor:
             parameters_json=msg.parameters_json or "{}",
             model_name=self.model_name,
             model_version=self.model_version,
-            trace_context=msg.traceparent or None,
+            trace_context=None,
         )
 
     def run(self, execute: wpb.Execute) -> wpb.ExecuteResult:
@@ -103,8 +124,19 @@ class BatchExecutor:
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
+        tracing = self._tracing_for(execute)
+        traceparents = [r.traceparent for r in execute.requests]
+        span: Any = (
+            tracing.execute_span(traceparents, len(requests))
+            if tracing is not None
+            else contextlib.nullcontext(None)
+        )
         try:
-            responses = call_maybe_async(self.loop, self.model.execute, requests)
+            with span as contexts:
+                for request, context in zip(requests, contexts or (), strict=False):
+                    if context:
+                        request._trace = InferenceTrace(context)
+                responses = call_maybe_async(self.loop, self.model.execute, requests)
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
             text, tb = describe_exception(exc)
             message = (
@@ -128,6 +160,11 @@ class BatchExecutor:
         if held:
             self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
+        if tracing is not None:
+            end = time.time_ns()
+            for traceparent in traceparents:
+                if traceparent:
+                    tracing.record("output_copy", traceparent, end - result.output_ns, end)
         return result
 
     @staticmethod

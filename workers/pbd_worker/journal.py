@@ -44,21 +44,3 @@ class JournalFormatter(logging.Formatter):
         priority = _PRIORITY.get(record.levelno, 6 if record.levelno < logging.WARNING else 3)
         # Continuation lines (tracebacks) would lose the priority: prefix each.
         return "\n".join(f"<{priority}>{line}" for line in text.split("\n"))
-
-
-def configure(tag: str = "", verbose: int = 0, stream: TextIO | None = None) -> None:
-    """Log to stderr: ``tag`` (e.g. ``[model/1/model_0]``) goes into every line."""
-    out = stream or sys.stderr
-    body = f"%(levelname)s {tag + ' ' if tag else ''}%(name)s: %(message)s"
-    formatter: logging.Formatter
-    if stderr_is_journal(out):
-        formatter = JournalFormatter(body)
-    else:
-        formatter = logging.Formatter("%(asctime)s " + body)
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(formatter)
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)

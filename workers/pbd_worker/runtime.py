@@ -26,13 +26,14 @@ import threading
 import time
 from typing import Any
 
-from pbd_worker import journal
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
+from pbd_worker.logconfig import LogConfig
+from pbd_worker.logconfig import apply as apply_logging
 from pbd_worker.metrics import MetricsChannel
 from pbd_worker.model_api import state
 from pbd_worker.notify import Notifier
@@ -76,6 +77,7 @@ class WorkerRuntime:
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
         self.notify = Notifier()
+        self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
         # Frames read while waiting for a metric reply, and replies read by someone else.
         self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
@@ -227,12 +229,19 @@ class WorkerRuntime:
             result = self.executor.run(message.execute)
             self.executed += 1
             self.requests += len(message.execute.requests)
-            self.send(wpb.WorkerToDaemon(result=result))
+            out = [wpb.WorkerToDaemon(result=result)]
+            if self.executor.tracing is not None:
+                spans = self.executor.tracing.take_encoded()
+                if spans:  # the batch's spans go first, in the same write
+                    out.insert(0, wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=spans)))
+            self.send(*out)
             if self.notify.enabled:
                 self.notify.status(self._status())
         elif kind == "release":
             assert self.executor is not None
             self.executor.release(list(message.release.batch_ids))
+        elif kind == "settings":
+            self._apply_settings(message.settings)
         elif kind == "initialize":
             reply = self._initialize(message.initialize)
             self.send(wpb.WorkerToDaemon(initialized=reply))
@@ -244,6 +253,16 @@ class WorkerRuntime:
             self.notify.stopping("finalizing")
             self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
             self.exit_code = 0
+
+    def _apply_settings(self, settings: wpb.RuntimeSettings) -> None:
+        self.log_config = LogConfig(
+            info=settings.log_info,
+            warning=settings.log_warning,
+            error=settings.log_error,
+            verbose=settings.log_verbose,
+            format=settings.log_format or "default",
+        )
+        apply_logging(self.log_config, self.instance)
 
     def _status(self) -> str:
         return f"serving {self.instance}: {self.requests} requests in {self.executed} batches"
@@ -273,7 +292,6 @@ class WorkerRuntime:
     def _initialize(self, init: wpb.Initialize) -> wpb.Initialized:
         if self.model is not None:
             return self._adopt(init)
-        journal.configure(f"[{self.instance}]", init.log_verbose)
         args = dict(init.args)
         state.set_model_dir(init.model_dir)
         shm_dir = init.shm_dir or SHM_DIR
@@ -384,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    journal.configure(f"[{opts.instance}]")
+    apply_logging(LogConfig(), opts.instance)
     runtime = WorkerRuntime(opts.socket, opts.instance, opts.reconnect_secs)
     if opts.reconnect_secs:
         # A systemd unit: `systemctl stop` is SIGTERM; finalize the model, then go. (Under the

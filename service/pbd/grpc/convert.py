@@ -211,3 +211,36 @@ def stream_error_to_wire(request: InferRequest | None, message: str) -> bytes:
         )
     response.infer_response.parameters[FINAL_RESPONSE_KEY].bool_param = True
     return response.SerializeToString()
+
+
+def trace_setting_from_pb(request: pb.TraceSettingRequest) -> dict[str, list[str]]:
+    return {key: list(value.value) for key, value in request.settings.items()}
+
+
+def trace_setting_to_pb(settings: Mapping[str, Iterable[str]]) -> pb.TraceSettingResponse:
+    response = pb.TraceSettingResponse()
+    for key, values in settings.items():
+        response.settings[key].value.extend(values)
+    return response
+
+
+def log_settings_from_pb(request: pb.LogSettingsRequest) -> dict[str, tuple[str | None, Any]]:
+    """``{key: (the oneof that is set, its value)}``: the checks need to know which it was."""
+    out: dict[str, tuple[str | None, Any]] = {}
+    for key, value in request.settings.items():
+        kind = value.WhichOneof("parameter_choice")
+        out[key] = (kind, getattr(value, kind) if kind else None)
+    return out
+
+
+def log_settings_to_pb(settings: Mapping[str, bool | int | str]) -> pb.LogSettingsResponse:
+    response = pb.LogSettingsResponse()
+    for key, value in settings.items():
+        target = response.settings[key]
+        if isinstance(value, bool):
+            target.bool_param = value
+        elif isinstance(value, int):
+            target.uint32_param = value
+        else:
+            target.string_param = value
+    return response

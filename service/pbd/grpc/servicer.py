@@ -9,9 +9,11 @@ converts, calls the dataplane, converts back. ModelInfer works on raw bytes both
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
@@ -19,10 +21,11 @@ import grpc
 from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import health_pb2
 from pbd.dataplane import DataPlane
-from pbd.errors import Code, PbdError
+from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS
+from pbd.tracing.request import RequestTrace
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
@@ -80,9 +83,21 @@ class InferenceServicer:
         return pb.ModelConfigResponse(config=convert.model_config_to_pb(config.as_dict))
 
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+        began = time.time_ns()
         infer_request = convert.infer_request_from_wire(request)
-        with await self.dp.infer(infer_request) as result:
-            return convert.infer_response_to_wire(result)
+        trace = self.dp.start_trace(
+            infer_request, "ModelInfer", began, lambda: _traceparent(context)
+        )
+        if trace is None:
+            with await self.dp.infer(infer_request) as result:
+                return convert.infer_response_to_wire(result)
+        infer_request.trace = trace
+        with _finishing(trace):
+            with await self.dp.infer(infer_request) as result:
+                replying = time.time_ns()
+                response = convert.infer_response_to_wire(result)
+            trace.responded(replying)
+            return response
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any
@@ -93,7 +108,7 @@ class InferenceServicer:
 
         async def read() -> None:
             async for raw in requests:
-                answers.put_nowait(asyncio.ensure_future(self._stream_one(raw)))
+                answers.put_nowait(asyncio.ensure_future(self._stream_one(raw, context)))
             answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
@@ -108,12 +123,24 @@ class InferenceServicer:
                 if pending is not None:
                     pending.cancel()
 
-    async def _stream_one(self, raw: bytes) -> bytes:
+    async def _stream_one(self, raw: bytes, context: Any) -> bytes:
+        began = time.time_ns()
         request = None
         try:
             request = convert.infer_request_from_wire(raw)
-            with await self.dp.infer_streamed(request) as result:
-                return convert.stream_response_to_wire(result)
+            trace = self.dp.start_trace(
+                request, "ModelStreamInfer", began, lambda: _traceparent(context)
+            )
+            if trace is None:
+                with await self.dp.infer_streamed(request) as result:
+                    return convert.stream_response_to_wire(result)
+            request.trace = trace
+            with _finishing(trace):
+                with await self.dp.infer_streamed(request) as result:
+                    replying = time.time_ns()
+                    response = convert.stream_response_to_wire(result)
+                trace.responded(replying)
+                return response
         except PbdError as exc:
             return convert.stream_error_to_wire(request, exc.message)
         except (ValueError, TypeError) as exc:
@@ -170,16 +197,40 @@ class InferenceServicer:
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> Any:
         return convert.statistics_to_pb(self.dp.model_statistics(request.name, request.version))
 
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        raise PbdError(Code.UNAVAILABLE, "the server does not support trace")
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> Any:
+        values = convert.trace_setting_from_pb(request)
+        return convert.trace_setting_to_pb(self.dp.trace_setting(request.model_name, values))
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        raise PbdError(Code.UNAVAILABLE, "the server does not support dynamic logging")
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> Any:
+        values = convert.log_settings_from_pb(request)
+        return convert.log_settings_to_pb(self.dp.log_settings(values))
 
     async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self.dp.server_ready() else status.NOT_SERVING
         return status(status=serving)
+
+
+def _traceparent(context: Any) -> str | None:
+    """The client's W3C ``traceparent`` metadata, if it sent one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return None
+
+
+@contextlib.contextmanager
+def _finishing(trace: RequestTrace) -> Iterator[None]:
+    """End the RPC span with the status the call ends with."""
+    try:
+        yield
+    except PbdError as exc:
+        trace.finish(GRPC_STATUS[exc.code].value[0], exc.message)
+        raise
+    except BaseException as exc:
+        trace.finish(grpc.StatusCode.UNKNOWN.value[0], repr(exc))
+        raise
+    trace.finish()
 
 
 def _identity(data: bytes) -> bytes:

@@ -22,10 +22,12 @@ from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
 from pbd.instances.memory import InstanceMemory
+from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd.tracing.provider import Tracing
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
@@ -66,6 +68,7 @@ class Instance:
         stats: ModelStats | None = None,
         execute_timeout: float = 0.0,
         custom_metrics: CustomMetrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -85,6 +88,7 @@ class Instance:
         self.execute_timeout = execute_timeout
         registry = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.custom_metrics = registry.session(self.id)
+        self.tracing = tracing
         self.last_seen = 0.0
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
@@ -155,6 +159,7 @@ class Instance:
     async def _initialize(self) -> wpb.Initialized:
         """Send Initialize; the reply (model metric families it makes come first)."""
         assert self.conn is not None
+        self.push_runtime_settings()
         self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.model_init_timeout_secs
@@ -252,6 +257,8 @@ class Instance:
                 self.executed = message.heartbeat.executed
             elif kind == "metrics":
                 self._on_metrics(message.metrics)
+            elif kind == "spans" and self.tracing is not None:
+                self.tracing.import_spans(message.spans.otlp)
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 
@@ -287,6 +294,12 @@ class Instance:
         if self.state is State.READY:
             await self._lost(reason)
 
+    def push_runtime_settings(self) -> None:
+        """Tell the worker the current log settings (at start, and after LogSettings)."""
+        if self.conn is not None and self.state is not State.DEAD:
+            with contextlib.suppress(PbdError, ConnectionError):
+                self.conn.send(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
+
     def heartbeat_overdue(self, now: float) -> bool:
         return self.state is State.READY and now - self.last_seen > (
             self.settings.worker_heartbeat_timeout_secs
@@ -302,7 +315,12 @@ class Instance:
         message = wpb.Execute(batch_id=batch_id)
         try:
             for request_id, prepared in enumerate(batch):
-                message.requests.append(self.memory.request_message(request_id, prepared, blocks))
+                trace = prepared.request.trace
+                began = time.time_ns() if trace is not None else 0
+                request = self.memory.request_message(request_id, prepared, blocks)
+                if trace is not None:
+                    request.traceparent = trace.input_copied(began, time.time_ns())
+                message.requests.append(request)
         except ShmExhausted as exc:
             self.memory.free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
@@ -321,6 +339,9 @@ class Instance:
                     f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
                 )
         result = await future
+        for prepared in batch:
+            if prepared.request.trace is not None:
+                prepared.request.trace.computed(result.infer_ns, result.output_ns)
         self.stats.executed(
             len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
         )

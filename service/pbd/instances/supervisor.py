@@ -33,6 +33,7 @@ from pbd.repository.config import ModelConfig
 from pbd.scheduler import RequestQueue, WorkItem, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd.tracing.provider import Tracing
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 
@@ -72,8 +73,10 @@ class VersionRuntime:
         shm_name: Callable[[], str],
         gpus: list[int],
         custom_metrics: CustomMetrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        self.tracing = tracing
         self.version = version
         self.model_dir = model_dir
         self.settings = settings
@@ -115,6 +118,7 @@ class VersionRuntime:
             stats=self.stats,
             execute_timeout=self.execute_timeout,
             custom_metrics=self.custom_metrics,
+            tracing=self.tracing,
         )
 
     @property
@@ -246,6 +250,8 @@ class VersionRuntime:
                 "at ready state"
             )
         began = time.perf_counter_ns()
+        if prepared.request.trace is not None:
+            prepared.request.trace.queued()
         try:
             result = await wait_result(self.queue.submit(prepared))
         except PbdError:
@@ -284,6 +290,8 @@ class VersionRuntime:
             instance.inflight += 1
             waited = asyncio.get_running_loop().time() - item.enqueued_at
             self.stats.queue.add(int(waited * 1e9))
+            if item.prepared.request.trace is not None:
+                item.prepared.request.trace.dispatched(instance.plan.name, 1)
             task = asyncio.create_task(self._run_one(instance, item))
             self._running.add(task)
             task.add_done_callback(self._running.discard)

@@ -15,3 +15,19 @@ def test_worker_entry_point_imports_no_grpc_and_no_daemon():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tracing_loads_no_exporter_and_waits_for_a_traced_request():
+    code = (
+        "import sys, pbd_worker.runtime;"
+        "assert 'opentelemetry.sdk' not in sys.modules, 'SDK loaded before any traced request';"
+        "from pbd_worker.tracing import WorkerTracing;"
+        "t = WorkerTracing({});"
+        "t.record('x', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 1, 2);"
+        "assert t.take_encoded();"
+        "bad = [m for m in sys.modules if m == 'grpc' or m.startswith('grpc.')"
+        " or m.startswith('opentelemetry.exporter.otlp.proto.grpc')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

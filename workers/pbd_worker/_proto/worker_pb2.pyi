@@ -252,32 +252,56 @@ class MetricReply(_message.Message):
     error: Error
     def __init__(self, query: _Optional[int] = ..., value: _Optional[float] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
+class RuntimeSettings(_message.Message):
+    __slots__ = ("log_info", "log_warning", "log_error", "log_verbose", "log_format")
+    LOG_INFO_FIELD_NUMBER: _ClassVar[int]
+    LOG_WARNING_FIELD_NUMBER: _ClassVar[int]
+    LOG_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOG_VERBOSE_FIELD_NUMBER: _ClassVar[int]
+    LOG_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    log_info: bool
+    log_warning: bool
+    log_error: bool
+    log_verbose: int
+    log_format: str
+    def __init__(self, log_info: _Optional[bool] = ..., log_warning: _Optional[bool] = ..., log_error: _Optional[bool] = ..., log_verbose: _Optional[int] = ..., log_format: _Optional[str] = ...) -> None: ...
+
+class SpanBatch(_message.Message):
+    __slots__ = ("otlp",)
+    OTLP_FIELD_NUMBER: _ClassVar[int]
+    otlp: bytes
+    def __init__(self, otlp: _Optional[bytes] = ...) -> None: ...
+
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "metric_reply")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
     METRIC_REPLY_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
     finalize: Finalize
+    settings: RuntimeSettings
     metric_reply: MetricReply
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ...) -> None: ...
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "metrics")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     FINALIZED_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
     heartbeat: Heartbeat
     finalized: Finalized
+    spans: SpanBatch
     metrics: MetricUpdates
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ...) -> None: ...
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,90 @@
+"""Throughput with tracing at 100% sampling against tracing off, same run.
+
+    python -m bench.tracing [--duration 5] [--warmup 1] [--repeat 2]
+
+Two daemons serve identity_fp32 side by side: one as shipped (trace level OFF), one with
+``--trace-config level=TIMESTAMPS --trace-config rate=1`` exporting every span through the
+batch span processor and the OTLP gRPC exporter to a local receiver (``bench.otlp_receiver``,
+its own process). They take turns per scenario and repeat (off first on even repeats); the
+result is traced throughput as a fraction of untraced, medians over repeats, and the loss in
+percent. The receiver's span count is checked against the requests sent (8 spans each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+
+from bench.loadgen import build_request, run_load
+from bench.servers import ROOT, ServerProcess, free_port, start_pbd
+
+MODEL = "identity_fp32"
+SCENARIOS = [([1, 16], 1), ([1, 16], 8)]
+SPANS_PER_REQUEST = 7  # server, queue, compute, input_copy, execute, output_copy, response
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+    log_dir = ROOT / "bench" / "results"
+    log_dir.mkdir(exist_ok=True)
+    port = free_port()
+    receiver = ServerProcess(
+        "otlp-receiver",
+        [sys.executable, "-m", "bench.otlp_receiver", str(port)],
+        port,
+        log_dir / "otlp-receiver.log",
+    )
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}",
+    }
+    repository = ROOT / "examples" / "models"
+    servers: dict[str, ServerProcess] = {}
+    sent_traced = 0
+    failed = 0
+    try:
+        servers["off"] = start_pbd(
+            sys.executable, log_dir, repository, MODEL, f"pbdtroff{os.getpid()}", [], name="pbd-off"
+        )
+        servers["on"] = start_pbd(
+            sys.executable, log_dir, repository, MODEL, f"pbdtron{os.getpid()}",
+            ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"],
+            env=env, name="pbd-traced",
+        )  # fmt: skip
+        print(f"{'scenario':20} {'off/s':>8} {'traced/s':>9} {'traced/off':>10} {'loss':>6}")
+        for shape, conc in SCENARIOS:
+            payload, data = build_request(MODEL, shape)
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            for rep in range(args.repeat):
+                for which in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+                    stats = asyncio.run(
+                        run_load(servers[which].target, payload, shape, data,
+                                 concurrency=conc, duration=args.duration, warmup=args.warmup)
+                    )  # fmt: skip
+                    failed += stats.errors + stats.mismatches
+                    rates[which].append(stats.infer_per_s)
+                    if which == "on":
+                        sent_traced += stats.requests
+            off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+            label = f"fp32 {shape} c={conc}"
+            print(f"{label:20} {off:8.0f} {on:9.0f} {on / off:10.3f} {100 * (1 - on / off):5.1f}%")
+    finally:
+        for server in servers.values():
+            server.stop()
+        receiver.stop()
+    counted = receiver.log_path.read_text().strip().splitlines()[-1:]
+    print(f"receiver: {counted[0] if counted else 'no count'}; traced requests measured "
+          f"{sent_traced} (x{SPANS_PER_REQUEST} spans, plus warm-up)")  # fmt: skip
+    print(f"errors: {failed}")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

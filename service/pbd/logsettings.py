@@ -1,0 +1,79 @@
+"""The log extension (LogSettings): Triton's checks, the daemon's logging, the workers' too.
+
+The live values are the ``log_*`` fields of the daemon's ``Settings`` (a LogSettings update
+changes them there, so a worker started later gets them too); ``pbd_worker.logconfig`` turns
+them into logging configuration in both processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pbd.errors import Code, PbdError, invalid_arg
+from pbd.settings import Settings
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.logconfig import LOG_FORMATS, LogConfig, apply
+
+# setting -> (the request oneof it must use, the Settings field, Triton's type word)
+_FIELDS = {
+    "log_info": ("bool_param", "log_info", "boolean"),
+    "log_warning": ("bool_param", "log_warning", "boolean"),
+    "log_error": ("bool_param", "log_error", "boolean"),
+    "log_verbose_level": ("uint32_param", "log_verbose", "int32"),
+    "log_format": ("string_param", "log_format", "string"),
+}
+
+
+def log_config(settings: Settings) -> LogConfig:
+    return LogConfig(
+        info=settings.log_info,
+        warning=settings.log_warning,
+        error=settings.log_error,
+        verbose=settings.log_verbose,
+        format=settings.log_format,
+    )
+
+
+def runtime_settings(settings: Settings) -> wpb.RuntimeSettings:
+    """What a worker is told at start and after each update."""
+    return wpb.RuntimeSettings(
+        log_info=settings.log_info,
+        log_warning=settings.log_warning,
+        log_error=settings.log_error,
+        log_verbose=settings.log_verbose,
+        log_format=settings.log_format,
+    )
+
+
+def update_log_settings(settings: Settings, values: Mapping[str, tuple[str | None, Any]]) -> None:
+    """Apply a LogSettings request (``{key: (oneof kind, value)}``), Triton's way: keys in
+    Triton's order, each checked then applied; an unknown key is ignored."""
+    if "log_file" in values:
+        raise PbdError(
+            Code.UNSUPPORTED, "log file location can not be updated through network protocol"
+        )
+    try:
+        for key, (kind, attr, word) in _FIELDS.items():
+            if key not in values:
+                continue
+            given_kind, value = values[key]
+            if given_kind != kind:
+                raise invalid_arg(f"expect {word} for '{key}'")
+            if key == "log_format" and value not in LOG_FORMATS:
+                raise invalid_arg(f"invalid argument for log_format, got: {value}")
+            setattr(settings, attr, value)
+    finally:
+        apply(log_config(settings))
+
+
+def log_settings_answer(settings: Settings) -> dict[str, Any]:
+    """LogSettingsResponse's ``settings`` as ``{key: value}`` (the type picks the oneof)."""
+    return {
+        "log_file": "",
+        "log_info": settings.log_info,
+        "log_warning": settings.log_warning,
+        "log_error": settings.log_error,
+        "log_verbose_level": settings.log_verbose,
+        "log_format": settings.log_format,
+    }
