@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import hashlib
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from typing import Any
@@ -29,7 +27,7 @@ from typing import Any
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
-from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
+from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig
@@ -64,9 +62,8 @@ class WorkerRuntime:
         self.address = address
         self.instance = instance
         self.reconnect_s = reconnect_s
-        self.sock: socket.socket | None = None
-        self.reader: SocketFrameReader | None = None
-        self._send_lock = threading.Lock()
+        self.link = DaemonLink(address, lambda: self.metrics.take())
+        self.send = self.link.send
         self._stop = threading.Event()
         self.executed = 0  # batches
         self.requests = 0
@@ -79,91 +76,8 @@ class WorkerRuntime:
         self.notify = Notifier()
         self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
-        # Frames read while waiting for a metric reply, and replies read by someone else.
-        self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
-        self._read_lock = threading.Lock()
-        self._replies: dict[int, wpb.MetricReply] = {}
-        self._replied = threading.Condition()
-        self.metrics = MetricsChannel(self.send, self._ask)
+        self.metrics = MetricsChannel(self.link.send, self.link.ask)
         state.metrics_channel = self.metrics
-
-    # -- connection ----------------------------------------------------------------------------
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(socket_address(self.address))
-        except OSError:
-            sock.close()
-            raise
-        with self._send_lock:
-            self.sock, self.reader = sock, SocketFrameReader(sock)
-
-    def disconnect(self) -> None:
-        with self._send_lock:
-            sock, self.sock, self.reader = self.sock, None, None
-        if sock is not None:
-            sock.close()
-
-    def send(self, *messages: wpb.WorkerToDaemon) -> None:
-        """Send ``messages`` (nothing: only the buffered metric updates) in one write."""
-        with self._send_lock:
-            if self.sock is None:
-                raise BrokenPipeError("not connected to the daemon")
-            frames = [encode_frame(m.SerializeToString()) for m in messages]
-            updates = self.metrics.take()
-            if updates is not None:
-                frames.insert(
-                    0, encode_frame(wpb.WorkerToDaemon(metrics=updates).SerializeToString())
-                )
-            if frames:
-                self.sock.sendall(b"".join(frames))
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def _read_one(self) -> wpb.DaemonToWorker | None:
-        """One frame (caller holds the read lock); a metric reply is filed, not returned."""
-        reader = self.reader
-        frame = reader.read() if reader is not None else None
-        if frame is None:
-            return None
-        message = wpb.DaemonToWorker.FromString(frame)
-        if message.WhichOneof("kind") == "metric_reply":
-            with self._replied:
-                self._replies[message.metric_reply.query] = message.metric_reply
-                self._replied.notify_all()
-        return message
-
-    def _next(self) -> wpb.DaemonToWorker | None:
-        while True:
-            with self._read_lock:
-                message = self._backlog.popleft() if self._backlog else self._read_one()
-            if message is None or message.WhichOneof("kind") != "metric_reply":
-                return message
-
-    def _ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:
-        """Send a metric query and wait for its reply. On the thread running the model the
-        main loop is not reading, so read here; another thread may find the main loop
-        reading, and then waits for it to file the reply."""
-        query = updates.query
-        self.send(wpb.WorkerToDaemon(metrics=updates))
-        while True:
-            with self._replied:
-                reply = self._replies.pop(query, None)
-            if reply is not None:
-                return reply
-            if self._read_lock.acquire(timeout=0.05):
-                try:
-                    message = self._read_one()
-                finally:
-                    self._read_lock.release()
-                if message is None:
-                    raise RuntimeError("the daemon closed the connection")
-                if message.WhichOneof("kind") != "metric_reply":
-                    self._backlog.append(message)
-            else:
-                with self._replied:
-                    self._replied.wait_for(lambda: query in self._replies, timeout=0.05)
 
     def _heartbeat(self, interval_s: float) -> None:
         watchdog = self.notify.watchdog_interval_s
@@ -212,14 +126,14 @@ class WorkerRuntime:
                 )
             )
             while self.exit_code is None:
-                message = self._next()
+                message = self.link.next()
                 if message is None:
                     return
                 self.handle(message)
         except (BrokenPipeError, ConnectionResetError):
             return
         finally:
-            self.disconnect()
+            self.link.disconnect()
 
     def handle(self, message: wpb.DaemonToWorker) -> None:
         kind = message.WhichOneof("kind")
@@ -273,14 +187,14 @@ class WorkerRuntime:
         if self.executor is not None:
             self.executor.release(self.executor.held_batches())
         self.inputs.close()
-        self._backlog.clear()
+        self.link.forget_backlog()
 
     def _reconnect(self) -> bool:
         deadline = time.monotonic() + self.reconnect_s
         delay = 0.05
         while time.monotonic() < deadline:
             try:
-                self.connect()
+                self.link.connect()
                 return True
             except OSError:
                 time.sleep(delay)
@@ -413,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
         signal.signal(signal.SIGTERM, on_term)
     try:
-        runtime.connect()
+        runtime.link.connect()
     except OSError as exc:
         if not (opts.reconnect_secs and runtime._reconnect()):
             log.error("cannot connect to the daemon at %s: %s", opts.socket, exc)

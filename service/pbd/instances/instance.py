@@ -11,17 +11,16 @@ import asyncio
 import contextlib
 import enum
 import itertools
-import json
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
 from pbd.instances.memory import InstanceMemory
+from pbd.instances.messages import batch_results, initialize_message
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
@@ -160,7 +159,7 @@ class Instance:
         """Send Initialize; the reply (model metric families it makes come first)."""
         assert self.conn is not None
         self.push_runtime_settings()
-        self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
+        self.conn.send(wpb.DaemonToWorker(initialize=initialize_message(self)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.model_init_timeout_secs
         while True:
@@ -211,29 +210,6 @@ class Instance:
             )
         return message
 
-    def _initialize_message(self) -> wpb.Initialize:
-        model_file = self.model_dir / str(self.version) / self.config.default_model_filename
-        args = {
-            "model_config": self.config.to_json(),
-            "model_instance_kind": self.plan.kind,
-            "model_instance_name": self.plan.name,
-            "model_instance_device_id": str(self.plan.device_id),
-            "model_repository": str(self.model_dir),
-            "model_version": str(self.version),
-            "model_name": self.config.name,
-        }
-        return wpb.Initialize(
-            args=args,
-            model_path=str(model_file),
-            model_dir=str(self.model_dir),
-            version=str(self.version),
-            output_region_prefix=self.memory.output_prefix,
-            output_region_bytes=self.settings.shm_default_byte_size,
-            heartbeat_interval_ms=self.settings.worker_heartbeat_ms,
-            log_verbose=self.settings.log_verbose,
-            shm_dir=str(self.settings.shm_dir),
-        )
-
     # -- running -------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
@@ -252,7 +228,7 @@ class Instance:
                     future.set_result(message.result)
                 elif future is not None:
                     # The caller was cancelled; nobody will read these outputs.
-                    self._release(batch_id, blocks)
+                    self.release_batch(batch_id, blocks)
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
             elif kind == "metrics":
@@ -345,55 +321,9 @@ class Instance:
         self.stats.executed(
             len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
         )
-        return self._results(batch, result, blocks)
+        return batch_results(self, batch, result, blocks)
 
-    def _results(
-        self, batch: list[PreparedRequest], result: wpb.ExecuteResult, blocks: list[Block]
-    ) -> list[InferResult | PbdError]:
-        by_id = {r.request_id: r for r in result.responses}
-        outstanding = 0
-        results: list[InferResult | PbdError] = []
-
-        def release_one() -> None:
-            nonlocal outstanding
-            outstanding -= 1
-            if outstanding == 0:
-                self._release(result.batch_id, blocks)
-
-        for request_id, prepared in enumerate(batch):
-            response = by_id.get(request_id)
-            if response is None:
-                results.append(PbdError(Code.INTERNAL, f"{self.describe()} returned no response"))
-            elif response.HasField("error"):
-                err = response.error
-                if err.traceback:
-                    log.debug("%s: model error traceback:\n%s", self.describe(), err.traceback)
-                results.append(PbdError(Code.parse(err.code), err.message))
-            else:
-                try:
-                    targets = prepared.output_targets
-                    outputs = [
-                        self.memory.output(ref, ref.name in targets) for ref in response.outputs
-                    ]
-                except ValueError as exc:
-                    results.append(PbdError(Code.INTERNAL, f"{self.describe()}: {exc}"))
-                    continue
-                outstanding += 1
-                results.append(
-                    InferResult(
-                        model_name=self.config.name,
-                        model_version=str(self.version),
-                        id=prepared.request.id,
-                        outputs=outputs,
-                        parameters=_json_params(response.parameters_json),
-                        _release=release_one,
-                    )
-                )
-        if outstanding == 0:
-            self._release(result.batch_id, blocks)
-        return results
-
-    def _release(self, batch_id: int, blocks: list[Block]) -> None:
+    def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""
         self.memory.free(blocks)
         self._to_release.append(batch_id)
@@ -440,10 +370,3 @@ class Instance:
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()
         self.memory.close()
-
-
-def _json_params(text: str) -> dict[str, Any]:
-    if not text:
-        return {}
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {}

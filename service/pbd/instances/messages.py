@@ -1,0 +1,99 @@
+"""The worker protocol's messages as an instance builds and reads them: the Initialize of a
+model instance (Triton's initialize() arguments), and a batch's ExecuteResult turned into one
+result or error per request, with outputs as views into shared memory."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pbd.errors import Code, PbdError
+from pbd.types import InferResult
+from pbd.validation import PreparedRequest
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.shm import Block
+
+if TYPE_CHECKING:
+    from pbd.instances.instance import Instance
+
+log = logging.getLogger("pbd.instances")
+
+
+def initialize_message(instance: Instance) -> wpb.Initialize:
+    config, settings = instance.config, instance.settings
+    model_file = instance.model_dir / str(instance.version) / config.default_model_filename
+    args = {
+        "model_config": config.to_json(),
+        "model_instance_kind": instance.plan.kind,
+        "model_instance_name": instance.plan.name,
+        "model_instance_device_id": str(instance.plan.device_id),
+        "model_repository": str(instance.model_dir),
+        "model_version": str(instance.version),
+        "model_name": config.name,
+    }
+    return wpb.Initialize(
+        args=args,
+        model_path=str(model_file),
+        model_dir=str(instance.model_dir),
+        version=str(instance.version),
+        output_region_prefix=instance.memory.output_prefix,
+        output_region_bytes=settings.shm_default_byte_size,
+        heartbeat_interval_ms=settings.worker_heartbeat_ms,
+        log_verbose=settings.log_verbose,
+        shm_dir=str(settings.shm_dir),
+    )
+
+
+def batch_results(
+    instance: Instance, batch: list[PreparedRequest], result: wpb.ExecuteResult, blocks: list[Block]
+) -> list[InferResult | PbdError]:
+    by_id = {r.request_id: r for r in result.responses}
+    outstanding = 0
+    results: list[InferResult | PbdError] = []
+
+    def release_one() -> None:
+        nonlocal outstanding
+        outstanding -= 1
+        if outstanding == 0:
+            instance.release_batch(result.batch_id, blocks)
+
+    for request_id, prepared in enumerate(batch):
+        response = by_id.get(request_id)
+        if response is None:
+            results.append(PbdError(Code.INTERNAL, f"{instance.describe()} returned no response"))
+        elif response.HasField("error"):
+            err = response.error
+            if err.traceback:
+                log.debug("%s: model error traceback:\n%s", instance.describe(), err.traceback)
+            results.append(PbdError(Code.parse(err.code), err.message))
+        else:
+            try:
+                targets = prepared.output_targets
+                outputs = [
+                    instance.memory.output(ref, ref.name in targets) for ref in response.outputs
+                ]
+            except ValueError as exc:
+                results.append(PbdError(Code.INTERNAL, f"{instance.describe()}: {exc}"))
+                continue
+            outstanding += 1
+            results.append(
+                InferResult(
+                    model_name=instance.config.name,
+                    model_version=str(instance.version),
+                    id=prepared.request.id,
+                    outputs=outputs,
+                    parameters=_json_params(response.parameters_json),
+                    _release=release_one,
+                )
+            )
+    if outstanding == 0:
+        instance.release_batch(result.batch_id, blocks)
+    return results
+
+
+def _json_params(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
