@@ -141,6 +141,28 @@ def test_parameters_sequence_priority_custom_and_reserved():
     assert "sequence_id" in _error(_request(x, params={"sequence_id": 1.5}), cfg).message
 
 
+# Found by tests/fuzz: a negative int64 sequence_id (or, over HTTP, numbers past 64 bits)
+# passed validation and then broke building the worker's uint64 fields with a ValueError,
+# failing every request batched with it.
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sequence_id", -1),
+        ("sequence_id", 2**64),
+        ("priority", 2**64),
+        ("priority", Uint64(2**64)),
+        ("timeout", 2**64),
+    ],
+)
+def test_numeric_parameters_must_fit_the_worker_descriptor(key, value):
+    cfg = _config(BATCHED, "batched")
+    x = InputTensor("X", "INT32", (1, 1), memoryview(bytes(4)))
+    err = _error(_request(x, params={key: value}), cfg)
+    assert err.code is Code.INVALID_ARG and f"'{key}' parameter" in err.message
+    p = prepare_request(_request(x, params={"sequence_id": 2**64 - 1, "priority": 2**64 - 1}), cfg)
+    assert p.correlation_id == p.priority == 2**64 - 1
+
+
 def test_shared_memory_parameters_follow_triton(tmp_path):
     cfg = _config(ADD_SUB, "add_sub")
     other = _fp32("INPUT1", [0] * 4)
