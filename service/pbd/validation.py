@@ -239,10 +239,10 @@ def prepare_request(
     prepared = PreparedRequest(request, [], [])
     try:
         _prepare_tensors(request, config, prepared, shm)
+        _parameters(request, prepared)
     except BaseException:
         release_regions(prepared, shm)
         raise
-    _parameters(request, prepared)
     return prepared
 
 

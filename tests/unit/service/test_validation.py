@@ -227,6 +227,27 @@ def test_shared_memory_parameters_follow_triton(tmp_path):
     assert "r" not in on.regions
 
 
+# Found by tests/fuzz: request parameters are checked after the regions are acquired, and a
+# bad one left the region held for good (in_use never back to 0: unregister deferred forever).
+def test_a_bad_request_parameter_releases_the_regions_already_acquired(tmp_path):
+    cfg = _config(ADD_SUB, "add_sub")
+    shm = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
+    (tmp_path / "key").write_bytes(bytes(64))
+    shm.register("r", "/key", 0, 64)
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+    request = _request(
+        InputTensor("INPUT0", "FP32", (4,), None, dict(region)),
+        _fp32("INPUT1", [0] * 4),
+        outputs=["OUTPUT0"],
+        params={"sequence_id": 1.5},
+    )
+    request.outputs[0].parameters.update(region)
+    assert "sequence_id" in _error_with(request, cfg, shm).message
+    assert shm.regions["r"].in_use == 0
+    shm.unregister("r")
+    assert "r" not in shm.regions
+
+
 def _error_with(request, config, shm) -> PbdError:
     with pytest.raises(PbdError) as info:
         prepare_request(request, config, shm)
