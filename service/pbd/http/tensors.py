@@ -121,6 +121,8 @@ def parse_infer_request(
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("each input must be an object with a 'name'")
         name, datatype = item["name"], item.get("datatype", "")
+        if not isinstance(datatype, str):
+            raise invalid_arg(f"input '{name}': 'datatype' must be a string")
         shape = item.get("shape", [])
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) for d in shape

@@ -1,0 +1,23 @@
+"""Regressions found by tests/fuzz in the HTTP/REST tensor decoding: each malformed body is a
+PbdError (HTTP 400), not an exception aiohttp turns into a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pbd.errors import Code, PbdError
+from pbd.http.tensors import parse_infer_request
+
+
+def _error(doc: object) -> PbdError:
+    with pytest.raises(PbdError) as info:
+        parse_infer_request(json.dumps(doc).encode(), None, "m", "")
+    assert info.value.code is Code.INVALID_ARG
+    return info.value
+
+
+def test_datatype_must_be_a_string():
+    err = _error({"inputs": [{"name": "X", "datatype": [], "shape": [1], "data": [1]}]})
+    assert "'datatype' must be a string" in err.message
