@@ -61,9 +61,12 @@ def json_to_wire(name: str, datatype: str, shape: list[int], data: Any) -> bytes
     if dt.is_bytes:
         parts = []
         for v in values:
-            raw = v.encode() if isinstance(v, str) else None
-            if raw is None:
+            if not isinstance(v, str):
                 raise invalid_arg(f"input '{name}': BYTES elements must be JSON strings")
+            try:
+                raw = v.encode()
+            except UnicodeEncodeError:  # a lone surrogate, which JSON can spell
+                raise invalid_arg(f"input '{name}': a BYTES element is not valid Unicode") from None
             parts.append(len(raw).to_bytes(4, "little") + raw)
         return b"".join(parts)
     if dt.numpy is None:

@@ -21,3 +21,8 @@ def _error(doc: object) -> PbdError:
 def test_datatype_must_be_a_string():
     err = _error({"inputs": [{"name": "X", "datatype": [], "shape": [1], "data": [1]}]})
     assert "'datatype' must be a string" in err.message
+
+
+def test_bytes_element_with_a_lone_surrogate():
+    err = _error({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [1], "data": ["\ud800"]}]})
+    assert "not valid Unicode" in err.message
