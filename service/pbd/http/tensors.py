@@ -110,7 +110,7 @@ def parse_infer_request(
         header, binary = view, view[:0]
     try:
         doc = json.loads(bytes(header))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise invalid_arg("the request JSON must be an object")

@@ -26,3 +26,10 @@ def test_datatype_must_be_a_string():
 def test_bytes_element_with_a_lone_surrogate():
     err = _error({"inputs": [{"name": "S", "datatype": "BYTES", "shape": [1], "data": ["\ud800"]}]})
     assert "not valid Unicode" in err.message
+
+
+def test_json_nested_past_the_recursion_limit():
+    depth = 100_000
+    body = b'{"inputs": [{"name": "A", "data": ' + b"[" * depth + b"]" * depth + b"}]}"
+    with pytest.raises(PbdError, match="failed to parse the request JSON"):
+        parse_infer_request(body, None, "m", "")
