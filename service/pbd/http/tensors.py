@@ -21,6 +21,8 @@ from pbd_worker import dtypes
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _HTTP_ONLY_REQUEST_PARAMS = ("binary_data_output",)
+# Shapes are int64 past this point (the protocol's and the worker descriptor's type).
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
@@ -128,9 +130,10 @@ def parse_infer_request(
             raise invalid_arg(f"input '{name}': 'datatype' must be a string")
         shape = item.get("shape", [])
         if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in shape
+            isinstance(d, int) and not isinstance(d, bool) and _INT64_MIN <= d <= _INT64_MAX
+            for d in shape
         ):
-            raise invalid_arg(f"input '{name}': 'shape' must be a list of integers")
+            raise invalid_arg(f"input '{name}': 'shape' must be a list of int64 integers")
         tparams = _params(item.get("parameters"), f"input '{name}'")
         size = tparams.pop("binary_data_size", None)
         data: memoryview | None

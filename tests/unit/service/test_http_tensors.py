@@ -33,3 +33,10 @@ def test_json_nested_past_the_recursion_limit():
     body = b'{"inputs": [{"name": "A", "data": ' + b"[" * depth + b"]" * depth + b"}]}"
     with pytest.raises(PbdError, match="failed to parse the request JSON"):
         parse_infer_request(body, None, "m", "")
+
+
+def test_shape_dimensions_must_fit_int64():
+    # An empty tensor passes the size checks, so the dimension reached the worker descriptor.
+    shape = [0, 2, 2**64]
+    err = _error({"inputs": [{"name": "X", "datatype": "INT32", "shape": shape, "data": []}]})
+    assert "'shape' must be a list of int64 integers" in err.message
