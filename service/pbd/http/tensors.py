@@ -122,6 +122,9 @@ def parse_infer_request(
         params.pop(key, None)
     inputs: list[InputTensor] = []
     offset = 0
+    for key in ("inputs", "outputs"):
+        if not isinstance(doc.get(key) or [], list):
+            raise invalid_arg(f"'{key}' must be a JSON array")
     for item in doc.get("inputs") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("each input must be an object with a 'name'")

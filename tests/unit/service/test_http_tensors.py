@@ -40,3 +40,8 @@ def test_shape_dimensions_must_fit_int64():
     shape = [0, 2, 2**64]
     err = _error({"inputs": [{"name": "X", "datatype": "INT32", "shape": shape, "data": []}]})
     assert "'shape' must be a list of int64 integers" in err.message
+
+
+@pytest.mark.parametrize("key", ["inputs", "outputs"])
+def test_inputs_and_outputs_must_be_arrays(key):
+    assert f"'{key}' must be a JSON array" in _error({key: 1}).message
