@@ -348,60 +348,74 @@ deep_bodies = st.sampled_from([10, 900, 5000, 100_000]).map(nested_json)
 
 # -- model configuration ------------------------------------------------------------------------
 
-dims_lists = st.lists(st.integers(-3, 8) | INT64, max_size=4)
+
+def _dims(draw: st.DrawFn, slip: Slips) -> list[int]:
+    if slip():
+        return draw(st.lists(st.integers(-3, 8) | INT64, max_size=4))
+    return draw(st.lists(st.sampled_from([-1, 1, 2, 3, 4, 6]), min_size=1, max_size=3))
 
 
-def _tensor(draw: st.DrawFn, target: Any, is_input: bool) -> None:
-    target.name = draw(st.sampled_from(["A", "B", ""]) | st.text(max_size=3))
-    target.data_type = draw(st.integers(0, 16))
-    target.dims.extend(draw(dims_lists))
-    if draw(st.booleans()):
-        target.reshape.shape.extend(draw(dims_lists))
+def _tensor(draw: st.DrawFn, target: Any, is_input: bool, index: int, slip: Slips) -> None:
+    target.name = draw(st.text(max_size=3)) if slip() else f"T{index}"
+    target.data_type = draw(st.integers(0, 16)) if slip() else draw(st.integers(1, 14))
+    target.dims.extend(_dims(draw, slip))
+    if slip() or draw(st.integers(0, 4)) == 0:
+        target.reshape.shape.extend(
+            list(reversed(target.dims)) if not slip() else _dims(draw, slip)
+        )
     if is_input:
         target.optional = draw(st.booleans())
-        target.format = draw(st.integers(0, 2))
-    if draw(st.integers(0, 9)) == 0:
+        if slip():
+            target.format = draw(st.integers(0, 2))
+    if slip():
         target.is_shape_tensor = True
 
 
 @st.composite
 def model_configs(draw: st.DrawFn) -> mc.ModelConfig:
+    """Configs a Python-model author would write, with slips here and there."""
+    slip = Slips(draw)
     msg = mc.ModelConfig()
-    msg.name = draw(st.sampled_from(["m", "", "other"]))
-    msg.backend = draw(st.sampled_from(["python", "", "onnxruntime"]))
-    if draw(st.integers(0, 5)) == 0:
+    msg.name = draw(st.sampled_from(["", "other"])) if slip() else "m"
+    msg.backend = draw(st.sampled_from(["", "onnxruntime"])) if slip() else "python"
+    if slip():
         msg.platform = draw(st.sampled_from(["ensemble", "pytorch_libtorch"]))
-    msg.max_batch_size = draw(st.integers(-2, 9) | st.integers(-(2**31), 2**31 - 1))
-    for _ in range(draw(st.integers(0, 3))):
-        _tensor(draw, msg.input.add(), True)
-    for _ in range(draw(st.integers(0, 2))):
-        _tensor(draw, msg.output.add(), False)
+    msg.max_batch_size = (
+        draw(st.integers(-(2**31), 2**31 - 1)) if slip() else draw(st.integers(0, 8))
+    )
+    for index in range(draw(st.integers(1, 3))):
+        _tensor(draw, msg.input.add(), True, index, slip)
+    for index in range(draw(st.integers(1, 2))):
+        _tensor(draw, msg.output.add(), False, index, slip)
     for _ in range(draw(st.integers(0, 2))):
         group = msg.instance_group.add(
-            name=draw(st.text(max_size=3)),
-            kind=draw(st.integers(0, 4)),
-            count=draw(st.integers(-2, 3)),
+            kind=draw(st.integers(0, 4)) if slip() else draw(st.sampled_from([0, 2])),
+            count=draw(st.integers(-2, 3)) if slip() else draw(st.integers(0, 3)),
         )
-        group.gpus.extend(draw(st.lists(st.integers(-2, 3), max_size=2)))
+        if slip():
+            group.name = draw(st.text(max_size=3))
+            group.gpus.extend(draw(st.lists(st.integers(-2, 3), max_size=2)))
     policy = draw(st.sampled_from(["none", "latest", "all", "specific"]))
     if policy == "latest":
-        msg.version_policy.latest.num_versions = draw(st.integers(0, 3))
+        msg.version_policy.latest.num_versions = draw(st.integers(0 if slip() else 1, 3))
     elif policy == "all":
         msg.version_policy.all.SetInParent()
     elif policy == "specific":
-        msg.version_policy.specific.versions.extend(draw(st.lists(INT64, max_size=3)))
-    if draw(st.booleans()):
-        msg.dynamic_batching.preferred_batch_size.extend(
-            draw(st.lists(st.integers(-1, 10), max_size=3))
+        versions = (
+            st.lists(INT64, max_size=3) if slip() else st.lists(st.integers(1, 9), min_size=1)
         )
-    if draw(st.integers(0, 4)) == 0:
+        msg.version_policy.specific.versions.extend(draw(versions))
+    if draw(st.booleans()):
+        sizes = st.integers(-1, 10) if slip() else st.integers(1, max(1, msg.max_batch_size))
+        msg.dynamic_batching.preferred_batch_size.extend(draw(st.lists(sizes, max_size=2)))
+    if slip():
         msg.sequence_batching.oldest.preferred_batch_size.extend(
             draw(st.lists(st.integers(-1, 10), max_size=2))
         )
     for key in draw(st.lists(st.text(max_size=4), max_size=2)):
         msg.parameters[key].string_value = draw(st.text(max_size=4))
     msg.model_transaction_policy.decoupled = draw(st.booleans())
-    if draw(st.integers(0, 6)) == 0:
+    if slip():
         msg.default_model_filename = draw(st.sampled_from(["model.py", "m.so", ""]))
     return msg
 
