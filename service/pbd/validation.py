@@ -19,6 +19,8 @@ from pbd_worker import dtypes
 SEQUENCE_START = 1
 SEQUENCE_END = 2
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
+# Past validation, correlation IDs, priorities and timeouts are uint64 (the worker descriptor).
+_UINT64_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,10 @@ def _apply_reshape(dims: tuple[int, ...], reshape: tuple[int, ...]) -> tuple[int
     return tuple(missing if d == -1 else d for d in reshape)
 
 
+def _is_uint64(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _UINT64_MAX
+
+
 def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
     custom: dict[str, bool | int | str | float] = {}
     for key, value in request.parameters.items():
@@ -167,6 +173,11 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
                     "invalid value type for 'sequence_id' parameter, expected "
                     "int64_param or string_param."
                 )
+            if isinstance(value, int) and not _is_uint64(value):
+                raise invalid_arg(
+                    f"invalid value for 'sequence_id' parameter: {value} is not a valid "
+                    "correlation ID (0 to 2^64-1)"
+                )
             prepared.correlation_id = value
         elif key in ("sequence_start", "sequence_end"):
             if not isinstance(value, bool):
@@ -175,13 +186,13 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
                 prepared.flags |= SEQUENCE_START if key == "sequence_start" else SEQUENCE_END
         elif key == "priority":
             number = value.value if isinstance(value, Uint64) else value
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            if not _is_uint64(number):
                 raise invalid_arg(
                     "invalid value type for 'priority' parameter, expected uint64_param."
                 )
             prepared.priority = number
         elif key == "timeout":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not _is_uint64(value):
                 raise invalid_arg(
                     "invalid value type for 'timeout' parameter, expected int64_param."
                 )
@@ -228,10 +239,10 @@ def prepare_request(
     prepared = PreparedRequest(request, [], [])
     try:
         _prepare_tensors(request, config, prepared, shm)
+        _parameters(request, prepared)
     except BaseException:
         release_regions(prepared, shm)
         raise
-    _parameters(request, prepared)
     return prepared
 
 

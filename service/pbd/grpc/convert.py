@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import model_config_pb2 as mc
@@ -97,8 +98,11 @@ def _has_contents(tensor: Any) -> bool:
 
 def infer_request_from_wire(data: bytes) -> InferRequest:
     """Parse a serialized ModelInferRequest without copying its raw tensor bytes."""
-    header, raws = wire.split_raw_inputs(data)
-    msg = pb.ModelInferRequest.FromString(header)
+    try:
+        header, raws = wire.split_raw_inputs(data)
+        msg = pb.ModelInferRequest.FromString(header)
+    except (wire.WireError, DecodeError) as exc:
+        raise invalid_arg(f"malformed request: {exc}") from None
     if not raws and len(msg.raw_input_contents):
         # split_raw_inputs left an unusual message to protobuf; take protobuf's copies.
         raws = [memoryview(r) for r in msg.raw_input_contents]

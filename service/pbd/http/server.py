@@ -283,7 +283,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         return {}
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise PbdError(Code.INVALID_ARG, f"failed to parse the request JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise PbdError(Code.INVALID_ARG, "the request JSON must be an object")

@@ -21,6 +21,8 @@ from pbd_worker import dtypes
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _HTTP_ONLY_REQUEST_PARAMS = ("binary_data_output",)
+# Shapes are int64 past this point (the protocol's and the worker descriptor's type).
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
@@ -61,9 +63,12 @@ def json_to_wire(name: str, datatype: str, shape: list[int], data: Any) -> bytes
     if dt.is_bytes:
         parts = []
         for v in values:
-            raw = v.encode() if isinstance(v, str) else None
-            if raw is None:
+            if not isinstance(v, str):
                 raise invalid_arg(f"input '{name}': BYTES elements must be JSON strings")
+            try:
+                raw = v.encode()
+            except UnicodeEncodeError:  # a lone surrogate, which JSON can spell
+                raise invalid_arg(f"input '{name}': a BYTES element is not valid Unicode") from None
             parts.append(len(raw).to_bytes(4, "little") + raw)
         return b"".join(parts)
     if dt.numpy is None:
@@ -107,7 +112,7 @@ def parse_infer_request(
         header, binary = view, view[:0]
     try:
         doc = json.loads(bytes(header))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise invalid_arg("the request JSON must be an object")
@@ -117,15 +122,21 @@ def parse_infer_request(
         params.pop(key, None)
     inputs: list[InputTensor] = []
     offset = 0
+    for key in ("inputs", "outputs"):
+        if not isinstance(doc.get(key) or [], list):
+            raise invalid_arg(f"'{key}' must be a JSON array")
     for item in doc.get("inputs") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("each input must be an object with a 'name'")
         name, datatype = item["name"], item.get("datatype", "")
+        if not isinstance(datatype, str):
+            raise invalid_arg(f"input '{name}': 'datatype' must be a string")
         shape = item.get("shape", [])
         if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in shape
+            isinstance(d, int) and not isinstance(d, bool) and _INT64_MIN <= d <= _INT64_MAX
+            for d in shape
         ):
-            raise invalid_arg(f"input '{name}': 'shape' must be a list of integers")
+            raise invalid_arg(f"input '{name}': 'shape' must be a list of int64 integers")
         tparams = _params(item.get("parameters"), f"input '{name}'")
         size = tparams.pop("binary_data_size", None)
         data: memoryview | None

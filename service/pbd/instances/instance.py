@@ -300,6 +300,9 @@ class Instance:
         except ShmExhausted as exc:
             self.memory.free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
+        except ValueError as exc:  # a value validation let through that protobuf refuses
+            self.memory.free(blocks)
+            raise PbdError(Code.INVALID_ARG, f"request cannot reach the model: {exc}") from None
         future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
         self._pending[batch_id] = (future, blocks)
         message.release.extend(self._to_release)

@@ -133,7 +133,7 @@ def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelC
     """``text`` (the JSON form, as RepositoryModelLoad's ``config`` carries it)."""
     try:
         document = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: deep nesting
         raise ConfigError(f"{source}: invalid model configuration JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: the model configuration JSON must be an object")

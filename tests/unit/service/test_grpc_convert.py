@@ -82,3 +82,22 @@ def test_stream_responses_carry_the_final_flag():
     )
     assert failed.error_message == "boom"
     assert failed.infer_response.parameters["triton_final_response"].bool_param is True
+
+
+# Found by tests/fuzz: protobuf's DecodeError (not a ValueError) reached the servicer, which
+# answered UNKNOWN "Unexpected <class 'DecodeError'>" instead of INVALID_ARGUMENT.
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0b\x0cidentity_all",  # a group start tag: protobuf rejects the message
+        b"\n\ridentity_all",  # a length past the end
+        b"\n",  # a tag without its length
+        b"\x1a" + b"\xff" * 11,  # a length varint longer than 64 bits
+        b"\n\x02\xff\xfe",  # model_name that is not UTF-8
+    ],
+)
+def test_undecodable_requests_are_invalid_arguments(data):
+    with pytest.raises(PbdError) as info:
+        convert.infer_request_from_wire(data)
+    assert info.value.code.name == "INVALID_ARG"
+    assert info.value.message.startswith("malformed request: ")

@@ -50,6 +50,10 @@ def test_text_format_errors(text: str, message: str) -> None:
         ("[1]", "the model configuration JSON must be an object"),
         ('{"bogus": 1}', 'invalid model configuration JSON: Message type "inference.ModelConfig"'),
         ('{"input": [{"dims": [1.5]}]}', "invalid model configuration JSON: Failed to parse"),
+        # Found by tests/fuzz: json's RecursionError escaped RepositoryModelLoad.
+        pytest.param(
+            "[" * 100_000, "invalid model configuration JSON: maximum recursion", id="deep"
+        ),
     ],
 )
 def test_json_errors(text: str, message: str) -> None:

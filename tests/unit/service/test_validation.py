@@ -141,6 +141,28 @@ def test_parameters_sequence_priority_custom_and_reserved():
     assert "sequence_id" in _error(_request(x, params={"sequence_id": 1.5}), cfg).message
 
 
+# Found by tests/fuzz: a negative int64 sequence_id (or, over HTTP, numbers past 64 bits)
+# passed validation and then broke building the worker's uint64 fields with a ValueError,
+# failing every request batched with it.
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sequence_id", -1),
+        ("sequence_id", 2**64),
+        ("priority", 2**64),
+        ("priority", Uint64(2**64)),
+        ("timeout", 2**64),
+    ],
+)
+def test_numeric_parameters_must_fit_the_worker_descriptor(key, value):
+    cfg = _config(BATCHED, "batched")
+    x = InputTensor("X", "INT32", (1, 1), memoryview(bytes(4)))
+    err = _error(_request(x, params={key: value}), cfg)
+    assert err.code is Code.INVALID_ARG and f"'{key}' parameter" in err.message
+    p = prepare_request(_request(x, params={"sequence_id": 2**64 - 1, "priority": 2**64 - 1}), cfg)
+    assert p.correlation_id == p.priority == 2**64 - 1
+
+
 def test_shared_memory_parameters_follow_triton(tmp_path):
     cfg = _config(ADD_SUB, "add_sub")
     other = _fp32("INPUT1", [0] * 4)
@@ -203,6 +225,27 @@ def test_shared_memory_parameters_follow_triton(tmp_path):
     assert on.regions["r"].awaiting_unregister
     release_regions(good, on)
     assert "r" not in on.regions
+
+
+# Found by tests/fuzz: request parameters are checked after the regions are acquired, and a
+# bad one left the region held for good (in_use never back to 0: unregister deferred forever).
+def test_a_bad_request_parameter_releases_the_regions_already_acquired(tmp_path):
+    cfg = _config(ADD_SUB, "add_sub")
+    shm = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
+    (tmp_path / "key").write_bytes(bytes(64))
+    shm.register("r", "/key", 0, 64)
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+    request = _request(
+        InputTensor("INPUT0", "FP32", (4,), None, dict(region)),
+        _fp32("INPUT1", [0] * 4),
+        outputs=["OUTPUT0"],
+        params={"sequence_id": 1.5},
+    )
+    request.outputs[0].parameters.update(region)
+    assert "sequence_id" in _error_with(request, cfg, shm).message
+    assert shm.regions["r"].in_use == 0
+    shm.unregister("r")
+    assert "r" not in shm.regions
 
 
 def _error_with(request, config, shm) -> PbdError:
