@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
 
 import sdnotify
 
 
 class Notifier:
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
+    def __init__(self) -> None:
+        env = os.environ  # sdnotify reads NOTIFY_SOCKET from here too
         self.enabled = bool(env.get("NOTIFY_SOCKET"))
         # sdnotify opens its socket at construction; only build it when there is one to open.
         self._notifier = sdnotify.SystemdNotifier() if self.enabled else None
