@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 # OTLP's SpanKind numbers (the SDK's SpanKind is these minus one).
 KIND_INTERNAL = 1
@@ -26,6 +26,8 @@ FLAGS_LOCAL_PARENT = 0x100
 FLAGS_REMOTE_PARENT = 0x300
 
 _random = random.Random()
+_encoded: dict[tuple[tuple[str, Any, type], ...], list[KeyValue]] = {}
+_ENCODED_MAX = 4096
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
 
@@ -57,10 +59,25 @@ def set_value(target: AnyValue, value: Any) -> None:
 
 
 def add_attributes(target: Any, attributes: Mapping[str, Any]) -> None:
-    for key, value in attributes.items():
-        kv = target.add()
-        kv.key = key
-        set_value(kv.value, value)
+    """Append ``attributes`` as KeyValues. The same few sets repeat on every span (model
+    name, version, instance...), so their encoded KeyValues are kept and copied over."""
+    try:
+        # The type too: True == 1, but they encode differently.
+        key = tuple([(name, value, type(value)) for name, value in attributes.items()])
+        encoded = _encoded.get(key)
+    except TypeError:  # an unhashable value (a list)
+        key, encoded = None, None
+    if encoded is None:
+        encoded = []
+        for name, value in attributes.items():
+            kv = KeyValue(key=name)
+            set_value(kv.value, value)
+            encoded.append(kv)
+        if key is not None:
+            if len(_encoded) >= _ENCODED_MAX:
+                _encoded.clear()
+            _encoded[key] = encoded
+    target.extend(encoded)
 
 
 def add_span(
