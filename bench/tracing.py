@@ -7,7 +7,9 @@ Two daemons serve identity_fp32 side by side: one as shipped (trace level OFF), 
 batch span processor and the OTLP gRPC exporter to a local receiver (``bench.otlp_receiver``,
 its own process). They take turns per scenario and repeat (off first on even repeats); the
 result is traced throughput as a fraction of untraced, medians over repeats, and the loss in
-percent. The receiver's span count is checked against the requests sent (8 spans each).
+percent, and the CPU microseconds per infer of the daemon and its workers plus the OTLP
+receiver (``cpu x``: traced over untraced; steadier than throughput on a shared machine).
+The receiver's span count is checked against the requests sent (8 spans each).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import statistics
 import sys
 
+from bench import procstat
 from bench.loadgen import build_request, run_load
 from bench.servers import ROOT, ServerProcess, free_port, start_pbd
 
@@ -58,23 +61,34 @@ def main(argv: list[str] | None = None) -> int:
             ["--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"],
             env=env, name="pbd-traced",
         )  # fmt: skip
-        print(f"{'scenario':20} {'off/s':>8} {'traced/s':>9} {'traced/off':>10} {'loss':>6}")
+        print(f"{'scenario':20} {'off/s':>8} {'traced/s':>9} {'traced/off':>10} {'loss':>6}"
+              f" {'off cpu':>8} {'on cpu':>8} {'cpu x':>6}")  # fmt: skip
         for shape, conc in SCENARIOS:
             payload, data = build_request(MODEL, shape)
             rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpus: dict[str, list[float]] = {"off": [], "on": []}
             for rep in range(args.repeat):
                 for which in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+                    clocks = {
+                        "server": lambda pid=servers[which].pid: procstat.tree_cpu_seconds(pid),
+                        "receiver": lambda: procstat.tree_cpu_seconds(receiver.pid),
+                    }
                     stats = asyncio.run(
                         run_load(servers[which].target, payload, shape, data,
-                                 concurrency=conc, duration=args.duration, warmup=args.warmup)
+                                 concurrency=conc, duration=args.duration, warmup=args.warmup,
+                                 clocks=clocks)
                     )  # fmt: skip
                     failed += stats.errors + stats.mismatches
                     rates[which].append(stats.infer_per_s)
+                    cpu = stats.cpu_s.get("server", 0.0) + stats.cpu_s.get("receiver", 0.0)
+                    cpus[which].append(1e6 * cpu / max(stats.requests, 1))
                     if which == "on":
                         sent_traced += stats.requests
             off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
             label = f"fp32 {shape} c={conc}"
-            print(f"{label:20} {off:8.0f} {on:9.0f} {on / off:10.3f} {100 * (1 - on / off):5.1f}%")
+            off_cpu, on_cpu = statistics.median(cpus["off"]), statistics.median(cpus["on"])
+            print(f"{label:20} {off:8.0f} {on:9.0f} {on / off:10.3f} {100 * (1 - on / off):5.1f}%"
+                  f" {off_cpu:8.0f} {on_cpu:8.0f} {on_cpu / max(off_cpu, 1):6.2f}")  # fmt: skip
     finally:
         for server in servers.values():
             server.stop()

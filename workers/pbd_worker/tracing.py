@@ -8,12 +8,16 @@ of the ``execute`` span that is current while ``execute()`` runs (spans opened o
 traced request have no sampled parent and are not recorded). The provider's one span
 processor only collects finished spans; after each batch the runtime sends them to the daemon
 OTLP-encoded (``SpanBatch``), and the daemon exports them. No exporter is imported here.
+pbd's own two spans (``execute``, ``output_copy``) bypass the SDK: they are written straight
+into the OTLP message (``pbd_worker.otlp``), the SDK's encoder runs only for model spans.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,11 +25,20 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-_PROPAGATOR = TraceContextTextMapPropagator()
+from pbd_worker.otlp import (
+    FLAGS_REMOTE_PARENT,
+    add_span,
+    format_traceparent,
+    new_span_id,
+    parse_traceparent,
+)
+
+SCOPE = "pbd.worker"
 
 
 class _Collector(SpanProcessor):
@@ -53,52 +66,94 @@ class WorkerTracing:
         provider = TracerProvider(sampler=ParentBased(root=ALWAYS_OFF))
         provider.add_span_processor(self.collector)
         trace.set_tracer_provider(provider)
-        self.tracer = provider.get_tracer("pbd.worker")
         self.attributes = attributes
+        self._request = ExportTraceServiceRequest()
+        self._spans = self._new_scope()
+
+    def _new_scope(self) -> Any:
+        scope_spans = self._request.resource_spans.add().scope_spans.add()
+        scope_spans.scope.name = SCOPE
+        return scope_spans.spans
 
     @contextmanager
     def execute_span(self, traceparents: Sequence[str], batch_size: int) -> Iterator[list[str]]:
         """The ``execute`` span, current for the block; yields each request's trace context
         as ``InferenceTrace.get_context()`` returns it (JSON with a ``traceparent``; "" for a
         request that is not traced). A batch of several traced requests is one span, child of
-        the first, linked to the others."""
-        parents = [_PROPAGATOR.extract({"traceparent": tp}) if tp else None for tp in traceparents]
+        the first, linked to the others. The span is written straight into the OTLP message
+        when the block ends; while it runs, a non-recording span with its context is current,
+        so spans the model opens are its children."""
+        parents = [parse_traceparent(tp) if tp else None for tp in traceparents]
         traced = [p for p in parents if p is not None]
-        links = [trace.Link(trace.get_current_span(p).get_span_context()) for p in traced[1:]]
-        span = self.tracer.start_span(
-            "execute",
-            context=traced[0],
-            kind=trace.SpanKind.INTERNAL,
-            attributes={**self.attributes, "pbd.batch_size": batch_size},
-            links=links,
-        )
-        token = otel_context.attach(trace.set_span_in_context(span))
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
-        mine = json.dumps(carrier)
+        trace_id, parent_id, flags = traced[0]
+        span_id = new_span_id()
+        sampled = bool(flags & 1)
+        context = SpanContext(trace_id, span_id, False, TraceFlags(flags & 0xFF))
+        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
+        mine = json.dumps({"traceparent": format_traceparent(trace_id, span_id, flags & 0xFF)})
+        start = time.time_ns()
+        error: str | None = None
+        events: list[tuple[str, int, dict[str, Any] | None]] = []
         try:
             yield [mine if p is not None else "" for p in parents]
         except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            error = str(exc)
+            events.append(("exception", time.time_ns(), _exception_attributes(exc)))
             raise
         finally:
             otel_context.detach(token)
-            span.end()
+            if sampled:
+                add_span(
+                    self._spans,
+                    trace_id=trace_id.to_bytes(16, "big"),
+                    span_id=span_id,
+                    parent_id=parent_id,
+                    name="execute",
+                    start_ns=start,
+                    end_ns=time.time_ns(),
+                    flags=FLAGS_REMOTE_PARENT,
+                    attributes={**self.attributes, "pbd.batch_size": batch_size},
+                    events=events,
+                    links=[(t.to_bytes(16, "big"), s) for t, s, _ in traced[1:]],
+                    error=error,
+                )
 
     def record(self, name: str, traceparent: str, start_ns: int, end_ns: int) -> None:
         """A span that already happened (its times measured by the caller)."""
-        span = self.tracer.start_span(
-            name,
-            context=_PROPAGATOR.extract({"traceparent": traceparent}),
+        parent = parse_traceparent(traceparent)
+        if parent is None or not parent[2] & 1:
+            return
+        add_span(
+            self._spans,
+            trace_id=parent[0].to_bytes(16, "big"),
+            span_id=new_span_id(),
+            parent_id=parent[1],
+            name=name,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            flags=FLAGS_REMOTE_PARENT,
             attributes=self.attributes,
-            start_time=start_ns,
         )
-        span.end(end_time=end_ns)
 
     def take_encoded(self) -> bytes:
         """Finished spans as a serialized OTLP ``ExportTraceServiceRequest`` ("" if none)."""
-        spans = self.collector.take()
-        if not spans:
+        model_spans = self.collector.take()
+        if not model_spans and not self._spans:
             return b""
-        return encode_spans(spans).SerializeToString()
+        request = self._request
+        if model_spans:
+            request.MergeFrom(encode_spans(model_spans))
+        otlp = request.SerializeToString()
+        self._request = ExportTraceServiceRequest()
+        self._spans = self._new_scope()
+        return otlp
+
+
+def _exception_attributes(exc: BaseException) -> dict[str, Any]:
+    """What the SDK's ``record_exception`` puts on its ``exception`` event."""
+    return {
+        "exception.type": type(exc).__qualname__,
+        "exception.message": str(exc),
+        "exception.stacktrace": "".join(traceback.format_exception(exc)),
+        "exception.escaped": "False",
+    }

@@ -8,8 +8,10 @@ sample), ``OTEL_BSP_*`` the batch span processor; ``OTEL_SDK_DISABLED=true`` tur
 off. ``--trace-config opentelemetry,url=...`` / ``resource=k=v`` / ``bsp_*`` set the same,
 Triton's way. Spans leave through a batch processor: export runs on its own thread.
 
-Workers send their spans OTLP-encoded (``SpanBatch``); ``import_spans`` turns them back into
-SDK spans and hands them to the same processor, so they reach the same exporter.
+Workers send their spans OTLP-encoded (``SpanBatch``); ``import_spans`` hands them to the same
+processor, so they reach the same exporter: as they are to pbd's OTLP exporter, which splices
+them into its export request, or turned back into SDK spans for any other (see
+``pbd.tracing.records``).
 """
 
 from __future__ import annotations
@@ -20,100 +22,98 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.sdk.trace.sampling import Decision, Sampler
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
+from pbd.tracing.records import (
+    TraceRecord,
+    WorkerSpans,
+    readable_from_otlp,
+    readable_spans,
+)
 from pbd.tracing.settings import TraceConfig, TraceSettings
+from pbd_worker.otlp import parse_traceparent
 
 log = logging.getLogger("pbd.tracing")
 
 
 class Tracing:
-    """Trace settings plus, when an exporter is configured, the provider spans go through."""
+    """Trace settings plus, when an exporter is configured, the processor spans go to.
+
+    ``queues_records``: the processor's exporter takes pbd's own span records as they are
+    (``pbd.tracing.export.PbdOTLPSpanExporter``); otherwise each span becomes an SDK
+    ``ReadableSpan`` first.
+    """
 
     def __init__(
         self,
         settings: TraceSettings,
         processor: SpanProcessor | None = None,
         resource: Resource | None = None,
+        *,
+        queues_records: bool = False,
     ) -> None:
         self.settings = settings
         self.processor = processor
         self.resource = resource or Resource.create({"service.name": "pbd"})
+        self.queues_records = queues_records
         self.provider: TracerProvider | None = None
-        self.tracer: trace.Tracer | None = None
+        self.sampler: Sampler | None = None
         if processor is not None:
+            # The provider owns the processor (shutdown) and the sampler (OTEL_TRACES_SAMPLER).
             self.provider = TracerProvider(resource=self.resource)
             self.provider.add_span_processor(processor)
-            self.tracer = self.provider.get_tracer("pbd")
+            self.sampler = self.provider.sampler
 
     def sample(self, model: str) -> bool:
         """Whether to trace this request; false without an exporter (no span is created)."""
-        return self.tracer is not None and self.settings.sample(model)
+        return self.processor is not None and self.settings.sample(model)
+
+    @staticmethod
+    def parent_context(traceparent: str) -> SpanContext | None:
+        parsed = parse_traceparent(traceparent)
+        if parsed is None:
+            return None
+        trace_id, span_id, flags = parsed
+        return SpanContext(trace_id, span_id, True, TraceFlags(flags & 0xFF))
+
+    def decide(
+        self, parent: SpanContext | None, trace_id: int, name: str, attributes: dict[str, Any]
+    ) -> bool:
+        """The sampler's decision for a request's RPC span (SERVER, ``parent`` remote)."""
+        assert self.sampler is not None
+        context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
+        result = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER, attributes)
+        if result.attributes:
+            attributes.update(result.attributes)
+        return result.decision is Decision.RECORD_AND_SAMPLE
+
+    def emit(self, record: TraceRecord) -> None:
+        """A sampled request's finished spans, to the processor."""
+        if self.processor is None:
+            return
+        if self.queues_records:
+            self.processor.on_end(record)  # type: ignore[arg-type]
+            return
+        for span in readable_spans(record, self.resource):
+            self.processor.on_end(span)
 
     def import_spans(self, otlp: bytes) -> None:
         """Export spans a worker finished (a serialized ExportTraceServiceRequest)."""
         if self.processor is None:
             return
-        request = ExportTraceServiceRequest.FromString(otlp)
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                scope = InstrumentationScope(scope_spans.scope.name, scope_spans.scope.version)
-                for span in scope_spans.spans:
-                    self.processor.on_end(_readable(span, scope, self.resource))
+        if self.queues_records:
+            self.processor.on_end(WorkerSpans(otlp))  # type: ignore[arg-type]
+            return
+        for span in readable_from_otlp(otlp, self.resource):
+            self.processor.on_end(span)
 
     def shutdown(self) -> None:
         if self.provider is not None:
             self.provider.shutdown()
-
-
-def _context(
-    trace_id: bytes, span_id: bytes, remote: bool, flags: int = TraceFlags.SAMPLED
-) -> SpanContext:
-    return SpanContext(
-        int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), remote, TraceFlags(flags)
-    )
-
-
-def _value(value: AnyValue) -> Any:
-    which = value.WhichOneof("value")
-    if which == "array_value":
-        return tuple(_value(v) for v in value.array_value.values)
-    return getattr(value, which) if which else None
-
-
-def _attributes(pairs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
-
-
-def _readable(span: Any, scope: InstrumentationScope, resource: Resource) -> ReadableSpan:
-    # OTLP's enums start with UNSPECIFIED (kind) / UNSET (status); the SDK's kind starts at
-    # INTERNAL.
-    kind = SpanKind(max(span.kind - 1, 0))
-    status = Status(StatusCode(span.status.code), span.status.message or None)
-    return ReadableSpan(
-        name=span.name,
-        # OTLP's span flags carry the W3C trace flags in their low byte.
-        context=_context(span.trace_id, span.span_id, False, (span.flags & 0xFF) or 1),
-        parent=_context(span.trace_id, span.parent_span_id, True) if span.parent_span_id else None,
-        resource=resource,
-        attributes=_attributes(span.attributes),
-        events=[Event(e.name, _attributes(e.attributes), e.time_unix_nano) for e in span.events],
-        links=[
-            Link(_context(lk.trace_id, lk.span_id, True), _attributes(lk.attributes))
-            for lk in span.links
-        ],
-        kind=kind,
-        status=status,
-        start_time=span.start_time_unix_nano,
-        end_time=span.end_time_unix_nano,
-        instrumentation_scope=scope,
-    )
 
 
 def _resource(options: Mapping[str, list[str]]) -> Resource:
@@ -156,10 +156,13 @@ def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None)
             raise ValueError(
                 f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: pbd exports OTLP over gRPC only"
             )
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from pbd.tracing.export import PbdOTLPSpanExporter
 
+        resource = _resource(config.options)
         urls = config.options.get("url")
-        exporter = OTLPSpanExporter(endpoint=urls[-1]) if urls else OTLPSpanExporter()
+        exporter = PbdOTLPSpanExporter(resource, **({"endpoint": urls[-1]} if urls else {}))
+        processor = BatchSpanProcessor(exporter, **_bsp_options(config.options))
+        return Tracing(settings, processor, resource, queues_records=True)
     else:
         raise ValueError(f"OTEL_TRACES_EXPORTER={exporter_name}: expected otlp, console or none")
     processor = BatchSpanProcessor(exporter, **_bsp_options(config.options))

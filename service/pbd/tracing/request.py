@@ -17,6 +17,11 @@ Only requests ``Tracing.sample`` picked get a ``RequestTrace``; the rest carry `
 touch no OpenTelemetry code. Times are wall-clock nanoseconds (``time.time_ns``), which is
 what spans carry; COMPUTE_INPUT_END and COMPUTE_OUTPUT_START come from the worker's measured
 input and output durations.
+
+The spans are not SDK spans: ids come from ``pbd_worker.otlp``, the tracer provider's sampler
+decides once for the request (as it would for the RPC span), and the finished spans are plain
+``SpanData`` handed to ``Tracing.emit`` together when the RPC span ends. Going through
+``Tracer.start_span``/``end`` for each of them cost more than the request itself.
 """
 
 from __future__ import annotations
@@ -24,19 +29,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
 from pbd.tracing.provider import Tracing
+from pbd.tracing.records import SpanData, TraceRecord
+from pbd_worker.otlp import KIND_SERVER, format_traceparent, new_span_id, new_trace_id
 
-_PROPAGATOR = TraceContextTextMapPropagator()
 RPC_SERVICE = "inference.GRPCInferenceService"
-
-
-def traceparent_of(span: trace.Span) -> str:
-    ctx = span.get_span_context()
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
 class RequestTrace:
@@ -51,27 +48,28 @@ class RequestTrace:
         start_ns: int,
         system: str = "grpc",
     ) -> None:
-        assert tracing.tracer is not None
-        self.tracer = tracing.tracer
-        parent = _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None
-        attributes: dict[str, Any] = {
+        self.tracing = tracing
+        self.name = f"{RPC_SERVICE}/{method}"
+        self.attributes: dict[str, Any] = {
             "rpc.system": system,
             "rpc.service": RPC_SERVICE,
             "rpc.method": method,
             "model.name": model,
             "model.version": version or "-1",
         }
-        self.server = self.tracer.start_span(
-            f"{RPC_SERVICE}/{method}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            start_time=start_ns,
-        )
-        self.server.add_event("REQUEST_START", timestamp=start_ns)
-        self._context = trace.set_span_in_context(self.server)
+        parent = tracing.parent_context(traceparent) if traceparent else None
+        trace_id = parent.trace_id if parent is not None else new_trace_id()
+        self.sampled = tracing.decide(parent, trace_id, self.name, self.attributes)
+        self.server_id = new_span_id()
+        self.record = TraceRecord(trace_id, self.server_id, parent)
+        self.start_ns = start_ns
         self.queued_ns = 0
-        self.compute: trace.Span | None = None
+        self.compute_id = 0
+        self.compute_start = 0
+        self.compute_attributes: dict[str, Any] | None = None
+
+    def _add(self, span: SpanData) -> None:
+        self.record.spans.append(span)
 
     def queued(self) -> None:
         self.queued_ns = time.time_ns()
@@ -79,52 +77,63 @@ class RequestTrace:
     def dispatched(self, instance: str, batch_size: int) -> None:
         """The queue span ends; the compute span starts."""
         now = time.time_ns()
-        queue = self.tracer.start_span("queue", context=self._context, start_time=self.queued_ns)
-        queue.add_event("QUEUE_START", timestamp=self.queued_ns)
-        queue.end(end_time=now)
-        self.compute = self.tracer.start_span(
-            "compute",
-            context=self._context,
-            attributes={"model.instance": instance, "pbd.batch_size": batch_size},
-            start_time=now,
-        )
-        self.compute.add_event("COMPUTE_START", timestamp=now)
+        queued = self.queued_ns
+        self._add(
+            SpanData("queue", new_span_id(), self.server_id, queued, now,
+                     events=(("QUEUE_START", queued, None),))
+        )  # fmt: skip
+        self.compute_id = new_span_id()
+        self.compute_start = now
+        self.compute_attributes = {"model.instance": instance, "pbd.batch_size": batch_size}
 
     def input_copied(self, start_ns: int, end_ns: int) -> str:
         """Record the input copy; the traceparent the worker's spans take as parent."""
-        assert self.compute is not None
-        context = trace.set_span_in_context(self.compute)
-        span = self.tracer.start_span("input_copy", context=context, start_time=start_ns)
-        span.end(end_time=end_ns)
-        return traceparent_of(self.compute)
+        assert self.compute_id
+        self._add(SpanData("input_copy", new_span_id(), self.compute_id, start_ns, end_ns))
+        return format_traceparent(
+            self.record.context.trace_id, self.compute_id, 1 if self.sampled else 0
+        )
+
+    def _end_compute(
+        self, end: int, events: tuple[tuple[str, int, None], ...], error: str | None
+    ) -> None:
+        start = self.compute_start
+        self._add(
+            SpanData("compute", self.compute_id, self.server_id, start, end,
+                     self.compute_attributes, (("COMPUTE_START", start, None), *events),
+                     error=error)
+        )  # fmt: skip
+        self.compute_id = 0
 
     def computed(self, infer_ns: int, output_ns: int, error: str | None = None) -> None:
         """The worker answered: derive its timestamps from its durations, end compute."""
-        if self.compute is None:
+        if not self.compute_id:
             return
         end = time.time_ns()
         output_start = end - output_ns
-        self.compute.add_event("COMPUTE_INPUT_END", timestamp=output_start - infer_ns)
-        self.compute.add_event("COMPUTE_OUTPUT_START", timestamp=output_start)
-        self.compute.add_event("COMPUTE_END", timestamp=end)
-        if error:
-            self.compute.set_status(Status(StatusCode.ERROR, error))
-        self.compute.end(end_time=end)
-        self.compute = None
+        self._end_compute(
+            end,
+            (
+                ("COMPUTE_INPUT_END", output_start - infer_ns, None),
+                ("COMPUTE_OUTPUT_START", output_start, None),
+                ("COMPUTE_END", end, None),
+            ),
+            error,
+        )
 
     def responded(self, start_ns: int) -> None:
-        span = self.tracer.start_span("response", context=self._context, start_time=start_ns)
-        span.end()
+        self._add(SpanData("response", new_span_id(), self.server_id, start_ns, time.time_ns()))
 
     def finish(self, status_code: int = 0, error: str | None = None) -> None:
         """End the RPC span (``status_code``: the gRPC status number)."""
-        if self.compute is not None:  # failed before the worker answered
-            self.compute.set_status(Status(StatusCode.ERROR, error))
-            self.compute.end()
-            self.compute = None
+        if self.compute_id:  # failed before the worker answered
+            self._end_compute(time.time_ns(), (), error or "")
         now = time.time_ns()
-        self.server.set_attribute("rpc.grpc.status_code", status_code)
-        if error is not None:
-            self.server.set_status(Status(StatusCode.ERROR, error))
-        self.server.add_event("REQUEST_END", timestamp=now)
-        self.server.end(end_time=now)
+        self.attributes["rpc.grpc.status_code"] = status_code
+        self._add(
+            SpanData(self.name, self.server_id, 0, self.start_ns, now, self.attributes,
+                     (("REQUEST_START", self.start_ns, None), ("REQUEST_END", now, None)),
+                     KIND_SERVER, error)
+        )  # fmt: skip
+        if self.sampled:
+            self.tracing.emit(self.record)

@@ -1,0 +1,170 @@
+"""A traced request's finished spans as plain values, and the two ways they leave.
+
+``RequestTrace`` collects the daemon's spans of one request as ``SpanData`` tuples in a
+``TraceRecord``; ``Tracing.emit`` hands the record to the span processor. With pbd's OTLP
+exporter (``pbd.tracing.export``) the record itself goes through the batch processor's queue
+and is written into the export request on the export thread (``encode_record``); with any
+other processor (the console exporter, the SDK's in-memory exporter in tests) each span
+becomes an SDK ``ReadableSpan`` first (``readable_spans``). Worker spans arrive
+OTLP-encoded and travel the same two ways (``WorkerSpans`` or ``readable_from_otlp``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from pbd_worker.otlp import FLAGS_LOCAL_PARENT, FLAGS_REMOTE_PARENT, KIND_INTERNAL, add_span
+
+SCOPE = InstrumentationScope("pbd")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class SpanData(NamedTuple):
+    name: str
+    span_id: int
+    parent_id: int  # 0: the request's parent (the client's span, or none)
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any] | None = None
+    events: tuple[tuple[str, int, None], ...] = ()
+    kind: int = KIND_INTERNAL  # OTLP's number
+    error: str | None = None
+
+
+class TraceRecord:
+    """The daemon's spans of one sampled request: one item in the processor's queue."""
+
+    __slots__ = ("context", "parent", "spans")
+
+    def __init__(self, trace_id: int, server_id: int, parent: SpanContext | None) -> None:
+        # The batch processor drops items whose context is not sampled; this one is.
+        self.context = SpanContext(trace_id, server_id, False, _SAMPLED)
+        self.parent = parent
+        self.spans: list[SpanData] = []
+
+
+class WorkerSpans:
+    """A worker's finished spans, a serialized ExportTraceServiceRequest, queued as is."""
+
+    __slots__ = ("otlp",)
+    context = SpanContext(1, 1, False, _SAMPLED)
+
+    def __init__(self, otlp: bytes) -> None:
+        self.otlp = otlp
+
+
+def encode_record(record: TraceRecord, spans: Any) -> int:
+    """Write the record's spans into ``spans`` (a ScopeSpans' list); how many."""
+    trace_id = record.context.trace_id.to_bytes(16, "big")
+    parent = record.parent
+    top_parent = parent.span_id if parent is not None else 0
+    top_flags = FLAGS_REMOTE_PARENT if parent is not None else FLAGS_LOCAL_PARENT
+    for data in record.spans:
+        add_span(
+            spans,
+            trace_id=trace_id,
+            span_id=data.span_id,
+            parent_id=data.parent_id or top_parent,
+            name=data.name,
+            start_ns=data.start_ns,
+            end_ns=data.end_ns,
+            kind=data.kind,
+            flags=FLAGS_LOCAL_PARENT if data.parent_id else top_flags,
+            attributes=data.attributes,
+            events=data.events,
+            error=data.error,
+        )
+    return len(record.spans)
+
+
+def readable_spans(record: TraceRecord, resource: Resource) -> list[ReadableSpan]:
+    trace_id = record.context.trace_id
+    out = []
+    for data in record.spans:
+        parent = (
+            SpanContext(trace_id, data.parent_id, False, _SAMPLED)
+            if data.parent_id
+            else record.parent
+        )
+        out.append(
+            ReadableSpan(
+                name=data.name,
+                context=SpanContext(trace_id, data.span_id, False, _SAMPLED),
+                parent=parent,
+                resource=resource,
+                attributes=dict(data.attributes or {}),
+                events=[
+                    Event(name, attributes or {}, stamp) for name, stamp, attributes in data.events
+                ],
+                kind=SpanKind(data.kind - 1),
+                status=Status(StatusCode.ERROR, data.error)
+                if data.error is not None
+                else Status(StatusCode.UNSET),
+                start_time=data.start_ns,
+                end_time=data.end_ns,
+                instrumentation_scope=SCOPE,
+            )
+        )
+    return out
+
+
+def _context(
+    trace_id: bytes, span_id: bytes, remote: bool, flags: int = TraceFlags.SAMPLED
+) -> SpanContext:
+    return SpanContext(
+        int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), remote, TraceFlags(flags)
+    )
+
+
+def _value(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which == "array_value":
+        return tuple(_value(v) for v in value.array_value.values)
+    return getattr(value, which) if which else None
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in pairs}
+
+
+def readable_from_otlp(otlp: bytes, resource: Resource) -> list[ReadableSpan]:
+    """SDK spans from a serialized ExportTraceServiceRequest, under ``resource``."""
+    out = []
+    request = ExportTraceServiceRequest.FromString(otlp)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            scope = InstrumentationScope(scope_spans.scope.name, scope_spans.scope.version)
+            out += [_readable(span, scope, resource) for span in scope_spans.spans]
+    return out
+
+
+def _readable(span: Any, scope: InstrumentationScope, resource: Resource) -> ReadableSpan:
+    # OTLP's enums start with UNSPECIFIED (kind) / UNSET (status); the SDK's kind starts at
+    # INTERNAL.
+    kind = SpanKind(max(span.kind - 1, 0))
+    status = Status(StatusCode(span.status.code), span.status.message or None)
+    return ReadableSpan(
+        name=span.name,
+        # OTLP's span flags carry the W3C trace flags in their low byte.
+        context=_context(span.trace_id, span.span_id, False, (span.flags & 0xFF) or 1),
+        parent=_context(span.trace_id, span.parent_span_id, True) if span.parent_span_id else None,
+        resource=resource,
+        attributes=_attributes(span.attributes),
+        events=[Event(e.name, _attributes(e.attributes), e.time_unix_nano) for e in span.events],
+        links=[
+            Link(_context(lk.trace_id, lk.span_id, True), _attributes(lk.attributes))
+            for lk in span.links
+        ],
+        kind=kind,
+        status=status,
+        start_time=span.start_time_unix_nano,
+        end_time=span.end_time_unix_nano,
+        instrumentation_scope=scope,
+    )

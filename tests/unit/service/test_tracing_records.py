@@ -1,0 +1,103 @@
+"""pbd's direct span encoding says what the SDK path says.
+
+``RequestTrace`` and the worker's ``WorkerTracing`` write spans without the SDK; with pbd's
+OTLP exporter they reach the wire through ``PbdOTLPSpanExporter._translate_data``, with any
+other processor as SDK spans. Both ways must give the same spans (the SDK path is what the
+integration tests check against the span tree).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+from pbd.tracing.export import PbdOTLPSpanExporter
+from pbd.tracing.provider import Tracing
+from pbd.tracing.records import readable_from_otlp
+from pbd.tracing.request import RequestTrace
+from pbd.tracing.settings import TraceSettings, parse_trace_config
+from pbd_worker.tracing import WorkerTracing
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+class Keep(SpanProcessor):
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def on_end(self, span: Any) -> None:
+        self.items.append(span)
+
+
+def _one_request(tracing: Tracing, worker: WorkerTracing) -> None:
+    request = RequestTrace(
+        tracing, method="ModelInfer", model="m", version="", traceparent=PARENT,
+        start_ns=time.time_ns(),
+    )  # fmt: skip
+    request.queued()
+    request.dispatched("m_0_0", 1)
+    traceparent = request.input_copied(time.time_ns(), time.time_ns())
+    with pytest.raises(ValueError), worker.execute_span([traceparent], 1) as contexts:
+        carrier = json.loads(contexts[0])
+        assert carrier["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+        with trace.get_tracer("model").start_as_current_span("model.work"):
+            pass
+        raise ValueError("model failed")
+    worker.record("output_copy", traceparent, time.time_ns(), time.time_ns())
+    tracing.import_spans(worker.take_encoded())
+    request.computed(1000, 1000, error="model failed")
+    request.responded(time.time_ns())
+    request.finish(13, "model failed")
+
+
+def _key(span: ReadableSpan) -> tuple[Any, ...]:
+    parent = span.parent.span_id if span.parent is not None else None
+    return (
+        span.name, span.context.trace_id, span.context.span_id, parent, span.kind,
+        dict(span.attributes or {}), [(e.name, e.timestamp, dict(e.attributes or {}))
+                                      for e in span.events],
+        span.status.status_code, span.start_time, span.end_time,
+    )  # fmt: skip
+
+
+def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
+    config = parse_trace_config(["level=TIMESTAMPS", "rate=1"])
+    sdk_way, direct_way = Keep(), Keep()
+    sdk_tracing = Tracing(TraceSettings(config), sdk_way)
+    direct = Tracing(TraceSettings(config), direct_way, queues_records=True)
+    worker = WorkerTracing({"model.name": "m", "model.version": "1", "model.instance": "m_0_0"})
+    _one_request(direct, worker)
+    # The same spans again, through the SDK way: replay the direct way's items.
+    for item in direct_way.items:
+        if hasattr(item, "otlp"):
+            sdk_tracing.import_spans(item.otlp)
+        else:
+            sdk_tracing.emit(item)
+    exporter = PbdOTLPSpanExporter(direct.resource, endpoint="http://127.0.0.1:9")
+    try:
+        request = exporter._translate_data(direct_way.items)
+    finally:
+        exporter.shutdown()
+    wire = ExportTraceServiceRequest.FromString(request.SerializeToString())
+    sent = readable_from_otlp(wire.SerializeToString(), direct.resource)
+    names = [s.name for s in sent]
+    assert sorted(names) == sorted(
+        ["inference.GRPCInferenceService/ModelInfer", "queue", "compute", "input_copy",
+         "execute", "model.work", "output_copy", "response"]
+    )  # fmt: skip
+    assert sorted(map(_key, sent), key=repr) == sorted(map(_key, sdk_way.items), key=repr)
+    by_name = {s.name: s for s in sent}
+    execute = by_name["execute"]
+    assert by_name["model.work"].parent.span_id == execute.context.span_id
+    assert [e.name for e in execute.events] == ["exception"]
+    assert execute.events[0].attributes["exception.type"] == "ValueError"
+    server = by_name["inference.GRPCInferenceService/ModelInfer"]
+    assert f"{server.parent.span_id:016x}" == "00f067aa0ba902b7"
+    assert server.attributes["rpc.grpc.status_code"] == 13
+    assert {kv.key for kv in wire.resource_spans[0].resource.attributes} >= {"service.name"}
