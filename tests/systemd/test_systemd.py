@@ -136,7 +136,8 @@ def test_lifecycle_under_systemd(private_systemd: PrivateSystemd) -> None:
         daemon_pid = pbd.main_pid("pbd.service")
         systemd.systemctl("restart", "pbd.service")
         assert pbd.main_pid("pbd.service") != daemon_pid
-        assert {unit: pbd.main_pid(unit) for unit in pbd.worker_units()} == pids
+        after = {unit: pbd.main_pid(unit) for unit in pbd.worker_units()}
+        assert after == pids, systemd.journal("-u", "pbd*", "-o", "short-monotonic")[-20000:]
         assert _initialize_count(systemd) == 1
         assert pbd.daemon_log().count("without re-initializing") == 3, pbd.daemon_log()
         np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
