@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
@@ -27,6 +29,7 @@ from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_excepti
 from pbd_worker.model_api import state
 
 log = logging.getLogger("pbd_worker")
+EXIT_OUT_OF_MEMORY = 3
 
 
 class WorkerRuntime:
@@ -77,7 +80,16 @@ class WorkerRuntime:
             if kind == "execute":
                 assert self.executor is not None
                 self.executor.release(list(message.execute.release))
-                result = self.executor.run(message.execute)
+                try:
+                    result = self.executor.run(message.execute)
+                except MemoryError as exc:
+                    self._exit(
+                        EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}"
+                    )
+                except SystemExit as exc:
+                    self._exit(
+                        _exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()"
+                    )
                 self.executed += 1
                 self.send(wpb.WorkerToDaemon(result=result))
             elif kind == "release":
@@ -88,6 +100,15 @@ class WorkerRuntime:
             elif kind == "finalize":
                 self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
                 return 0
+
+    def _exit(self, code: int, why: str) -> NoReturn:
+        """Tell the daemon why, then end the process (its state is not to be trusted)."""
+        log.error("exiting: %s", why)
+        with contextlib.suppress(OSError):
+            self.send(wpb.WorkerToDaemon(exiting=wpb.Exiting(error=wpb.Error(message=why))))
+        with contextlib.suppress(Exception):
+            self.close()
+        os._exit(code)
 
     def _initialize(self, init: wpb.Initialize) -> wpb.Initialized:
         configure_logging(self.instance, init.log_verbose)
@@ -150,6 +171,17 @@ class WorkerRuntime:
         self.inputs.close()
         if self.outputs is not None:
             self.outputs.close()
+
+
+def _limit_text() -> str:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    return "" if soft == resource.RLIM_INFINITY else f" (memory limit {soft} bytes)"
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def configure_logging(instance: str, verbose: int) -> None:

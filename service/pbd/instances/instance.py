@@ -13,6 +13,7 @@ import enum
 import itertools
 import json
 import logging
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from pbd_worker.ipc import TOKEN_ENV
 from pbd_worker.ipc.shm import Block, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
+# How a process that hit its memory limit in C code (not as a MemoryError) usually ends.
+_MEMORY_SIGNALS = (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGKILL)
 # Under load the next Execute carries releases; an idle worker gets them after this long.
 RELEASE_DELAY_S = 0.002
 
@@ -64,6 +67,7 @@ class Instance:
         shm_base: str,
         stats: ModelStats | None = None,
         execute_timeout: float = 0.0,
+        memory_limit: int = 0,
     ) -> None:
         self.config = config
         self.version = version
@@ -81,6 +85,8 @@ class Instance:
         self.memory = InstanceMemory(shm_base, settings)
         self.stats = stats if stats is not None else ModelStats()
         self.execute_timeout = execute_timeout
+        self.memory_limit = memory_limit  # bytes of private memory the worker may use; 0: any
+        self.exit_why = ""  # what the worker said (Exiting) before it went away
         self.last_seen = 0.0
         self.executed = 0
         self.inflight = 0  # batches sent and not answered (the supervisor counts them)
@@ -106,7 +112,9 @@ class Instance:
         token, connected = self.hub.expect(self.id)
         try:
             self.handle = await self.launcher.start(
-                WorkerSpec(self.id, self.hub.address, {TOKEN_ENV: token})
+                WorkerSpec(
+                    self.id, self.hub.address, {TOKEN_ENV: token}, memory_limit=self.memory_limit
+                )
             )
             self.conn = await self._wait_connected(connected)
             self.conn.send(wpb.DaemonToWorker(initialize=self._initialize_message()))
@@ -199,6 +207,8 @@ class Instance:
                     self._release(batch_id, blocks)
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
+            elif kind == "exiting":
+                self.exit_why = message.exiting.error.message
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 
@@ -206,7 +216,12 @@ class Instance:
         if self.handle is None:
             return "is gone"
         status = await self.launcher.wait(self.handle, 2.0)
-        return status.describe() if status is not None else "closed its connection"
+        text = status.describe() if status is not None else "closed its connection"
+        if self.exit_why:
+            return f"{text}: {self.exit_why}"
+        if status is not None and self.memory_limit and status.returncode in _MEMORY_SIGNALS:
+            text += f" (its memory limit is {self.memory_limit} bytes; it may have run out)"
+        return text
 
     async def _lost(self, reason: str) -> None:
         self.state = State.DEAD
@@ -340,6 +355,13 @@ class Instance:
                     await asyncio.wait_for(asyncio.shield(self._reader), grace)
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
+        # Batches the worker never answered: their callers get an answer, not silence.
+        stopped = unavailable(f"{self.describe()} was stopped before execute() returned")
+        for future, blocks in self._pending.values():
+            if not future.done():
+                future.set_exception(stopped)
+            self.memory.free(blocks)
+        self._pending.clear()
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:

@@ -175,6 +175,12 @@ class Heartbeat(_message.Message):
     executed: int
     def __init__(self, executed: _Optional[int] = ...) -> None: ...
 
+class Exiting(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
 class DaemonToWorker(_message.Message):
     __slots__ = ("initialize", "execute", "release", "finalize")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
@@ -188,15 +194,17 @@ class DaemonToWorker(_message.Message):
     def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "exiting")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     FINALIZED_FIELD_NUMBER: _ClassVar[int]
+    EXITING_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
     heartbeat: Heartbeat
     finalized: Finalized
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ...) -> None: ...
+    exiting: Exiting
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ...) -> None: ...
