@@ -40,12 +40,12 @@ class RequestQueue:
     ) -> asyncio.Future[InferResult]:
         """Queue a request; ``also_waiting`` counts requests taken off the queue that still
         wait for an instance. Raises UNAVAILABLE when the queue is full."""
-        if self.max_size and len(self._queue) + also_waiting >= self.max_size:
+        if self.max_size and self._queue.qsize() + also_waiting >= self.max_size:
             self._drop_abandoned()
-            if len(self._queue) + also_waiting >= self.max_size:
+            if self._queue.qsize() + also_waiting >= self.max_size:
                 raise unavailable(
                     f"Exceeds maximum queue size: {self.name} already has "
-                    f"{len(self._queue) + also_waiting} requests waiting "
+                    f"{self._queue.qsize() + also_waiting} requests waiting "
                     f"(max_queue_size {self.max_size})"
                 )
         loop = asyncio.get_running_loop()

@@ -243,8 +243,11 @@ class VersionRuntime:
             )
         began = time.perf_counter_ns()
         try:
-            held = self.held is not None and not self.held.future.done()
-            result = await wait_result(self.queue.submit(prepared, also_waiting=int(held)))
+            held = int(self.held is not None and not self.held.future.done())
+            future = self.queue.submit(prepared, also_waiting=held)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s: %d request(s) waiting", self.id, len(self.queue) + held)
+            result = await wait_result(future)
         except PbdError:
             self.stats.fail.add(time.perf_counter_ns() - began)
             raise
