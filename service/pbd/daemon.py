@@ -140,6 +140,7 @@ class Daemon:
             await http.start()
             log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
         failed = await self._load_startup_models()
+        self.dataplane.started = True
         code = 0
         poller: asyncio.Task[None] | None = None
         if failed and settings.exit_on_error:
@@ -180,3 +181,5 @@ async def serve(settings: Settings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
+            # Shutdown is done; a repeated SIGTERM must not turn a clean exit into a kill.
+            signal.signal(signum, signal.SIG_IGN)

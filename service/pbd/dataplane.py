@@ -37,6 +37,7 @@ class DataPlane:
         self.settings = settings
         self.shm = shm
         self.accepting = True
+        self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
         self.held_bytes = 0  # input bytes of accepted requests not answered yet
         self._idle = asyncio.Event()
@@ -48,7 +49,7 @@ class DataPlane:
         return True
 
     def server_ready(self) -> bool:
-        if not self.accepting:
+        if not self.accepting or not self.started:
             return False
         return self.repository.all_ready() if self.settings.strict_readiness else True
 

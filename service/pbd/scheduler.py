@@ -53,6 +53,11 @@ class RequestQueue:
         self._queue.put_nowait(WorkItem(prepared, future, loop.time()))
         return future
 
+    def requeue(self, item: WorkItem) -> None:
+        """Put back, first in line, a request that could not be handed to its instance."""
+        self._queue.put_nowait(item)
+        self._queue._queue.rotate(1)  # type: ignore[attr-defined]
+
     def _drop_abandoned(self) -> None:
         """Forget queued requests whose callers gave up (their inputs go with them)."""
         items = self._queue._queue  # type: ignore[attr-defined]

@@ -46,6 +46,10 @@ class State(enum.Enum):
     STOPPED = "STOPPED"
 
 
+class NotSent(PbdError):
+    """The batch never reached the worker (its connection had closed): safe to run elsewhere."""
+
+
 @dataclass(frozen=True)
 class InstancePlan:
     name: str  # Triton's instance name: "<group>_<n>"
@@ -265,7 +269,16 @@ class Instance:
         message.release.extend(self._to_release)
         self._to_release.clear()
         copy_ns = time.perf_counter_ns() - copy_began
-        self.conn.send(wpb.DaemonToWorker(execute=message))
+        try:
+            self.conn.send(wpb.DaemonToWorker(execute=message))
+        except PbdError:
+            # The worker died and the reader has not seen it yet: the batch never left.
+            self._pending.pop(batch_id, None)
+            self.memory.free(blocks)
+            self.draining = True  # no more work here; the reader reports how it ended
+            raise NotSent(
+                Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
+            ) from None
         if self.execute_timeout > 0:
             done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
             if not done:

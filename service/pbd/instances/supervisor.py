@@ -24,7 +24,7 @@ from pathlib import Path
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.instances.hub import WorkerHub
-from pbd.instances.instance import Instance, InstancePlan, State
+from pbd.instances.instance import Instance, InstancePlan, NotSent, State
 from pbd.instances.launcher import InstanceLauncher
 from pbd.instances.limits import queue_limit, version_limits
 from pbd.instances.placement import plan_instances
@@ -291,6 +291,12 @@ class VersionRuntime:
     async def _run_one(self, instance: Instance, item: WorkItem) -> None:
         try:
             (outcome,) = await instance.execute([item.prepared])
+        except NotSent as exc:
+            outcome = exc
+            if not item.future.done() and not self._stopping:
+                # Not executed anywhere: it goes back to the head of the queue.
+                self.queue.requeue(item)
+                return  # (the finally below frees the instance's slot)
         except PbdError as exc:
             outcome = exc
         except BaseException as exc:
