@@ -253,7 +253,8 @@ class Instance:
     async def execute(self, batch: list[PreparedRequest]) -> list[InferResult | PbdError]:
         """Run ``batch`` on the worker; one result or error per request, in order."""
         if self.state is not State.READY or self.conn is None:
-            raise unavailable(f"{self.describe()} is not ready")
+            # It died between being picked and this call: nothing was sent.
+            raise NotSent(Code.UNAVAILABLE, f"{self.describe()} is not ready")
         batch_id = next(self._batch_ids)
         blocks: list[Block] = []
         copy_began = time.perf_counter_ns()
