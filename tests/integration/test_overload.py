@@ -29,6 +29,8 @@ FLOOD_REQUESTS = 32
 FLOOD_REQUEST_BYTES = 8 * MIB
 FLOOD_HELD_LIMIT = 16 * MIB
 FLOOD_CONCURRENT_RPCS = 4
+# Long enough that the test opens the first gate well within it, even on a loaded machine.
+EXIT_TIMEOUT_S = 8
 
 
 @pytest.fixture
@@ -182,7 +184,7 @@ def test_sigterm_under_load_answers_every_accepted_request(
     daemon = start_daemon(
         repository,
         "--worker-pipeline-depth", "1",
-        "--exit-timeout-secs", "2",
+        "--exit-timeout-secs", str(EXIT_TIMEOUT_S),
         "--log-verbose", "1",
         settle=["gated"],
     )  # fmt: skip
@@ -221,7 +223,7 @@ def test_sigterm_under_load_answers_every_accepted_request(
     )
     refused = (
         "the server is shutting down: the request was still queued after --exit-timeout-secs "
-        "(2s) and was not executed"
+        f"({EXIT_TIMEOUT_S}s) and was not executed"
     )
     for error in queued_errors:
         assert (error.status(), error.message()) == ("StatusCode.UNAVAILABLE", refused)
