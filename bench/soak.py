@@ -201,6 +201,10 @@ class Soak:
                     "daemon_rss_kib": status_kib(self.daemon_pid) or 0,
                     "workers_rss_kib": sum(status_kib(p) or 0 for p in workers),
                     "workers": len(workers),
+                    # The steady model's worker is never killed: its RSS shows a worker leak.
+                    "steady_worker_rss_kib": sum(
+                        status_kib(p) or 0 for p in workers if _is_model(p, "steady")
+                    ),
                     "shm_bytes": shm_bytes(self.prefix),
                 }
             )
@@ -208,8 +212,12 @@ class Soak:
 
 
 def _is_victim(pid: int) -> bool:
+    return _is_model(pid, "victim")
+
+
+def _is_model(pid: int, model: str) -> bool:
     try:
-        return b"victim/" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return f"{model}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -275,6 +283,11 @@ def run(duration: float, kill_every: float, log_dir: Path) -> dict[str, object]:
             "after_warmup": start["workers_rss_kib"],
             "end": end["workers_rss_kib"],
             "growth_pct": growth("workers_rss_kib"),
+        },  # fmt: skip
+        "steady_worker_rss_kib": {
+            "after_warmup": start["steady_worker_rss_kib"],
+            "end": end["steady_worker_rss_kib"],
+            "growth_pct": growth("steady_worker_rss_kib"),
         },  # fmt: skip
         "shm_bytes_max": max((s["shm_bytes"] for s in samples), default=0),
         "shm_left_after_stop": leftover_segments(prefix),
