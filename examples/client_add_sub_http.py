@@ -1,6 +1,6 @@
 """The add_sub client, over HTTP, the way Triton's examples write it.
 
-    python examples/client_add_sub_http.py [--url localhost:8000]
+python examples/client_add_sub_http.py [--url localhost:8000]
 """
 
 import argparse

@@ -1,7 +1,9 @@
 """The daemon's life: start, load models, serve, and shut down in order.
 
 Shutdown (SIGTERM/SIGINT): stop accepting requests, let those in flight finish (up to
-``exit_timeout_secs``), finalize models and stop workers, remove every shared-memory segment.
+``exit_timeout_secs``; after that the queued ones are refused with UNAVAILABLE and the running
+ones end with their instances, so every accepted request gets an answer), finalize models and
+stop workers, remove every shared-memory segment.
 Under systemd with the systemd launcher, a SIGTERM that comes from `systemctl restart pbd`
 leaves the instance units running instead; the next daemon re-attaches to them.
 """
@@ -15,7 +17,7 @@ import signal
 from pathlib import Path
 
 from pbd.dataplane import DataPlane
-from pbd.errors import PbdError
+from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server, secure_socket
 from pbd.http.server import HttpFrontend
@@ -38,6 +40,7 @@ from pbd.tracing.provider import Tracing, build_tracing
 from pbd.tracing.settings import parse_trace_config
 
 log = logging.getLogger("pbd")
+SHUTDOWN_ANSWER_S = 5.0
 
 
 class Daemon:
@@ -148,6 +151,23 @@ class Daemon:
             except Exception:  # noqa: BLE001 - a bad scan must not end polling
                 log.exception("repository poll failed")
 
+    async def _drain(self, timeout: float) -> None:
+        """Every accepted request gets an answer before the listeners close: its result if it
+        finishes within ``timeout``, else UNAVAILABLE (queued ones are not started; running
+        ones end with their instance)."""
+        if await self.dataplane.drain(timeout):
+            return
+        rejected = self.repository.reject_waiting(
+            unavailable(
+                "the server is shutting down: the request was still queued after "
+                f"--exit-timeout-secs ({timeout:g}s) and was not executed"
+            )
+        )
+        log.warning("shutdown: %d queued request(s) refused after %gs", rejected, timeout)
+        await self.repository.unload_all(grace=1.0)
+        # Let the handlers send those answers before the server stops.
+        await self.dataplane.drain(SHUTDOWN_ANSWER_S)
+
     async def run(self) -> int:
         settings = self.settings
         if not settings.model_repository.is_dir():
@@ -204,6 +224,7 @@ class Daemon:
                 return 2
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
         failed = await self._load_startup_models()
+        self.dataplane.started = True
         code = 0
         poller: asyncio.Task[None] | None = None
         if failed and settings.exit_on_error:
@@ -230,7 +251,7 @@ class Daemon:
         )
         if poller is not None:
             poller.cancel()
-        await self.dataplane.drain(settings.exit_timeout_secs)
+        await self._drain(settings.exit_timeout_secs)
         await server.stop(grace=1.0)
         if http is not None:
             await http.stop()
@@ -263,4 +284,5 @@ async def serve(settings: Settings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signum)
-                signal.signal(signum, signal.SIG_IGN)
+            # Shutdown is done; a repeated SIGTERM must not turn a clean exit into a kill.
+            signal.signal(signum, signal.SIG_IGN)

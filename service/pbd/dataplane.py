@@ -48,7 +48,9 @@ class DataPlane:
         self.shm = shm
         self.tracing = tracing or Tracing(TraceSettings())
         self.accepting = True
+        self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
+        self.held_bytes = 0  # input bytes of accepted requests not answered yet
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -58,7 +60,7 @@ class DataPlane:
         return True
 
     def server_ready(self) -> bool:
-        if not self.accepting:
+        if not self.accepting or not self.started:
             return False
         return self.repository.all_ready() if self.settings.strict_readiness else True
 
@@ -129,7 +131,19 @@ class DataPlane:
         except PbdError:
             runtime.stats.fail.add(0)
             raise
+        nbytes = sum(len(t.data) for t in prepared.inputs if t.data is not None)
+        limit = self.settings.max_queued_bytes
+        if limit and self.held_bytes and self.held_bytes + nbytes > limit:
+            release_regions(prepared, self.shm)
+            runtime.stats.fail.add(0)
+            raise PbdError(
+                Code.RESOURCE_EXHAUSTED,
+                f"request for model '{request.model_name}' refused: the daemon already holds "
+                f"{self.held_bytes} bytes of request inputs and this request adds {nbytes}, "
+                f"over the limit of {limit} bytes (--max-queued-bytes)",
+            )
         self.inflight += 1
+        self.held_bytes += nbytes
         self._idle.clear()
         try:
             return await runtime.infer(prepared)
@@ -137,17 +151,20 @@ class DataPlane:
             # The worker is done with client regions once the result is back: outputs aimed
             # at them are already written there.
             release_regions(prepared, self.shm)
+            self.held_bytes -= nbytes
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
 
-    async def drain(self, timeout: float) -> None:
-        """Stop accepting requests; wait (up to ``timeout``) for those in flight."""
+    async def drain(self, timeout: float) -> bool:
+        """Stop accepting requests; wait (up to ``timeout``) for those in flight. True when
+        none is left."""
         self.accepting = False
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
-            pass
+            return False
+        return True
 
     def model_statistics(self, name: str, version: str) -> list[tuple[str, int, ModelStats]]:
         """(model, version, counters) for ``name`` ("" = every model) and ``version`` ("" =

@@ -112,6 +112,11 @@ class Settings:
         "default longest execute() (0: none); longer and the instance is killed and replaced "
         "(per model: parameter pbd.execute_timeout_s)",
     )
+    instance_memory_limit_bytes: int = _opt(
+        0,
+        "default private memory limit of each instance's worker (0: none); past it the "
+        "instance is replaced (per model: parameter pbd.memory_limit_bytes)",
+    )
     worker_heartbeat_ms: int = _opt(1000, "interval of worker heartbeats")
     worker_heartbeat_timeout_secs: float = _opt(
         30.0, "a worker silent this long is killed and restarted"
@@ -129,6 +134,19 @@ class Settings:
     )
     autoscale_scale_down_delay_secs: float = _opt(
         30.0, "default pbd.scale_down_delay_s and pbd.scale_down_window_s"
+    )
+    max_queue_size: int = _opt(
+        0,
+        "requests that may wait per model version (0: unbounded); a model's dynamic_batching "
+        "default_queue_policy.max_queue_size overrides it",
+    )
+    max_queued_bytes: int = _opt(
+        1024 * MIB,
+        "input bytes the daemon holds in accepted, unanswered requests (0: unbounded); more "
+        "is refused with RESOURCE_EXHAUSTED",
+    )
+    grpc_max_concurrent_rpcs: int = _opt(
+        0, "gRPC calls served at once (0: unbounded); more are refused by gRPC itself"
     )
     exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
 

@@ -128,13 +128,14 @@ class Daemon:
         workdir: Path,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        shm_prefix: str | None = None,
     ) -> None:
         self.repository = repository
         self.extra_env = env or {}
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
-        self.shm_prefix = f"pbdtest{os.getpid()}n{next(_daemon_numbers)}"
-        self.log_path = workdir / f"{self.shm_prefix}.log"
+        self.shm_prefix = shm_prefix or f"pbdtest{os.getpid()}n{next(_daemon_numbers)}"
+        self.log_path = workdir / f"{self.shm_prefix}n{next(_daemon_numbers)}.log"
         self.args = args
         self.process: subprocess.Popen[bytes] | None = None
         self.returncode: int | None = None
@@ -285,6 +286,11 @@ class Daemon:
 
     def shm_segments(self) -> list[str]:
         return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))
+
+    def segment_owners(self) -> set[str]:
+        """The instances (daemon id and sequence number) that have segments in /dev/shm; a
+        replaced instance's segments must be gone, so this is never more than the live ones."""
+        return {name.rsplit("-", 1)[0] for name in self.shm_segments()}
 
     def log(self) -> str:
         try:

@@ -1,4 +1,7 @@
-"""Crashes and shutdown: a worker killed mid-request, and SIGTERM with a request in flight."""
+"""Crashes and shutdown: a worker killed mid-request, and SIGTERM with a request in flight.
+
+More faults (memory limit, exiting models, a SIGKILLed daemon, disconnects) are in
+test_faults.py."""
 
 from __future__ import annotations
 
@@ -169,29 +172,6 @@ def test_settings_from_the_environment(repository: Path, tmp_path: Path) -> None
         assert client.is_model_ready("sleepy") is False
         client.load_model("sleepy")
         assert int(client.infer("sleepy", sleepy_inputs(0)).as_numpy("SLEPT_MS")[0]) == 0
-
-
-def test_workers_exit_when_the_daemon_is_killed(repository: Path, tmp_path: Path) -> None:
-    daemon = Daemon(repository, tmp_path)
-    try:
-        daemon.start()
-        daemon.wait_settled(["sleepy", "add_sub"])
-        add_sub_works(daemon.client())
-        workers = daemon.workers()
-        assert len(workers) == 2
-        os.kill(daemon.pid, signal.SIGKILL)
-        assert daemon.stop() == -signal.SIGKILL
-        # A worker whose daemon died must not linger as an orphan.
-        wait_until(
-            lambda: not daemon.alive_seen_workers(), SETTLE_TIMEOUT_S, "orphaned workers to exit"
-        )
-    finally:
-        daemon.stop()
-        for pid in daemon.alive_seen_workers():
-            os.kill(pid, signal.SIGKILL)
-        # Nobody unlinks a SIGKILLed daemon's segments; remove them so the test leaves none.
-        for name in daemon.shm_segments():
-            (Path("/dev/shm") / name).unlink()
 
 
 def test_a_hung_execute_is_killed_and_replaced(

@@ -137,6 +137,8 @@ class BatchExecutor:
                     if context:
                         request._trace = InferenceTrace(context)
                 responses = call_maybe_async(self.loop, self.model.execute, requests)
+        except MemoryError:
+            raise  # the process is out of memory: the worker exits and is replaced
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
             text, tb = describe_exception(exc)
             message = (

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import resource
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.executor import BatchExecutor
@@ -45,6 +47,8 @@ EXIT_INIT_FAILED = 3
 # The daemon's model or arguments changed while we were disconnected: start over (systemd
 # restarts the unit; a fresh process initializes the new model).
 EXIT_STALE = 75
+# The model ran out of memory (a MemoryError under the instance's memory limit); restartable.
+EXIT_OUT_OF_MEMORY = 71
 
 
 def init_fingerprint(init: wpb.Initialize) -> str:
@@ -140,7 +144,14 @@ class WorkerRuntime:
         if kind == "execute":
             assert self.executor is not None
             self.executor.release(list(message.execute.release))
-            result = self.executor.run(message.execute)
+            try:
+                result = self.executor.run(message.execute)
+            except MemoryError as exc:
+                self._exit(
+                    EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}"
+                )
+            except SystemExit as exc:
+                self._exit(_exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()")
             self.executed += 1
             self.requests += len(message.execute.requests)
             out = [wpb.WorkerToDaemon(result=result)]
@@ -167,6 +178,15 @@ class WorkerRuntime:
             self.notify.stopping("finalizing")
             self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
             self.exit_code = 0
+
+    def _exit(self, code: int, why: str) -> NoReturn:
+        """Tell the daemon why, then end the process (its state is not to be trusted)."""
+        log.error("exiting: %s", why)
+        with contextlib.suppress(OSError):
+            self.send(wpb.WorkerToDaemon(exiting=wpb.Exiting(error=wpb.Error(message=why))))
+        with contextlib.suppress(Exception):
+            self.close()
+        os._exit(code)
 
     def _apply_settings(self, settings: wpb.RuntimeSettings) -> None:
         self.log_config = LogConfig(
@@ -301,6 +321,17 @@ class WorkerRuntime:
             self.outputs.close()
             self.outputs = None
         self.notify.close()
+
+
+def _limit_text() -> str:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    return "" if soft == resource.RLIM_INFINITY else f" (memory limit {soft} bytes)"
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,10 @@ def build_server(dataplane: DataPlane, settings: Settings) -> tuple[grpc.aio.Ser
     ``--grpc-address unix:/path`` listens on a Unix socket (file mode from
     ``--grpc-socket-mode``); anything else is a host for ``--grpc-port``.
     """
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs or None,
+    )
     restrictions = parse_restrictions(settings.grpc_restricted_protocol)
     server.add_generic_rpc_handlers(generic_handlers(InferenceServicer(dataplane), restrictions))
     address = settings.grpc_address

@@ -60,7 +60,7 @@ _KEYS = {
     "cold_start_timeout_s": ("cold_start_timeout_s", "float"),
 }
 # pbd.* keys that are not about scaling, read elsewhere.
-_OTHER_KEYS = ("execute_timeout_s",)
+_OTHER_KEYS = ("execute_timeout_s", "memory_limit_bytes")
 
 
 def _value(key: str, text: str, kind: str, source: str) -> object:

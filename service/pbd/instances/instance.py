@@ -12,6 +12,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ from pbd_worker.ipc import TOKEN_ENV
 from pbd_worker.ipc.shm import Block, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
+# How a process that hit its memory limit in C code (not as a MemoryError) usually ends.
+_MEMORY_SIGNALS = (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGKILL)
 # Under load the next Execute carries releases; an idle worker gets them after this long.
 RELEASE_DELAY_S = 0.002
 
@@ -43,6 +46,10 @@ class State(enum.Enum):
     READY = "READY"
     DEAD = "DEAD"
     STOPPED = "STOPPED"
+
+
+class NotSent(PbdError):
+    """The batch never reached the worker (its connection had closed): safe to run elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Instance:
         execute_timeout: float = 0.0,
         custom_metrics: CustomMetrics | None = None,
         tracing: Tracing | None = None,
+        memory_limit: int = 0,
     ) -> None:
         self.config = config
         self.version = version
@@ -88,6 +96,8 @@ class Instance:
         registry = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.custom_metrics = registry.session(self.id)
         self.tracing = tracing
+        self.memory_limit = memory_limit  # bytes of private memory the worker may use; 0: any
+        self.exit_why = ""  # what the worker said (Exiting) before it went away
         self.last_seen = 0.0
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
@@ -122,7 +132,9 @@ class Instance:
         connected = self.hub.expect(self.id, token)
         try:
             self.handle = await self.launcher.start(
-                WorkerSpec(self.id, self.hub.address, {TOKEN_ENV: token})
+                WorkerSpec(
+                    self.id, self.hub.address, {TOKEN_ENV: token}, memory_limit=self.memory_limit
+                )
             )
             for attempt in range(2):
                 self.conn = await self._wait_connected(connected)
@@ -235,6 +247,8 @@ class Instance:
                 self._on_metrics(message.metrics)
             elif kind == "spans" and self.tracing is not None:
                 self.tracing.import_spans(message.spans.otlp)
+            elif kind == "exiting":
+                self.exit_why = message.exiting.error.message
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 
@@ -248,7 +262,13 @@ class Instance:
         if self.handle is None:
             return "is gone"
         status = await self.launcher.wait(self.handle, 2.0)
-        return status.describe() if status is not None else "closed its connection"
+        text = status.describe() if status is not None else "closed its connection"
+        if self.exit_why:
+            return f"{text}: {self.exit_why}"
+        code = getattr(status, "returncode", None)
+        if self.memory_limit and code in _MEMORY_SIGNALS:
+            text += f" (its memory limit is {self.memory_limit} bytes; it may have run out)"
+        return text
 
     async def _lost(self, reason: str) -> None:
         self.state = State.DEAD
@@ -284,7 +304,8 @@ class Instance:
     async def execute(self, batch: list[PreparedRequest]) -> list[InferResult | PbdError]:
         """Run ``batch`` on the worker; one result or error per request, in order."""
         if self.state is not State.READY or self.conn is None:
-            raise unavailable(f"{self.describe()} is not ready")
+            # It died between being picked and this call: nothing was sent.
+            raise NotSent(Code.UNAVAILABLE, f"{self.describe()} is not ready")
         batch_id = next(self._batch_ids)
         blocks: list[Block] = []
         copy_began = time.perf_counter_ns()
@@ -308,7 +329,16 @@ class Instance:
         message.release.extend(self._to_release)
         self._to_release.clear()
         copy_ns = time.perf_counter_ns() - copy_began
-        self.conn.send(wpb.DaemonToWorker(execute=message))
+        try:
+            self.conn.send(wpb.DaemonToWorker(execute=message))
+        except PbdError:
+            # The worker died and the reader has not seen it yet: the batch never left.
+            self._pending.pop(batch_id, None)
+            self.memory.free(blocks)
+            self.draining = True  # no more work here; the reader reports how it ended
+            raise NotSent(
+                Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
+            ) from None
         if self.execute_timeout > 0:
             done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
             if not done:
@@ -360,6 +390,13 @@ class Instance:
                     await asyncio.wait_for(asyncio.shield(self._reader), grace)
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
+        # Batches the worker never answered: their callers get an answer, not silence.
+        stopped = unavailable(f"{self.describe()} was stopped before execute() returned")
+        for future, blocks in self._pending.values():
+            if not future.done():
+                future.set_exception(stopped)
+            self.memory.free(blocks)
+        self._pending.clear()
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import secrets
 import signal
 import sys
@@ -23,6 +24,10 @@ class WorkerSpec:
     instance_id: str
     socket: str
     env: dict[str, str] = field(default_factory=dict)
+    # Bytes of private memory (heap, anonymous mappings; not shared memory) the worker may use;
+    # 0: no limit. The process launcher sets RLIMIT_DATA; past it allocations fail
+    # (MemoryError), and the worker exits and is replaced.
+    memory_limit: int = 0
 
     def argv(self) -> list[str]:
         return [
@@ -120,6 +125,17 @@ class ProcessLauncher:
             # Own session: a terminal's Ctrl-C goes to the daemon, which stops workers in order.
             start_new_session=True,
         )
+        if spec.memory_limit > 0:
+            # Before the model's code runs: that waits for Initialize, sent after this returns.
+            try:
+                resource.prlimit(
+                    process.pid, resource.RLIMIT_DATA, (spec.memory_limit, spec.memory_limit)
+                )
+            except (OSError, ValueError):
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+                raise
         return ProcessHandle(process)
 
     async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None:

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.instances.hub import WorkerHub
-from pbd.instances.instance import Instance, InstancePlan, State
+from pbd.instances.instance import Instance, InstancePlan, NotSent, State
 from pbd.instances.launcher import InstanceLauncher
+from pbd.instances.limits import queue_limit, version_limits
 from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
 from pbd.metrics.custom import CustomMetrics
@@ -87,9 +88,12 @@ class VersionRuntime:
         self.custom_metrics = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.state = VersionState.LOADING
         self.reason = ""
-        self.queue = RequestQueue()
+        self.queue = RequestQueue(
+            f"model '{config.name}' version {version}", queue_limit(config, settings)
+        )
         self.stats = ModelStats()
         self.execute_timeout = settings.execute_timeout_secs
+        self.memory_limit = settings.instance_memory_limit_bytes
         self.slots: list[Slot] = []
         self._stopping = False
         self._monitor: asyncio.Task[None] | None = None
@@ -119,6 +123,7 @@ class VersionRuntime:
             execute_timeout=self.execute_timeout,
             custom_metrics=self.custom_metrics,
             tracing=self.tracing,
+            memory_limit=self.memory_limit,
         )
 
     @property
@@ -193,18 +198,13 @@ class VersionRuntime:
             raise
         self.templates = plans
         try:
-            self.execute_timeout = float(
-                self.config.parameters.get(
-                    "pbd.execute_timeout_s", self.settings.execute_timeout_secs
-                )
+            limits = version_limits(
+                self.config, self.settings, str(self.model_dir / "config.pbtxt")
             )
-        except ValueError:
-            self.state = VersionState.UNAVAILABLE
-            self.reason = (
-                f"{self.model_dir / 'config.pbtxt'}: parameter 'pbd.execute_timeout_s' must be "
-                "a number of seconds"
-            )
-            raise invalid_arg(self.reason) from None
+        except PbdError as exc:
+            self.state, self.reason = VersionState.UNAVAILABLE, exc.message
+            raise
+        self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
         cpu_only = all(p.kind != "GPU" for p in plans)
         try:
             self.policy = parse_policy(
@@ -253,7 +253,11 @@ class VersionRuntime:
         if prepared.request.trace is not None:
             prepared.request.trace.queued()
         try:
-            result = await wait_result(self.queue.submit(prepared))
+            held = int(self.held is not None and not self.held.future.done())
+            future = self.queue.submit(prepared, also_waiting=held)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s: %d request(s) waiting", self.id, len(self.queue) + held)
+            result = await wait_result(future)
         except PbdError:
             self.stats.fail.add(time.perf_counter_ns() - began)
             raise
@@ -299,6 +303,12 @@ class VersionRuntime:
     async def _run_one(self, instance: Instance, item: WorkItem) -> None:
         try:
             (outcome,) = await instance.execute([item.prepared])
+        except NotSent as exc:
+            outcome = exc
+            if not item.future.done() and not self._stopping:
+                # Not executed anywhere: it goes back to the head of the queue.
+                self.queue.requeue(item)
+                return  # (the finally below frees the instance's slot)
         except PbdError as exc:
             outcome = exc
         except BaseException as exc:
@@ -372,6 +382,14 @@ class VersionRuntime:
                         f"{self.settings.worker_heartbeat_timeout_secs:g}s and was killed"
                     )
 
+    def reject_waiting(self, error: PbdError) -> int:
+        """Fail the requests queued or waiting for an instance; how many there were."""
+        failed = self.queue.fail_older_than(float("inf"), error)
+        if self.held is not None and not self.held.future.done():
+            self.held.future.set_exception(error)
+            failed += 1
+        return failed
+
     async def unload(self, grace: float) -> None:
         """Stop taking requests, let queued and running ones finish (up to ``grace``), then
         finalize and stop every instance."""
@@ -391,7 +409,9 @@ class VersionRuntime:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self.queue.fail_all(unavailable(f"model '{self.config.name}' was unloaded"))
+        gone = unavailable(f"model '{self.config.name}' was unloaded")
+        self.queue.fail_all(gone)
+        self.reject_waiting(gone)
         await asyncio.gather(
             *(s.instance.stop(max(deadline - loop.time(), 1.0)) for s in self.slots),
             return_exceptions=True,

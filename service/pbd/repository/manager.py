@@ -138,20 +138,31 @@ class ModelRepository:
             raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
         log.info("loaded model '%s' versions %s", name, sorted(entry.versions))
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, grace: float | None = None) -> None:
         entry = self.entries.get(name)
         if entry is None:
             return  # Triton: unloading a model that is not loaded succeeds
+        grace = self.unload_grace if grace is None else grace
         async with entry.lock:
             runtimes = list(entry.versions.values())
             entry.versions.clear()
-            await asyncio.gather(*(r.unload(self.unload_grace) for r in runtimes))
+            await asyncio.gather(*(r.unload(grace) for r in runtimes))
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
             log.info("unloaded model '%s'", name)
 
-    async def unload_all(self) -> None:
-        await asyncio.gather(*(self.unload(n) for n in list(self.entries)), return_exceptions=True)
+    async def unload_all(self, grace: float | None = None) -> None:
+        await asyncio.gather(
+            *(self.unload(n, grace) for n in list(self.entries)), return_exceptions=True
+        )
+
+    def reject_waiting(self, error: PbdError) -> int:
+        """Fail every request still queued (not yet executing), in every model; how many."""
+        failed = 0
+        for entry in self.entries.values():
+            for runtime in entry.versions.values():
+                failed += runtime.reject_waiting(error)
+        return failed
 
     async def poll(self) -> None:
         """One pass of poll mode: load new or changed models, unload removed ones."""

@@ -58,6 +58,21 @@ def test_other_side_reads_what_one_side_wrote(prefix):
     arena.close()
 
 
+def test_a_new_generation_of_a_client_region_replaces_the_old_mapping(prefix):
+    arena = Arena(prefix, 4096, 4096)
+    block = arena.allocate(16)
+    peer = SegmentMap()
+    name = block.segment.name
+    for generation in range(1, 50):
+        block.view()[:4] = generation.to_bytes(4, "little")
+        view = peer.view(f"{name}#{generation}", block.offset, 4)
+        assert int.from_bytes(view, "little") == generation
+        del view
+    assert list(peer.segments) == [f"{name}#49"]
+    peer.close()
+    arena.close()
+
+
 def test_segment_map_refuses_names_outside_its_prefix_and_bad_ranges(prefix):
     arena = Arena(prefix, 4096, 4096)
     block = arena.allocate(10)

@@ -13,6 +13,7 @@ side reads through a :class:`SegmentMap`, which attaches segments by name on fir
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import mmap
 import os
@@ -248,7 +249,14 @@ class SegmentMap:
         if segment is None:
             if not name.startswith(self.allowed_prefix):
                 raise ValueError(f"segment {name!r} is not one of this peer's")
-            segment = Segment.attach(name.split("#", 1)[0], self.shm_dir)
+            base, generation = name.partition("#")[::2]
+            segment = Segment.attach(base, self.shm_dir)
+            if generation:
+                # A new registration of a client region replaces the older ones: keeping
+                # every generation mapped would grow by a mapping per registration.
+                for old in [n for n in self.segments if n.partition("#")[0] == base]:
+                    with contextlib.suppress(BufferError):  # views alive: unmapped with them
+                        self.segments.pop(old).close()
             self.segments[name] = segment
         return segment
 

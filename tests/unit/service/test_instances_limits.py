@@ -1,0 +1,68 @@
+"""Per-model limits (config parameters over flags) and the bounded request queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pbd.errors import Code, PbdError
+from pbd.instances.limits import VersionLimits, version_limits
+from pbd.repository.config import parse_model_config
+from pbd.scheduler import RequestQueue
+from pbd.settings import Settings
+from pbd.validation import PreparedRequest
+
+
+def _config(extra: str = ""):
+    text = f'name: "m" backend: "python" {extra}'
+    return parse_model_config(text, model_name="m", source="m/config.pbtxt")
+
+
+def test_config_overrides_flags():
+    settings = Settings(
+        execute_timeout_secs=5.0, instance_memory_limit_bytes=1 << 30, max_queue_size=8
+    )
+    assert version_limits(_config(), settings, "src") == VersionLimits(5.0, 1 << 30, 8)
+    extra = (
+        'parameters { key: "pbd.memory_limit_bytes" value: { string_value: "1024" } } '
+        "dynamic_batching { default_queue_policy { max_queue_size: 3 } }"
+    )
+    limits = version_limits(_config(extra), settings, "src")
+    assert (limits.memory_limit, limits.max_queue_size) == (1024, 3)
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_a_bad_memory_limit_is_refused(value: str):
+    extra = f'parameters {{ key: "pbd.memory_limit_bytes" value: {{ string_value: "{value}" }} }}'
+    with pytest.raises(PbdError) as info:
+        version_limits(_config(extra), Settings(), "m/config.pbtxt")
+    assert info.value.code is Code.INVALID_ARG
+    assert info.value.message == (
+        "m/config.pbtxt: parameter 'pbd.memory_limit_bytes' must be a whole number of bytes"
+    )
+
+
+def test_a_full_queue_refuses_and_cancelled_requests_do_not_count():
+    async def scenario() -> None:
+        queue = RequestQueue("model 'm' version 1", max_size=2)
+        prepared = PreparedRequest(request=None, inputs=[], requested_outputs=[])  # type: ignore[arg-type]
+        first = queue.submit(prepared)
+        queue.submit(prepared)
+        with pytest.raises(PbdError) as info:
+            queue.submit(prepared)
+        assert info.value.code is Code.UNAVAILABLE
+        assert info.value.message == (
+            "Exceeds maximum queue size: model 'm' version 1 already has 2 requests waiting "
+            "(max_queue_size 2)"
+        )
+        first.cancel()  # its caller gave up: there is room again
+        queue.submit(prepared)
+        assert len(queue) == 2
+        with pytest.raises(PbdError):
+            queue.submit(prepared, also_waiting=0)
+        unbounded = RequestQueue()
+        for _ in range(100):
+            unbounded.submit(prepared)
+
+    asyncio.run(scenario())
