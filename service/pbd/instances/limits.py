@@ -10,11 +10,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pbd.errors import invalid_arg
+from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
+
+if TYPE_CHECKING:
+    from pbd.instances.instance import InstancePlan
 
 
 @dataclass(frozen=True)
@@ -49,3 +55,23 @@ def version_limits(config: ModelConfig, settings: Settings, source: str) -> Vers
             f"{source}: parameter 'pbd.memory_limit_bytes' must be a whole number of bytes"
         )
     return VersionLimits(timeout, memory, queue_limit(config, settings))
+
+
+def scaling_policy(
+    config: ModelConfig, settings: Settings, plans: list[InstancePlan], source: str
+) -> ScalingPolicy:
+    """The version's load-driven scaling, from its parameters over the daemon's defaults; a
+    CPU-only model scales to at most one instance per core."""
+    cpu_only = all(p.kind != "GPU" for p in plans)
+    return parse_policy(
+        config.parameters,
+        initial=len(plans),
+        cpu_cap=(os.cpu_count() or 1) if cpu_only else None,
+        source=source,
+        defaults=ScalingPolicy(
+            enabled=settings.autoscale,
+            target_inflight=settings.autoscale_target_inflight,
+            scale_down_window_s=settings.autoscale_scale_down_delay_secs,
+            scale_down_delay_s=settings.autoscale_scale_down_delay_secs,
+        ),
+    )

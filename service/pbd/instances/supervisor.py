@@ -15,18 +15,17 @@ import contextlib
 import enum
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
-from pbd.instances.autoscale import ScalingPolicy, parse_policy
+from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, NotSent, State
 from pbd.instances.launcher import InstanceLauncher
-from pbd.instances.limits import queue_limit, version_limits
+from pbd.instances.limits import queue_limit, scaling_policy, version_limits
 from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
 from pbd.metrics.custom import CustomMetrics
@@ -191,37 +190,16 @@ class VersionRuntime:
 
     async def load(self) -> None:
         """Start every instance; on any failure stop the rest and raise the first error."""
+        source = str(self.model_dir / "config.pbtxt")
         try:
             plans = plan_instances(self.config, self.gpus)
+            limits = version_limits(self.config, self.settings, source)
+            self.policy = scaling_policy(self.config, self.settings, plans, source)
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise
         self.templates = plans
-        try:
-            limits = version_limits(
-                self.config, self.settings, str(self.model_dir / "config.pbtxt")
-            )
-        except PbdError as exc:
-            self.state, self.reason = VersionState.UNAVAILABLE, exc.message
-            raise
         self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
-        cpu_only = all(p.kind != "GPU" for p in plans)
-        try:
-            self.policy = parse_policy(
-                self.config.parameters,
-                initial=len(plans),
-                cpu_cap=(os.cpu_count() or 1) if cpu_only else None,
-                source=str(self.model_dir / "config.pbtxt"),
-                defaults=ScalingPolicy(
-                    enabled=self.settings.autoscale,
-                    target_inflight=self.settings.autoscale_target_inflight,
-                    scale_down_window_s=self.settings.autoscale_scale_down_delay_secs,
-                    scale_down_delay_s=self.settings.autoscale_scale_down_delay_secs,
-                ),
-            )
-        except PbdError as exc:
-            self.state, self.reason = VersionState.UNAVAILABLE, exc.message
-            raise
         instances = [self._new_instance(p) for p in plans]
         outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
