@@ -195,8 +195,15 @@ def test_sigterm_under_load_answers_every_accepted_request(
     streamer = daemon.client()
     with ThreadPoolExecutor(max_workers=2 + queued_unary) as pool:
         holder = hold_gated(pool, daemon, first)
+        seen = len(daemon.log())
         running = pool.submit(
             unary.infer, "gated", gated_inputs(1, second), client_timeout=SETTLE_TIMEOUT_S
+        )
+        # First in the queue, before the others are submitted (pool threads race otherwise).
+        wait_until(
+            lambda: "gated/1: 1 request(s) waiting" in daemon.log()[seen:],
+            SETTLE_TIMEOUT_S,
+            "the gated request to be queued",
         )
         waiting = [
             pool.submit(unary.infer, "gated", gated_inputs(10 + i), client_timeout=SETTLE_TIMEOUT_S)
