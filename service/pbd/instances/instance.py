@@ -12,14 +12,13 @@ import contextlib
 import enum
 import itertools
 import logging
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
-from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec
+from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.messages import batch_results, initialize_message
 from pbd.logsettings import runtime_settings
@@ -35,8 +34,6 @@ from pbd_worker.ipc import TOKEN_ENV
 from pbd_worker.ipc.shm import Block, ShmExhausted
 
 log = logging.getLogger("pbd.instances")
-# How a process that hit its memory limit in C code (not as a MemoryError) usually ends.
-_MEMORY_SIGNALS = (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGKILL)
 # Under load the next Execute carries releases; an idle worker gets them after this long.
 RELEASE_DELAY_S = 0.002
 
@@ -262,13 +259,7 @@ class Instance:
         if self.handle is None:
             return "is gone"
         status = await self.launcher.wait(self.handle, 2.0)
-        text = status.describe() if status is not None else "closed its connection"
-        if self.exit_why:
-            return f"{text}: {self.exit_why}"
-        code = getattr(status, "returncode", None)
-        if self.memory_limit and code in _MEMORY_SIGNALS:
-            text += f" (its memory limit is {self.memory_limit} bytes; it may have run out)"
-        return text
+        return describe_exit(status, self.exit_why, self.memory_limit)
 
     async def _lost(self, reason: str) -> None:
         self.state = State.DEAD

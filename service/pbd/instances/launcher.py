@@ -57,6 +57,21 @@ class ExitStatus:
         return f"exited with status {self.returncode}"
 
 
+# How a process that hit its memory limit in C code (not as a MemoryError) usually ends.
+_MEMORY_SIGNALS = (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGKILL)
+
+
+def describe_exit(status: WorkerExit | None, why: str = "", memory_limit: int = 0) -> str:
+    """How a worker ended, for an error message: the launcher's account, what the worker
+    said before it went (``why``), or a hint when a limited process died by a signal."""
+    text = status.describe() if status is not None else "closed its connection"
+    if why:
+        return f"{text}: {why}"
+    if memory_limit and getattr(status, "returncode", None) in _MEMORY_SIGNALS:
+        text += f" (its memory limit is {memory_limit} bytes; it may have run out)"
+    return text
+
+
 class WorkerHandle(Protocol):
     @property
     def pid(self) -> int | None: ...
