@@ -142,7 +142,9 @@ def test_after_a_sigkilled_daemon_the_next_one_cleans_up(repository: Path, tmp_p
             assert first.stop() == -signal.SIGKILL
             with pytest.raises(InferenceServerException) as info:
                 pending.result(timeout=SETTLE_TIMEOUT_S)
-        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        # A server killed mid-call: gRPC's client reports the broken connection as
+        # UNAVAILABLE or, when the stream was reset first, CANCELLED (seen in CI).
+        assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.CANCELLED")
         (tmp_path / "gate").unlink()
         # Workers notice the closed connection (or their heartbeat failing) and exit.
         for pid in workers:
