@@ -85,17 +85,30 @@ class InferenceServicer:
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
         began = time.time_ns()
         infer_request = convert.infer_request_from_wire(request)
-        trace = self.dp.start_trace(
-            infer_request, "ModelInfer", began, lambda: _traceparent(context)
-        )
+        return await self._answer(
+            infer_request, "ModelInfer", began, context, self.dp.infer,
+            convert.infer_response_to_wire,
+        )  # fmt: skip
+
+    async def _answer(
+        self,
+        request: Any,
+        method: str,
+        began: int,
+        context: Any,
+        infer: Callable[[Any], Awaitable[Any]],
+        to_wire: Callable[[Any], bytes],
+    ) -> bytes:
+        """Run ``request`` and encode its result; traced when the trace settings pick it."""
+        trace = self.dp.start_trace(request, method, began, lambda: _traceparent(context))
         if trace is None:
-            with await self.dp.infer(infer_request) as result:
-                return convert.infer_response_to_wire(result)
-        infer_request.trace = trace
+            with await infer(request) as result:
+                return to_wire(result)
+        request.trace = trace
         with _finishing(trace):
-            with await self.dp.infer(infer_request) as result:
+            with await infer(request) as result:
                 replying = time.time_ns()
-                response = convert.infer_response_to_wire(result)
+                response = to_wire(result)
             trace.responded(replying)
             return response
 
@@ -128,19 +141,10 @@ class InferenceServicer:
         request = None
         try:
             request = convert.infer_request_from_wire(raw)
-            trace = self.dp.start_trace(
-                request, "ModelStreamInfer", began, lambda: _traceparent(context)
-            )
-            if trace is None:
-                with await self.dp.infer_streamed(request) as result:
-                    return convert.stream_response_to_wire(result)
-            request.trace = trace
-            with _finishing(trace):
-                with await self.dp.infer_streamed(request) as result:
-                    replying = time.time_ns()
-                    response = convert.stream_response_to_wire(result)
-                trace.responded(replying)
-                return response
+            return await self._answer(
+                request, "ModelStreamInfer", began, context, self.dp.infer_streamed,
+                convert.stream_response_to_wire,
+            )  # fmt: skip
         except PbdError as exc:
             return convert.stream_error_to_wire(request, exc.message)
         except (ValueError, TypeError) as exc:
