@@ -101,3 +101,24 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
     assert f"{server.parent.span_id:016x}" == "00f067aa0ba902b7"
     assert server.attributes["rpc.grpc.status_code"] == 13
     assert {kv.key for kv in wire.resource_spans[0].resource.attributes} >= {"service.name"}
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [None, PARENT, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"],
+    ids=["no parent", "sampled parent", "unsampled parent"],
+)
+def test_default_sampler_shortcut_decides_as_the_sdk(traceparent: str | None) -> None:
+    """``Tracing.decide`` skips the SDK for its default sampler (parentbased_always_on);
+    the answer must be the SDK's own."""
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
+
+    tracing = Tracing(TraceSettings(parse_trace_config([])), Keep())
+    assert tracing.sampler is DEFAULT_ON
+    parent = tracing.parent_context(traceparent) if traceparent else None
+    trace_id = parent.trace_id if parent is not None else 0x1234
+    context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
+    sdk = DEFAULT_ON.should_sample(context, trace_id, "x", trace.SpanKind.SERVER, {})
+    ours = tracing.decide(parent, trace_id, "x", {})
+    assert ours is (sdk.decision is Decision.RECORD_AND_SAMPLE)
+    assert ours is (traceparent != PARENT[:-2] + "00")
