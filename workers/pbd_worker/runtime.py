@@ -154,12 +154,11 @@ class WorkerRuntime:
                 self._exit(_exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()")
             self.executed += 1
             self.requests += len(message.execute.requests)
-            out = [wpb.WorkerToDaemon(result=result)]
-            if self.executor.tracing is not None:
-                spans = self.executor.tracing.take_encoded()
-                if spans:  # the batch's spans go first, in the same write
-                    out.insert(0, wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=spans)))
-            self.send(*out)
+            self.send(wpb.WorkerToDaemon(result=result))
+            tracing = self.executor.tracing
+            if tracing is not None and tracing.pending():
+                # Encoded after the result went out: the daemon answers the client meanwhile.
+                self.send(wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=tracing.take_encoded())))
             if self.notify.enabled:
                 self.notify.status(self._status())
         elif kind == "release":

@@ -8,8 +8,9 @@ of the ``execute`` span that is current while ``execute()`` runs (spans opened o
 traced request have no sampled parent and are not recorded). The provider's one span
 processor only collects finished spans; after each batch the runtime sends them to the daemon
 OTLP-encoded (``SpanBatch``), and the daemon exports them. No exporter is imported here.
-pbd's own two spans (``execute``, ``output_copy``) bypass the SDK: they are written straight
-into the OTLP message (``pbd_worker.otlp``), the SDK's encoder runs only for model spans.
+pbd's own two spans (``execute``, ``output_copy``) bypass the SDK: kept as plain values and
+written straight into the OTLP message (``pbd_worker.otlp``) once the batch's result is sent;
+the SDK's encoder runs only for model spans.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class _Collector(SpanProcessor):
         with self._lock:
             self._spans.append(span)
 
+    def has_spans(self) -> bool:
+        return bool(self._spans)
+
     def take(self) -> list[ReadableSpan]:
         with self._lock:
             spans, self._spans = self._spans, []
@@ -67,13 +71,9 @@ class WorkerTracing:
         provider.add_span_processor(self.collector)
         trace.set_tracer_provider(provider)
         self.attributes = attributes
-        self._request = ExportTraceServiceRequest()
-        self._spans = self._new_scope()
-
-    def _new_scope(self) -> Any:
-        scope_spans = self._request.resource_spans.add().scope_spans.add()
-        scope_spans.scope.name = SCOPE
-        return scope_spans.spans
+        # pbd's own finished spans, as add_span's arguments: encoded by take_encoded, which
+        # the runtime calls after the batch's result went out (off the request's path).
+        self._finished: list[dict[str, Any]] = []
 
     @contextmanager
     def execute_span(self, traceparents: Sequence[str], batch_size: int) -> Iterator[list[str]]:
@@ -103,19 +103,20 @@ class WorkerTracing:
         finally:
             otel_context.detach(token)
             if sampled:
-                add_span(
-                    self._spans,
-                    trace_id=trace_id.to_bytes(16, "big"),
-                    span_id=span_id,
-                    parent_id=parent_id,
-                    name="execute",
-                    start_ns=start,
-                    end_ns=time.time_ns(),
-                    flags=FLAGS_REMOTE_PARENT,
-                    attributes={**self.attributes, "pbd.batch_size": batch_size},
-                    events=events,
-                    links=[(t.to_bytes(16, "big"), s) for t, s, _ in traced[1:]],
-                    error=error,
+                self._finished.append(
+                    dict(
+                        trace_id=trace_id.to_bytes(16, "big"),
+                        span_id=span_id,
+                        parent_id=parent_id,
+                        name="execute",
+                        start_ns=start,
+                        end_ns=time.time_ns(),
+                        flags=FLAGS_REMOTE_PARENT,
+                        attributes={**self.attributes, "pbd.batch_size": batch_size},
+                        events=events,
+                        links=[(t.to_bytes(16, "big"), s) for t, s, _ in traced[1:]],
+                        error=error,
+                    )
                 )
 
     def record(self, name: str, traceparent: str, start_ns: int, end_ns: int) -> None:
@@ -123,30 +124,37 @@ class WorkerTracing:
         parent = parse_traceparent(traceparent)
         if parent is None or not parent[2] & 1:
             return
-        add_span(
-            self._spans,
-            trace_id=parent[0].to_bytes(16, "big"),
-            span_id=new_span_id(),
-            parent_id=parent[1],
-            name=name,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            flags=FLAGS_REMOTE_PARENT,
-            attributes=self.attributes,
+        self._finished.append(
+            dict(
+                trace_id=parent[0].to_bytes(16, "big"),
+                span_id=new_span_id(),
+                parent_id=parent[1],
+                name=name,
+                start_ns=start_ns,
+                end_ns=end_ns,
+                flags=FLAGS_REMOTE_PARENT,
+                attributes=self.attributes,
+            )
         )
+
+    def pending(self) -> bool:
+        """Spans wait to be taken (pbd's own; model spans are checked by take_encoded)."""
+        return bool(self._finished) or self.collector.has_spans()
 
     def take_encoded(self) -> bytes:
         """Finished spans as a serialized OTLP ``ExportTraceServiceRequest`` ("" if none)."""
         model_spans = self.collector.take()
-        if not model_spans and not self._spans:
+        finished, self._finished = self._finished, []
+        if not model_spans and not finished:
             return b""
-        request = self._request
+        request = ExportTraceServiceRequest()
+        scope_spans = request.resource_spans.add().scope_spans.add()
+        scope_spans.scope.name = SCOPE
+        for span in finished:
+            add_span(scope_spans.spans, **span)
         if model_spans:
             request.MergeFrom(encode_spans(model_spans))
-        otlp = request.SerializeToString()
-        self._request = ExportTraceServiceRequest()
-        self._spans = self._new_scope()
-        return otlp
+        return request.SerializeToString()
 
 
 def _exception_attributes(exc: BaseException) -> dict[str, Any]:
