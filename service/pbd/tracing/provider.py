@@ -6,7 +6,8 @@
 ``OTEL_TRACES_SAMPLER[_ARG]`` the SDK's sampler (applied to requests the trace settings
 sample), ``OTEL_BSP_*`` the batch span processor; ``OTEL_SDK_DISABLED=true`` turns tracing
 off. ``--trace-config opentelemetry,url=...`` / ``resource=k=v`` / ``bsp_*`` set the same,
-Triton's way. Spans leave through a batch processor: export runs on its own thread.
+Triton's way. Spans leave through a batch processor: export runs on its own thread; for
+OTLP that thread is in an exporter process of its own (``pbd.tracing.shipper``).
 
 Workers send their spans OTLP-encoded (``SpanBatch``); ``import_spans`` hands them to the same
 processor, so they reach the same exporter: as they are to pbd's OTLP exporter, which splices
@@ -160,13 +161,15 @@ def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None)
             raise ValueError(
                 f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: pbd exports OTLP over gRPC only"
             )
-        from pbd.tracing.export import PbdOTLPSpanExporter
+        from pbd.tracing.shipper import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, ProcessSpanProcessor
 
-        resource = _resource(config.options)
-        urls = config.options.get("url")
-        exporter = PbdOTLPSpanExporter(resource, **({"endpoint": urls[-1]} if urls else {}))
-        processor = BatchSpanProcessor(exporter, **_bsp_options(config.options))
-        return Tracing(settings, processor, resource, queues_records=True)
+        bsp = _bsp_options(config.options)
+        processor = ProcessSpanProcessor(
+            config.options,
+            max_queue_size=bsp.get("max_queue_size", DEFAULT_MAX_QUEUE),
+            max_batch=bsp.get("max_export_batch_size", DEFAULT_MAX_BATCH),
+        )
+        return Tracing(settings, processor, _resource(config.options), queues_records=True)
     else:
         raise ValueError(f"OTEL_TRACES_EXPORTER={exporter_name}: expected otlp, console or none")
     processor = BatchSpanProcessor(exporter, **_bsp_options(config.options))

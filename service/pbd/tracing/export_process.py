@@ -1,0 +1,69 @@
+"""The exporter process: spans the daemon ships (``pbd.tracing.shipper``) leave for the
+OTLP endpoint from here.
+
+    python -m pbd.tracing.export_process '<--trace-config options as JSON>'
+
+Reads length-prefixed ``marshal`` frames from stdin, each a list of items ``shipper.to_wire``
+made: OTLP bytes (worker spans) or a request's span record. They go to the SDK's
+``BatchSpanProcessor`` with pbd's OTLP exporter, configured as the daemon would have been
+(``bsp_*`` and ``url`` options, ``OTEL_*`` environment). At EOF on stdin it exports what it
+holds and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import signal
+import sys
+from typing import Any
+
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from pbd.tracing.records import SpanData, TraceRecord, WorkerSpans
+from pbd_worker.ipc.framing import HEADER, decode_length
+
+
+def from_wire(item: Any) -> TraceRecord | WorkerSpans:
+    if isinstance(item, bytes):
+        return WorkerSpans(item)
+    trace_id, server_id, parent, spans = item
+    context = None
+    if parent is not None:
+        context = SpanContext(parent[0], parent[1], True, TraceFlags(parent[2]))
+    record = TraceRecord(trace_id, server_id, context)
+    record.spans = [SpanData(*span) for span in spans]
+    return record
+
+
+def _read_exact(stream: Any, n: int) -> bytes | None:
+    data = stream.read(n)
+    return data if data is not None and len(data) == n else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pbd.tracing.export import PbdOTLPSpanExporter
+    from pbd.tracing.provider import _bsp_options, _resource
+
+    args = sys.argv[1:] if argv is None else argv
+    options: dict[str, list[str]] = json.loads(args[0]) if args else {}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when this ends
+    urls = options.get("url")
+    exporter = PbdOTLPSpanExporter(_resource(options), **({"endpoint": urls[-1]} if urls else {}))
+    processor = BatchSpanProcessor(exporter, **_bsp_options(options))
+    stdin = sys.stdin.buffer
+    try:
+        while (header := _read_exact(stdin, HEADER.size)) is not None:
+            payload = _read_exact(stdin, decode_length(header))
+            if payload is None:
+                break
+            for item in marshal.loads(payload):
+                processor.on_end(from_wire(item))  # type: ignore[arg-type]
+    finally:
+        processor.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The exporter-process hand-off: what crosses the pipe rebuilds the same spans, a full queue
+drops instead of blocking, and shutdown leaves no process behind."""
+
+from __future__ import annotations
+
+import marshal
+import time
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from pbd.tracing.export_process import from_wire
+from pbd.tracing.provider import Tracing
+from pbd.tracing.records import TraceRecord, WorkerSpans, encode_record
+from pbd.tracing.request import RequestTrace
+from pbd.tracing.settings import TraceSettings, parse_trace_config
+from pbd.tracing.shipper import ProcessSpanProcessor, to_wire
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+class _Keep:
+    def __init__(self) -> None:
+        self.records: list[TraceRecord] = []
+
+    def emit(self, record: TraceRecord) -> None:
+        self.records.append(record)
+
+
+def _record(traceparent: str | None) -> TraceRecord:
+    tracing = Tracing(TraceSettings(parse_trace_config([])), None)
+    tracing.sampler = object()  # type: ignore[assignment] # decide() is replaced below
+    tracing.decide = lambda *a: True  # type: ignore[method-assign]
+    keep = _Keep()
+    trace = RequestTrace(
+        tracing, method="ModelInfer", model="m", version="2", traceparent=traceparent,
+        start_ns=time.time_ns(),
+    )  # fmt: skip
+    trace.tracing = keep  # type: ignore[assignment]
+    trace.queued()
+    trace.dispatched("m_0", 1)
+    trace.input_copied(time.time_ns(), time.time_ns())
+    trace.computed(1000, 2000, error="bad")
+    trace.responded(time.time_ns())
+    trace.finish(13, "bad")
+    return keep.records[0]
+
+
+def _encoded(record: TraceRecord) -> bytes:
+    request = ExportTraceServiceRequest()
+    encode_record(record, request.resource_spans.add().scope_spans.add().spans)
+    return request.SerializeToString()
+
+
+def test_records_cross_the_pipe_unchanged() -> None:
+    for traceparent in (None, PARENT):
+        record = _record(traceparent)
+        back = from_wire(marshal.loads(marshal.dumps([to_wire(record)]))[0])
+        assert isinstance(back, TraceRecord)
+        assert _encoded(back) == _encoded(record)
+        assert back.context.trace_id == record.context.trace_id
+    spans = from_wire(marshal.loads(marshal.dumps([to_wire(WorkerSpans(b"\x01\x02"))]))[0])
+    assert isinstance(spans, WorkerSpans) and spans.otlp == b"\x01\x02"
+
+
+def test_full_queue_drops_and_shutdown_reaps_the_exporter() -> None:
+    # An endpoint nobody listens on: the exporter process retries, the daemon side never waits.
+    # The shipper sleeps (long interval, batch never full) while the queue overfills.
+    processor = ProcessSpanProcessor(
+        {"url": ["http://127.0.0.1:9"]}, max_queue_size=4, max_batch=100, ship_interval=600
+    )
+    process = processor._process
+    assert process is not None and process.poll() is None
+    for _ in range(10):
+        processor.on_end(WorkerSpans(b""))
+    assert processor.dropped == 6
+    processor.shutdown()
+    assert process.poll() is not None
