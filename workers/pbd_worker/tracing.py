@@ -15,7 +15,6 @@ the SDK's encoder runs only for model spans.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import traceback
@@ -26,14 +25,14 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from pbd_worker.otlp import (
     FLAGS_REMOTE_PARENT,
-    add_span,
+    encode_request,
+    encode_span,
     format_traceparent,
     new_span_id,
     parse_traceparent,
@@ -90,7 +89,8 @@ class WorkerTracing:
         sampled = bool(flags & 1)
         context = SpanContext(trace_id, span_id, False, TraceFlags(flags & 0xFF))
         token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
-        mine = json.dumps({"traceparent": format_traceparent(trace_id, span_id, flags & 0xFF)})
+        # What json.dumps({"traceparent": ...}) gives, without its encoder.
+        mine = f'{{"traceparent": "{format_traceparent(trace_id, span_id, flags & 0xFF)}"}}'
         start = time.time_ns()
         error: str | None = None
         events: list[tuple[str, int, dict[str, Any] | None]] = []
@@ -147,14 +147,13 @@ class WorkerTracing:
         finished, self._finished = self._finished, []
         if not model_spans and not finished:
             return b""
-        request = ExportTraceServiceRequest()
-        scope_spans = request.resource_spans.add().scope_spans.add()
-        scope_spans.scope.name = SCOPE
-        for span in finished:
-            add_span(scope_spans.spans, **span)
+        otlp = (
+            encode_request(SCOPE, [encode_span(**span) for span in finished]) if finished else b""
+        )
         if model_spans:
-            request.MergeFrom(encode_spans(model_spans))
-        return request.SerializeToString()
+            # Serialized messages concatenate into one (their resource_spans append).
+            otlp += encode_spans(model_spans).SerializeToString()
+        return otlp
 
 
 def _exception_attributes(exc: BaseException) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""The worker writes its own spans as protobuf bytes by hand (``encode_span``,
+``encode_request``); they must be exactly what the protobuf runtime writes for the same span."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans
+
+from pbd_worker.otlp import FLAGS_REMOTE_PARENT, KIND_SERVER, add_span, encode_request, encode_span
+
+CASES: list[dict[str, Any]] = [
+    dict(
+        trace_id=b"\x01" * 16, span_id=5, parent_id=7, name="execute",
+        start_ns=1_700_000_000_000_000_000, end_ns=1_700_000_000_000_000_999,
+        flags=FLAGS_REMOTE_PARENT,
+        attributes={"model.name": "m", "model.version": 1, "ok": True, "f": 1.5, "neg": -3},
+    ),
+    dict(
+        trace_id=b"\x02" * 16, span_id=2**64 - 1, parent_id=0, name="é" * 200, start_ns=0,
+        end_ns=2, kind=KIND_SERVER,
+        events=[("exception", 5, {"exception.type": "ValueError"}), ("QUEUE_START", 6, None)],
+        links=[(b"\x03" * 16, 9)], error="boom",
+    ),
+    dict(trace_id=b"\x02" * 16, span_id=1, parent_id=3, name="", start_ns=1, end_ns=2, error=""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", CASES, ids=["attributes", "events-links-error", "empty"])
+def test_hand_written_span_bytes_equal_protobufs(fields: dict[str, Any]) -> None:
+    expected = ScopeSpans()
+    add_span(expected.spans, **fields)
+    assert encode_span(**fields) == expected.spans[0].SerializeToString()
+
+
+def test_request_holds_the_spans_under_one_scope() -> None:
+    spans = [encode_span(**fields) for fields in CASES]
+    request = ExportTraceServiceRequest.FromString(encode_request("pbd.worker", spans))
+    (resource_spans,) = request.resource_spans
+    (scope_spans,) = resource_spans.scope_spans
+    assert scope_spans.scope.name == "pbd.worker"
+    assert [s.SerializeToString() for s in scope_spans.spans] == spans
