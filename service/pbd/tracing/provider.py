@@ -164,10 +164,12 @@ def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None)
         from pbd.tracing.shipper import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, ProcessSpanProcessor
 
         bsp = _bsp_options(config.options)
+        queue = int(env.get("OTEL_BSP_MAX_QUEUE_SIZE", "") or DEFAULT_MAX_QUEUE)
+        batch = int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "") or DEFAULT_MAX_BATCH)
         processor = ProcessSpanProcessor(
             config.options,
-            max_queue_size=bsp.get("max_queue_size", DEFAULT_MAX_QUEUE),
-            max_batch=bsp.get("max_export_batch_size", DEFAULT_MAX_BATCH),
+            max_queue_size=bsp.get("max_queue_size", queue),
+            max_batch=bsp.get("max_export_batch_size", batch),
         )
         return Tracing(settings, processor, _resource(config.options), queues_records=True)
     else:
