@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -154,6 +154,39 @@ def _varint(n: int) -> bytes:
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
+
+
+def field_bytes(number: int, payload: bytes) -> bytes:
+    """A length-delimited field ``number`` (below 16) holding ``payload``."""
+    return _field(bytes(((number << 3) | 2,)), payload)
+
+
+def length_delimited_fields(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    """``(number, payload)`` of each top-level field of a message whose fields are all
+    length-delimited (ExportTraceServiceRequest, ResourceSpans); ValueError otherwise."""
+    view, pos, end = memoryview(buf), 0, len(buf)
+    while pos < end:
+        key, pos = _read_varint(view, pos)
+        if key & 7 != 2:
+            raise ValueError(f"field {key >> 3} is not length-delimited")
+        size, pos = _read_varint(view, pos)
+        if pos + size > end:
+            raise ValueError("truncated message")
+        yield key >> 3, bytes(view[pos : pos + size])
+        pos += size
+
+
+def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(view) or shift > 63:
+            raise ValueError("bad varint")
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
 
 
 def _attribute_bytes(attributes: Mapping[str, Any], tag: bytes) -> bytes:

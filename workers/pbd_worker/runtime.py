@@ -157,8 +157,11 @@ class WorkerRuntime:
             self.send(wpb.WorkerToDaemon(result=result))
             tracing = self.executor.tracing
             if tracing is not None and tracing.pending():
-                # Encoded after the result went out: the daemon answers the client meanwhile.
-                self.send(wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=tracing.take_encoded())))
+                # Encoded after the result went out (the daemon answers the client meanwhile);
+                # sent with the next result or heartbeat, not as a write of their own.
+                self.link.defer(
+                    wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=tracing.take_encoded()))
+                )
             if self.notify.enabled:
                 self.notify.status(self._status())
         elif kind == "release":

@@ -11,6 +11,7 @@ OTLP-encoded and travel the same two ways (``WorkerSpans`` or ``readable_from_ot
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -20,7 +21,13 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from pbd_worker.otlp import FLAGS_LOCAL_PARENT, FLAGS_REMOTE_PARENT, KIND_INTERNAL, add_span
+from pbd_worker.otlp import (
+    FLAGS_LOCAL_PARENT,
+    FLAGS_REMOTE_PARENT,
+    KIND_INTERNAL,
+    add_span,
+    encode_span,
+)
 
 SCOPE = InstrumentationScope("pbd")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -60,28 +67,38 @@ class WorkerSpans:
         self.otlp = otlp
 
 
-def encode_record(record: TraceRecord, spans: Any) -> int:
-    """Write the record's spans into ``spans`` (a ScopeSpans' list); how many."""
+def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
+    """``add_span`` / ``encode_span`` arguments for each of the record's spans."""
     trace_id = record.context.trace_id.to_bytes(16, "big")
     parent = record.parent
     top_parent = parent.span_id if parent is not None else 0
     top_flags = FLAGS_REMOTE_PARENT if parent is not None else FLAGS_LOCAL_PARENT
     for data in record.spans:
-        add_span(
-            spans,
-            trace_id=trace_id,
-            span_id=data.span_id,
-            parent_id=data.parent_id or top_parent,
-            name=data.name,
-            start_ns=data.start_ns,
-            end_ns=data.end_ns,
-            kind=data.kind,
-            flags=FLAGS_LOCAL_PARENT if data.parent_id else top_flags,
-            attributes=data.attributes,
-            events=data.events,
-            error=data.error,
-        )
+        yield {
+            "trace_id": trace_id,
+            "span_id": data.span_id,
+            "parent_id": data.parent_id or top_parent,
+            "name": data.name,
+            "start_ns": data.start_ns,
+            "end_ns": data.end_ns,
+            "kind": data.kind,
+            "flags": FLAGS_LOCAL_PARENT if data.parent_id else top_flags,
+            "attributes": data.attributes,
+            "events": data.events,
+            "error": data.error,
+        }
+
+
+def encode_record(record: TraceRecord, spans: Any) -> int:
+    """Write the record's spans into ``spans`` (a ScopeSpans' list); how many."""
+    for fields in _span_fields(record):
+        add_span(spans, **fields)
     return len(record.spans)
+
+
+def record_span_bytes(record: TraceRecord) -> list[bytes]:
+    """The record's spans as serialized ``Span`` messages (what ``encode_record`` writes)."""
+    return [encode_span(**fields) for fields in _span_fields(record)]
 
 
 def readable_spans(record: TraceRecord, resource: Resource) -> list[ReadableSpan]:

@@ -42,3 +42,18 @@ def test_request_holds_the_spans_under_one_scope() -> None:
     (scope_spans,) = resource_spans.scope_spans
     assert scope_spans.scope.name == "pbd.worker"
     assert [s.SerializeToString() for s in scope_spans.spans] == spans
+
+
+def test_length_delimited_fields_walks_a_request_and_refuses_other_wire_types() -> None:
+    from pbd_worker.otlp import field_bytes, length_delimited_fields
+
+    spans = [encode_span(**fields) for fields in CASES]
+    request = encode_request("s", spans)
+    ((number, resource_spans),) = list(length_delimited_fields(request))
+    assert number == 1
+    assert [n for n, _ in length_delimited_fields(resource_spans)] == [2]
+    assert list(length_delimited_fields(field_bytes(3, b"x" * 300))) == [(3, b"x" * 300)]
+    with pytest.raises(ValueError):
+        list(length_delimited_fields(b"\x08\x01"))  # a varint field
+    with pytest.raises(ValueError):
+        list(length_delimited_fields(b"\x0a\x05ab"))  # truncated

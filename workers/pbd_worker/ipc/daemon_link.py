@@ -2,9 +2,10 @@
 
 One Unix stream socket, length-prefixed frames. Sends come from the main thread, the heartbeat
 thread and model threads, so they hold a lock and go out as one write each, preceded by the
-custom-metric updates buffered since the last one. A metric query (``ask``) waits for its
-reply: it reads frames itself when no one else is reading, keeping the others (a pipelined
-Execute, a Release) for the main loop, which reads with ``next``.
+custom-metric updates buffered since the last one and the frames deferred until then (spans).
+A metric query (``ask``) waits for its reply: it reads frames itself when no one else is
+reading, keeping the others (a pipelined Execute, a Release) for the main loop, which reads
+with ``next``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class DaemonLink:
         self.sock: socket.socket | None = None
         self.reader: SocketFrameReader | None = None
         self._send_lock = threading.Lock()
+        self._deferred: list[bytes] = []  # frames that ride along with the next send
         # Frames read while waiting for a metric reply, and replies read by someone else.
         self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
         self._read_lock = threading.Lock()
@@ -60,8 +62,17 @@ class DaemonLink:
                 frames.insert(
                     0, encode_frame(wpb.WorkerToDaemon(metrics=updates).SerializeToString())
                 )
+            if self._deferred:
+                frames[:0], self._deferred = self._deferred, []
             if frames:
                 self.sock.sendall(b"".join(frames))
+
+    def defer(self, message: wpb.WorkerToDaemon) -> None:
+        """Send ``message`` ahead of the next frame anyone sends (a result, a heartbeat): no
+        write, and no wake-up of the daemon, of its own."""
+        frame = encode_frame(message.SerializeToString())
+        with self._send_lock:
+            self._deferred.append(frame)
 
     # -- reading -------------------------------------------------------------------------------
 
