@@ -66,6 +66,13 @@ def machine_seconds() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / _TICKS, steal / _TICKS
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and of its children that are alive now."""
     return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children(pid))

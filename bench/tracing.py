@@ -8,7 +8,9 @@ batch span processor and the OTLP gRPC exporter to a local receiver (``bench.otl
 its own process). They take turns per scenario and repeat (off first on even repeats); the
 result is traced throughput as a fraction of untraced, medians over repeats, and the loss in
 percent, and the CPU microseconds per infer of the daemon and its workers plus the OTLP
-receiver (``cpu x``: traced over untraced; steadier than throughput on a shared machine).
+receiver (``cpu x``: traced over untraced; steadier than throughput on a shared machine),
+and where the extra CPU goes: the daemon process, its workers, its span exporter process
+(``pbd.tracing.export_process``) and the receiver.
 The receiver's span count is checked against the requests sent (8 spans each).
 """
 
@@ -26,6 +28,7 @@ from bench.servers import ROOT, ServerProcess, free_port, start_pbd
 
 MODEL = "identity_fp32"
 SCENARIOS = [([1, 16], 1), ([1, 16], 8)]
+PARTS = ("daemon", "workers", "exporter", "receiver")  # where traced requests spend more CPU
 SPANS_PER_REQUEST = 7  # server, queue, compute, input_copy, execute, output_copy, response
 
 
@@ -67,11 +70,21 @@ def main(argv: list[str] | None = None) -> int:
             payload, data = build_request(MODEL, shape)
             rates: dict[str, list[float]] = {"off": [], "on": []}
             cpus: dict[str, list[float]] = {"off": [], "on": []}
+            parts: dict[str, dict[str, list[float]]] = {
+                w: {p: [] for p in PARTS} for w in ("off", "on")
+            }
             for rep in range(args.repeat):
                 for which in ("off", "on") if rep % 2 == 0 else ("on", "off"):
+                    pid = servers[which].pid
+                    kids = procstat.children(pid)
+                    exporters = [k for k in kids if "export_process" in procstat.command_line(k)]
+                    workers = [k for k in kids if k not in exporters]
                     clocks = {
-                        "server": lambda pid=servers[which].pid: procstat.tree_cpu_seconds(pid),
+                        "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
                         "receiver": lambda: procstat.tree_cpu_seconds(receiver.pid),
+                        "daemon": lambda pid=pid: procstat.cpu_seconds(pid),
+                        "workers": lambda ks=workers: sum(map(procstat.cpu_seconds, ks)),
+                        "exporter": lambda ks=exporters: sum(map(procstat.cpu_seconds, ks)),
                     }
                     stats = asyncio.run(
                         run_load(servers[which].target, payload, shape, data,
@@ -82,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                     rates[which].append(stats.infer_per_s)
                     cpu = stats.cpu_s.get("server", 0.0) + stats.cpu_s.get("receiver", 0.0)
                     cpus[which].append(1e6 * cpu / max(stats.requests, 1))
+                    for part in PARTS:
+                        parts[which][part].append(
+                            1e6 * stats.cpu_s.get(part, 0.0) / max(stats.requests, 1)
+                        )
                     if which == "on":
                         sent_traced += stats.requests
             off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
@@ -89,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             off_cpu, on_cpu = statistics.median(cpus["off"]), statistics.median(cpus["on"])
             print(f"{label:20} {off:8.0f} {on:9.0f} {on / off:10.3f} {100 * (1 - on / off):5.1f}%"
                   f" {off_cpu:8.0f} {on_cpu:8.0f} {on_cpu / max(off_cpu, 1):6.2f}")  # fmt: skip
+            extra = {
+                p: statistics.median(parts["on"][p]) - statistics.median(parts["off"][p])
+                for p in PARTS
+            }
+            print("  tracing's CPU per infer (us), traced minus off: "
+                  + ", ".join(f"{p} {v:+.0f}" for p, v in extra.items()))  # fmt: skip
     finally:
         for server in servers.values():
             server.stop()
