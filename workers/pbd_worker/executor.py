@@ -63,15 +63,12 @@ class BatchExecutor:
         if not any(r.traceparent for r in execute.requests):
             return None
         if self.tracing is None:
+            import gc
+
             from pbd_worker.tracing import WorkerTracing
 
-            self.tracing = WorkerTracing(
-                {
-                    "model.name": self.model_name,
-                    "model.version": self.model_version,
-                    "model.instance": self.instance_name,
-                }
-            )
+            self.tracing = WorkerTracing()
+            gc.freeze()  # the SDK just loaded: it stays, keep it out of the collector's way
         return self.tracing
 
     def rebind(self, inputs: SegmentMap, outputs: Arena) -> None:
@@ -127,7 +124,7 @@ class BatchExecutor:
         tracing = self._tracing_for(execute)
         traceparents = [r.traceparent for r in execute.requests]
         span: Any = (
-            tracing.execute_span(traceparents, len(requests))
+            tracing.execute_span(traceparents, result.execute_span)
             if tracing is not None
             else contextlib.nullcontext(None)
         )
@@ -162,11 +159,6 @@ class BatchExecutor:
         if held:
             self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
-        if tracing is not None:
-            end = time.time_ns()
-            for traceparent in traceparents:
-                if traceparent:
-                    tracing.record("output_copy", traceparent, end - result.output_ns, end)
         return result
 
     @staticmethod

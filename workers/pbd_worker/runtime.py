@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -260,6 +261,9 @@ class WorkerRuntime:
             outputs=self.outputs,
             loop=self.loop,
         )
+        # The model and its imports live as long as the process: out of the collector's way.
+        gc.collect()
+        gc.freeze()
         interval = max(init.heartbeat_interval_ms, 10) / 1000.0
         threading.Thread(
             target=self._heartbeat, args=(interval,), name="heartbeat", daemon=True

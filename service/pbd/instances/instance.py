@@ -27,6 +27,7 @@ from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
+from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
@@ -106,6 +107,7 @@ class Instance:
         self._to_release: list[int] = []
         self._release_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._span_attributes: dict[str, object] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -339,13 +341,24 @@ class Instance:
                     f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
                 )
         result = await future
-        for prepared in batch:
-            if prepared.request.trace is not None:
-                prepared.request.trace.computed(result.infer_ns, result.output_ns)
+        traces = [p.request.trace for p in batch if p.request.trace is not None]
+        if traces:
+            self._computed(traces, result, len(batch))
         self.stats.executed(
             len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
         )
         return batch_results(self, batch, result, blocks)
+
+    def _computed(self, traces: list[RequestTrace], result: wpb.ExecuteResult, size: int) -> None:
+        if self._span_attributes is None:
+            self._span_attributes = {
+                "model.name": self.config.name,
+                "model.version": self.version,
+                "model.instance": self.plan.name,
+            }
+        add_worker_spans(traces, result.execute_span, result.output_ns, size, self._span_attributes)
+        for trace in traces:
+            trace.computed(result.infer_ns, result.output_ns)
 
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""

@@ -40,9 +40,10 @@ class SpanData(NamedTuple):
     start_ns: int
     end_ns: int
     attributes: dict[str, Any] | None = None
-    events: tuple[tuple[str, int, None], ...] = ()
+    events: tuple[tuple[str, int, dict[str, Any] | None], ...] = ()
     kind: int = KIND_INTERNAL  # OTLP's number
     error: str | None = None
+    links: tuple[tuple[int, int], ...] = ()  # (trace id, span id) of linked spans
 
 
 class TraceRecord:
@@ -85,6 +86,7 @@ def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
             "flags": FLAGS_LOCAL_PARENT if data.parent_id else top_flags,
             "attributes": data.attributes,
             "events": data.events,
+            "links": [(t.to_bytes(16, "big"), span) for t, span in data.links],
             "error": data.error,
         }
 
@@ -120,6 +122,7 @@ def readable_spans(record: TraceRecord, resource: Resource) -> list[ReadableSpan
                 events=[
                     Event(name, attributes or {}, stamp) for name, stamp, attributes in data.events
                 ],
+                links=[Link(SpanContext(t, span, True, _SAMPLED)) for t, span in data.links],
                 kind=SpanKind(data.kind - 1),
                 status=Status(StatusCode.ERROR, data.error)
                 if data.error is not None

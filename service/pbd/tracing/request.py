@@ -11,6 +11,7 @@
      │   ├─ execute        in the worker: the model's execute(), current there, so spans the
      │   │    └─ ...        model opens with the OpenTelemetry API are its children
      │   └─ output_copy    in the worker: outputs written into shared memory
+     │                     (both written here from the times the worker's result reports)
      └─ response       the response message built from the outputs
 
 Only requests ``Tracing.sample`` picked get a ``RequestTrace``; the rest carry ``None`` and
@@ -137,3 +138,39 @@ class RequestTrace:
         )  # fmt: skip
         if self.sampled:
             self.tracing.emit(self.record)
+
+
+def add_worker_spans(
+    traces: list[RequestTrace],
+    report: Any,
+    output_ns: int,
+    batch_size: int,
+    attributes: dict[str, Any],
+) -> None:
+    """The worker's spans of one batch, from its result: ``execute`` (``report``, a
+    ``worker_pb2.ExecuteSpan``; in the first traced request's trace, linked to the other
+    traced requests' compute spans) and each traced request's ``output_copy``. Call before
+    ``computed``."""
+    if not report.span_id or not traces:
+        return
+    first = traces[0]
+    events: tuple[tuple[str, int, dict[str, Any] | None], ...] = ()
+    error = None
+    if report.exception_type:
+        error = report.exception_message
+        events = (
+            ("exception", report.exception_ns, {
+                "exception.type": report.exception_type,
+                "exception.message": report.exception_message,
+                "exception.stacktrace": report.exception_stacktrace,
+                "exception.escaped": "False",
+            }),
+        )  # fmt: skip
+    first._add(
+        SpanData("execute", report.span_id, first.compute_id, report.start_ns, report.end_ns,
+                 {**attributes, "pbd.batch_size": batch_size}, events, error=error,
+                 links=tuple((t.record.context.trace_id, t.compute_id) for t in traces[1:]))
+    )  # fmt: skip
+    start, end = report.end_ns, report.end_ns + output_ns
+    for trace in traces:
+        trace._add(SpanData("output_copy", new_span_id(), trace.compute_id, start, end, attributes))

@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from pbd.tracing.export import PbdOTLPSpanExporter
 from pbd.tracing.provider import Tracing
 from pbd.tracing.records import readable_from_otlp
-from pbd.tracing.request import RequestTrace
+from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.tracing.settings import TraceSettings, parse_trace_config
+from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.tracing import WorkerTracing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -43,14 +44,16 @@ def _one_request(tracing: Tracing, worker: WorkerTracing) -> None:
     request.queued()
     request.dispatched("m_0_0", 1)
     traceparent = request.input_copied(time.time_ns(), time.time_ns())
-    with pytest.raises(ValueError), worker.execute_span([traceparent], 1) as contexts:
-        carrier = json.loads(contexts[0])
+    result = wpb.ExecuteResult(output_ns=1000)
+    with pytest.raises(ValueError), worker.execute_span([traceparent], result.execute_span) as ctx:
+        carrier = json.loads(ctx[0])
         assert carrier["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
         with trace.get_tracer("model").start_as_current_span("model.work"):
             pass
         raise ValueError("model failed")
-    worker.record("output_copy", traceparent, time.time_ns(), time.time_ns())
     tracing.import_spans(worker.take_encoded())
+    attributes = {"model.name": "m", "model.version": 1, "model.instance": "m_0_0"}
+    add_worker_spans([request], result.execute_span, result.output_ns, 1, attributes)
     request.computed(1000, 1000, error="model failed")
     request.responded(time.time_ns())
     request.finish(13, "model failed")
@@ -71,7 +74,7 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
     sdk_way, direct_way = Keep(), Keep()
     sdk_tracing = Tracing(TraceSettings(config), sdk_way)
     direct = Tracing(TraceSettings(config), direct_way, queues_records=True)
-    worker = WorkerTracing({"model.name": "m", "model.version": "1", "model.instance": "m_0_0"})
+    worker = WorkerTracing()
     _one_request(direct, worker)
     # The same spans again, through the SDK way: replay the direct way's items.
     for item in direct_way.items:
@@ -97,6 +100,9 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
     assert by_name["model.work"].parent.span_id == execute.context.span_id
     assert [e.name for e in execute.events] == ["exception"]
     assert execute.events[0].attributes["exception.type"] == "ValueError"
+    assert execute.status.description == "model failed"
+    assert execute.attributes["pbd.batch_size"] == 1
+    assert by_name["output_copy"].parent.span_id == by_name["compute"].context.span_id
     server = by_name["inference.GRPCInferenceService/ModelInfer"]
     assert f"{server.parent.span_id:016x}" == "00f067aa0ba902b7"
     assert server.attributes["rpc.grpc.status_code"] == 13

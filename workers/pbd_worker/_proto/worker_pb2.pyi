@@ -93,18 +93,38 @@ class Response(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
-    __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns")
+    __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns", "execute_span")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     INPUT_NS_FIELD_NUMBER: _ClassVar[int]
     INFER_NS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_NS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_SPAN_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     responses: _containers.RepeatedCompositeFieldContainer[Response]
     input_ns: int
     infer_ns: int
     output_ns: int
-    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., input_ns: _Optional[int] = ..., infer_ns: _Optional[int] = ..., output_ns: _Optional[int] = ...) -> None: ...
+    execute_span: ExecuteSpan
+    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., input_ns: _Optional[int] = ..., infer_ns: _Optional[int] = ..., output_ns: _Optional[int] = ..., execute_span: _Optional[_Union[ExecuteSpan, _Mapping]] = ...) -> None: ...
+
+class ExecuteSpan(_message.Message):
+    __slots__ = ("span_id", "start_ns", "end_ns", "exception_type", "exception_message", "exception_stacktrace", "exception_ns")
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_STACKTRACE_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTION_NS_FIELD_NUMBER: _ClassVar[int]
+    span_id: int
+    start_ns: int
+    end_ns: int
+    exception_type: str
+    exception_message: str
+    exception_stacktrace: str
+    exception_ns: int
+    def __init__(self, span_id: _Optional[int] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., exception_type: _Optional[str] = ..., exception_message: _Optional[str] = ..., exception_stacktrace: _Optional[str] = ..., exception_ns: _Optional[int] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("batch_ids",)
