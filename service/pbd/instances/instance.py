@@ -24,6 +24,7 @@ from pbd.instances.messages import batch_results, initialize_message
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
+from pbd.scheduler import request_batch_size
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
@@ -342,9 +343,9 @@ class Instance:
         for prepared in batch:
             if prepared.request.trace is not None:
                 prepared.request.trace.computed(result.infer_ns, result.output_ns)
-        self.stats.executed(
-            len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
-        )
+        ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
+        size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
+        self.stats.executed(len(batch), *ns, size)
         return batch_results(self, batch, result, blocks)
 
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
