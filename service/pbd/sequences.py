@@ -52,6 +52,8 @@ class SequenceBatcher(PriorityQueues):
 
     def submit(self, prepared: PreparedRequest) -> asyncio.Future[InferResult]:
         key, rid = prepared.correlation_id, prepared.request.log_id
+        loop = asyncio.get_running_loop()
+        self._expire_idle(loop.time())
         if key == 0 or key == "":
             raise invalid_arg(
                 f"[request id: {rid}] inference request to model '{self.model}' must specify a "
@@ -71,7 +73,6 @@ class SequenceBatcher(PriorityQueues):
                 f"Exceeds maximum queue size: {self.name} already has {len(self)} requests "
                 f"waiting (max_queue_size {limit})"
             )
-        loop = asyncio.get_running_loop()
         if sequence is None:
             sequence = self._sequences[key] = Sequence(key)
         sequence.ending = bool(prepared.flags & SEQUENCE_END)
