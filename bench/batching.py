@@ -1,6 +1,7 @@
 """Dynamic batching on against off: throughput of one batching model, same run.
 
     python -m bench.batching [--clients 16] [--seconds 5] [--execute-ms 5] [--delay-us 2000]
+                             [--pbd-arg=--worker-pipeline-depth=1 ...]
 
 ``bench/models/batch_sleep`` (each execute() sleeps ``--execute-ms`` once, whatever the number
 of requests: a fixed per-call cost) is served twice by one daemon: ``batch_sleep_off`` as is (one
@@ -97,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--execute-ms", type=float, default=5.0)
     parser.add_argument("--delay-us", type=int, default=2000)
+    parser.add_argument(
+        "--pbd-arg", action="append", default=[], help="extra `pbd serve` flag (repeatable)"
+    )
     args = parser.parse_args(argv)
     log_dir = ROOT / "bench" / "results"
     log_dir.mkdir(exist_ok=True)
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         off, on = make_repository(Path(tmp), args.execute_ms, args.delay_us)
         server = start_pbd(
             sys.executable, log_dir, Path(tmp), off, f"pbdbatch{os.getpid()}",
-            ["--load-model", on], name="pbd-batching",
+            ["--load-model", on, *args.pbd_arg], name="pbd-batching",
         )  # fmt: skip
         try:
             rows = {}

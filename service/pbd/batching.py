@@ -19,6 +19,7 @@ dispatch order, even when a later batch finishes first on another instance.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from pbd.batching_policy import BatchingPolicy
 from pbd.errors import PbdError
@@ -36,9 +37,10 @@ def signature(prepared: PreparedRequest) -> Signature:
 
 
 def gather(
-    items: list[WorkItem], policy: BatchingPolicy
+    items: Iterable[WorkItem], policy: BatchingPolicy
 ) -> tuple[list[WorkItem], bool, list[WorkItem] | None]:
-    """The batch ``items`` (in service order) start: (batch, closed, preferred).
+    """The batch ``items`` (in service order) start: (batch, closed, preferred). It reads no
+    further than the first request that does not join.
 
     ``closed``: nothing more can join (full, or the next request does not fit). ``preferred``:
     the longest prefix whose size is a preferred batch size, if any."""
@@ -73,14 +75,13 @@ class DynamicBatcher(PriorityQueues):
         loop = asyncio.get_running_loop()
         delay = self.policy.max_delay_us / 1e6
         while True:
-            queued = list(self.in_order())
-            if not queued:
+            if next(self.in_order(), None) is None:
                 await self.wait_changed()
                 continue
             if not place.available():
                 await place.wait_capacity()
                 continue
-            batch, closed, preferred = gather(queued, self.policy)
+            batch, closed, preferred = gather(self.in_order(), self.policy)
             if not closed:
                 left = batch[0].enqueued_at + delay - loop.time()
                 if left > 0:

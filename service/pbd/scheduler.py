@@ -57,7 +57,7 @@ class Placement(Protocol):
         ...
 
 
-@dataclass
+@dataclass(eq=False)  # one request is equal only to itself
 class WorkItem:
     prepared: PreparedRequest
     future: asyncio.Future[InferResult]
@@ -104,6 +104,16 @@ class _Level:
     def live(self) -> int:
         return sum(not i.future.done() for i in itertools.chain(self.waiting, self.delayed))
 
+    def over(self, limit: int) -> bool:
+        """Holds ``limit`` requests whose callers still wait (abandoned ones are dropped)."""
+        if len(self.waiting) + len(self.delayed) < limit:
+            return False
+        for queue in (self.waiting, self.delayed):
+            kept = [i for i in queue if not i.future.done()]
+            queue.clear()
+            queue.extend(kept)
+        return len(self.waiting) + len(self.delayed) >= limit
+
 
 class PriorityQueues:
     def __init__(self, name: str, policy: BatchingPolicy) -> None:
@@ -127,7 +137,7 @@ class PriorityQueues:
         level_no = self.policy.level_of(prepared.priority)
         level = self._levels[level_no]
         limit = level.policy.max_queue_size
-        if limit and level.live() >= limit:
+        if limit and level.over(limit):
             raise unavailable(
                 f"Exceeds maximum queue size: {self.name} already has {level.live()} requests "
                 f"waiting (max_queue_size {limit})"
@@ -158,7 +168,7 @@ class PriorityQueues:
             for queue in (level.waiting, level.delayed):
                 while queue and queue[0].future.done():
                     queue.popleft()
-                yield from (i for i in list(queue) if not i.future.done())
+                yield from (i for i in queue if not i.future.done())
 
     @staticmethod
     def _move_timed_out(level: _Level, now: float) -> None:
@@ -173,19 +183,18 @@ class PriorityQueues:
             level.delayed.extend(expired)
 
     def take(self, items: list[WorkItem]) -> None:
-        """Remove ``items`` (just returned by ``in_order``) from their queues: they are being
-        dispatched, so their queue timeouts no longer apply."""
+        """Remove ``items`` (just returned by ``in_order``, which stops there) from their
+        queues: they are being dispatched, so their queue timeouts no longer apply."""
         for item in items:
             if item.timer is not None:
                 item.timer.cancel()
                 item.timer = None
-        gone = set(map(id, items))
-        for level in self._levels.values():
-            for queue in (level.waiting, level.delayed):
-                if any(id(i) in gone for i in queue):
-                    kept = [i for i in queue if id(i) not in gone]
-                    queue.clear()
-                    queue.extend(kept)
+            level = self._levels[item.level]
+            queue = level.waiting if item in level.waiting else level.delayed
+            if queue[0] is item:
+                queue.popleft()
+            else:
+                queue.remove(item)
 
     def requeue(self, batch: Batch) -> None:
         """Put back, first in line, the requests of a batch that never reached its worker."""
