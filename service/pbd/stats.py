@@ -3,7 +3,9 @@
 ``success``/``fail``: whole request, from the dataplane taking it to the result being ready;
 ``queue``: waiting for an instance; ``compute_input``: copying inputs into shared memory and
 the worker building the model's requests; ``compute_infer``: ``execute()``; ``compute_output``:
-the worker writing outputs. All cumulative nanoseconds with counts.
+the worker writing outputs. All cumulative nanoseconds with counts; those of a request count
+once per request. ``inference_count`` counts batch elements (a request of batch 4 is 4
+inferences); ``batches`` (Triton's ``batch_stats``) counts executions per batch size.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ class Duration:
 
 
 @dataclass
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass
 class ModelStats:
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
@@ -33,10 +42,20 @@ class ModelStats:
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0
+    batches: dict[int, BatchStats] = field(default_factory=dict)
 
-    def executed(self, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    def executed(
+        self, requests: int, input_ns: int, infer_ns: int, output_ns: int, batch_size: int = 0
+    ) -> None:
+        """One execute of ``requests`` requests whose batch dimensions sum to ``batch_size``
+        (0: one per request)."""
+        batch_size = batch_size or requests
         self.execution_count += 1
-        self.inference_count += requests
+        self.inference_count += batch_size
+        per_size = self.batches.setdefault(batch_size, BatchStats())
+        per_size.compute_input.add(input_ns)
+        per_size.compute_infer.add(infer_ns)
+        per_size.compute_output.add(output_ns)
         self.compute_input.add(input_ns, requests)
         self.compute_infer.add(infer_ns, requests)
         self.compute_output.add(output_ns, requests)

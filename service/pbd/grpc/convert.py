@@ -182,6 +182,11 @@ def statistics_to_pb(rows: Iterable[tuple[str, int, Any]]) -> pb.ModelStatistics
             duration = getattr(stats, field)
             target = getattr(entry.inference_stats, field)
             target.count, target.ns = duration.count, duration.ns
+        for size, per_size in sorted(stats.batches.items()):
+            batch = entry.batch_stats.add(batch_size=size)
+            for field in ("compute_input", "compute_infer", "compute_output"):
+                duration = getattr(per_size, field)
+                getattr(batch, field).count, getattr(batch, field).ns = duration.count, duration.ns
     return response
 
 

@@ -200,7 +200,20 @@ class HttpFrontend:
                         ("compute_output", st.compute_output),
                     )
                 },  # fmt: skip
-                "batch_stats": [],
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        **{
+                            key: {"count": d.count, "ns": d.ns}
+                            for key, d in (
+                                ("compute_input", b.compute_input),
+                                ("compute_infer", b.compute_infer),
+                                ("compute_output", b.compute_output),
+                            )
+                        },
+                    }
+                    for size, b in sorted(st.batches.items())
+                ],
             }
             for model, version, st in rows
         ]

@@ -24,6 +24,7 @@ from pbd.instances.messages import batch_results, initialize_message
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
+from pbd.scheduler import request_batch_size
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
@@ -344,9 +345,9 @@ class Instance:
         traces = [p.request.trace for p in batch if p.request.trace is not None]
         if traces:
             self._computed(traces, result, len(batch))
-        self.stats.executed(
-            len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns
-        )
+        ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
+        size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
+        self.stats.executed(len(batch), *ns, size)
         return batch_results(self, batch, result, blocks)
 
     def _computed(self, traces: list[RequestTrace], result: wpb.ExecuteResult, size: int) -> None:

@@ -107,7 +107,4 @@ class Scaler:
             f"instance (scaled to zero) and none became ready within "
             f"{self.policy.cold_start_timeout_s:g}s (pbd.cold_start_timeout_s)"
         )
-        held = self.runtime.held
-        if held is not None and held.enqueued_at < cutoff and not held.future.done():
-            held.future.set_exception(error)
         self.runtime.queue.fail_older_than(cutoff, error)

@@ -25,12 +25,13 @@ from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, NotSent, State
 from pbd.instances.launcher import InstanceLauncher
-from pbd.instances.limits import queue_limit, scaling_policy, version_limits
+from pbd.instances.limits import scaling_policy, version_limits
 from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
-from pbd.scheduler import RequestQueue, WorkItem, wait_result
+from pbd.scheduler import Batch, wait_result
+from pbd.scheduling import make_scheduler
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
@@ -87,8 +88,8 @@ class VersionRuntime:
         self.custom_metrics = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.state = VersionState.LOADING
         self.reason = ""
-        self.queue = RequestQueue(
-            f"model '{config.name}' version {version}", queue_limit(config, settings)
+        self.queue = make_scheduler(
+            config, f"model '{config.name}' version {version}", settings.max_queue_size
         )
         self.stats = ModelStats()
         self.execute_timeout = settings.execute_timeout_secs
@@ -99,7 +100,6 @@ class VersionRuntime:
         self._dispatcher: asyncio.Task[None] | None = None
         self._capacity = asyncio.Event()  # set when an instance may take more work
         self._running: set[asyncio.Task[None]] = set()
-        self.held: WorkItem | None = None  # the request the dispatcher waits to place
         self.templates: list[InstancePlan] = []
         self.policy = ScalingPolicy()
         self.scaler: Scaler | None = None
@@ -142,9 +142,7 @@ class VersionRuntime:
 
     def load_now(self) -> int:
         """Requests queued or in flight: the signal load-driven scaling samples."""
-        return (
-            len(self.queue) + (self.held is not None) + sum(s.instance.inflight for s in self.slots)
-        )
+        return len(self.queue) + sum(s.instance.inflight for s in self.slots)
 
     def _next_plan(self) -> InstancePlan:
         """A new instance copies the templates round robin (so GPU groups spread over their
@@ -231,10 +229,9 @@ class VersionRuntime:
         if prepared.request.trace is not None:
             prepared.request.trace.queued()
         try:
-            held = int(self.held is not None and not self.held.future.done())
-            future = self.queue.submit(prepared, also_waiting=held)
+            future = self.queue.submit(prepared)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s: %d request(s) waiting", self.id, len(self.queue) + held)
+                log.debug("%s: %d request(s) waiting", self.id, len(self.queue))
             result = await wait_result(future)
         except PbdError:
             self.stats.fail.add(time.perf_counter_ns() - began)
@@ -242,67 +239,65 @@ class VersionRuntime:
         self.stats.success.add(time.perf_counter_ns() - began)
         return result
 
-    def _pick(self) -> Instance | None:
-        """The least-loaded ready instance with room in its pipeline; idle ones first."""
+    def available(self) -> list[Instance]:
+        """Ready instances with room in their pipeline, least loaded first."""
         depth = self.settings.worker_pipeline_depth
-        best: Instance | None = None
-        for slot in self.slots:
-            inst = slot.instance
-            ready = inst.state is State.READY and not inst.draining and inst.inflight < depth
-            if ready and (best is None or inst.inflight < best.inflight):
-                best = inst
-        return best
+        ready = [
+            s.instance
+            for s in self.slots
+            if s.instance.state is State.READY
+            and not s.instance.draining
+            and s.instance.inflight < depth
+        ]
+        return sorted(ready, key=lambda i: i.inflight)
+
+    def instance_names(self) -> list[str]:
+        return [s.plan.name for s in self.slots if not s.given_up and not s.retired]
+
+    async def wait_capacity(self) -> None:
+        self._capacity.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._capacity.wait(), 0.1)
 
     async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            item = await self.queue.next()
-            self.held = item
-            while (instance := self._pick()) is None:
-                self._capacity.clear()
-                try:
-                    await asyncio.wait_for(self._capacity.wait(), 0.1)
-                except TimeoutError:
-                    if item.future.done():
-                        break  # timed out at zero instances, or the caller gave up
-            self.held = None
-            if instance is None:
-                continue
-            if item.future.done():
-                continue  # cancelled while it waited for an instance
-            instance.inflight += 1
-            waited = asyncio.get_running_loop().time() - item.enqueued_at
-            self.stats.queue.add(int(waited * 1e9))
-            if item.prepared.request.trace is not None:
-                item.prepared.request.trace.dispatched(instance.plan.name, 1)
-            task = asyncio.create_task(self._run_one(instance, item))
+            batch = await self.queue.next_batch(self)
+            batch.instance.inflight += 1
+            now = loop.time()
+            for item in batch.items:
+                self.stats.queue.add(int((now - item.enqueued_at) * 1e9))
+                if item.prepared.request.trace is not None:
+                    item.prepared.request.trace.dispatched(
+                        batch.instance.plan.name, len(batch.items)
+                    )
+            task = asyncio.create_task(self._run_batch(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _run_one(self, instance: Instance, item: WorkItem) -> None:
+    async def _run_batch(self, batch: Batch) -> None:
+        instance = batch.instance
+        outcomes: list[InferResult | PbdError]
         try:
-            (outcome,) = await instance.execute([item.prepared])
+            outcomes = await instance.execute([item.prepared for item in batch.items])
         except NotSent as exc:
-            outcome = exc
-            if not item.future.done() and not self._stopping:
+            outcomes = [exc] * len(batch.items)
+            if not self._stopping and not all(i.future.done() for i in batch.items):
                 # Not executed anywhere: it goes back to the head of the queue.
-                self.queue.requeue(item)
+                self.queue.requeue(batch)
                 return  # (the finally below frees the instance's slot)
         except PbdError as exc:
-            outcome = exc
+            outcomes = [exc] * len(batch.items)
         except BaseException as exc:
-            outcome = unavailable(instance.reason or f"{instance.describe()} stopped")
+            outcomes = [unavailable(instance.reason or f"{instance.describe()} stopped")] * len(
+                batch.items
+            )
             if not isinstance(exc, asyncio.CancelledError):
                 log.exception("executing on %s failed", instance.describe())
         finally:
             instance.inflight -= 1
             self._capacity.set()
-        if item.future.done():
-            if isinstance(outcome, InferResult):
-                outcome.release()
-        elif isinstance(outcome, PbdError):
-            item.future.set_exception(outcome)
-        else:
-            item.future.set_result(outcome)
+        self.queue.deliver(batch, outcomes)
 
     async def _run_slot(self, slot: Slot) -> None:
         loop = asyncio.get_running_loop()
@@ -344,10 +339,6 @@ class VersionRuntime:
             self.state = VersionState.UNAVAILABLE
             self.reason = reason
             self.queue.fail_all(unavailable(reason))
-            # The request the dispatcher holds while it waits for an instance fails too.
-            held = self.held
-            if held is not None and not held.future.done():
-                held.future.set_exception(unavailable(reason))
 
     async def _watch_heartbeats(self) -> None:
         loop = asyncio.get_running_loop()
@@ -361,12 +352,8 @@ class VersionRuntime:
                     )
 
     def reject_waiting(self, error: PbdError) -> int:
-        """Fail the requests queued or waiting for an instance; how many there were."""
-        failed = self.queue.fail_older_than(float("inf"), error)
-        if self.held is not None and not self.held.future.done():
-            self.held.future.set_exception(error)
-            failed += 1
-        return failed
+        """Fail the requests waiting for an instance; how many there were."""
+        return self.queue.fail_older_than(float("inf"), error)
 
     async def unload(self, grace: float) -> None:
         """Stop taking requests, let queued and running ones finish (up to ``grace``), then

@@ -119,7 +119,7 @@ class PbdCollector:
             "pbd_model_ready", "1 if the model version takes requests, else 0", "gauge"
         )
         for labels, rt in runtimes:
-            pending.add_sample(pending.name, labels, len(rt.queue) + (rt.held is not None))
+            pending.add_sample(pending.name, labels, len(rt.queue))
             count.add_sample(count.name, labels, len(rt.slots))
             alive = sum(1 for s in rt.slots if s.instance.state is State.READY)
             ready.add_sample(ready.name, labels, alive)

@@ -6,6 +6,7 @@ from tritonclient.grpc import service_pb2 as triton_pb
 
 from pbd.errors import PbdError
 from pbd.grpc import convert
+from pbd.stats import ModelStats
 from pbd.types import InferResult, OutputTensor, Uint64
 
 
@@ -101,3 +102,23 @@ def test_undecodable_requests_are_invalid_arguments(data):
         convert.infer_request_from_wire(data)
     assert info.value.code.name == "INVALID_ARG"
     assert info.value.message.startswith("malformed request: ")
+
+
+def test_statistics_carry_batch_stats_per_batch_size() -> None:
+    stats = ModelStats()
+    stats.executed(2, 10, 100, 1000, batch_size=5)  # two requests of 5 rows in one execute
+    stats.executed(1, 20, 200, 2000, batch_size=5)
+    stats.executed(1, 1, 2, 3)  # batch size defaults to the request count
+    wire = triton_pb.ModelStatisticsResponse.FromString(
+        convert.statistics_to_pb([("m", 1, stats)]).SerializeToString()
+    )
+    (entry,) = wire.model_stats
+    assert (entry.inference_count, entry.execution_count) == (11, 3)
+    assert entry.inference_stats.compute_infer.count == 4  # per request
+    assert [
+        (b.batch_size, b.compute_infer.count, b.compute_infer.ns) for b in entry.batch_stats
+    ] == [
+        (1, 1, 2),
+        (5, 2, 300),
+    ]
+    assert entry.batch_stats[1].compute_output.ns == 3000

@@ -60,7 +60,7 @@ def test_a_full_queue_refuses_and_cancelled_requests_do_not_count():
         queue.submit(prepared)
         assert len(queue) == 2
         with pytest.raises(PbdError):
-            queue.submit(prepared, also_waiting=0)
+            queue.submit(prepared)
         unbounded = RequestQueue()
         for _ in range(100):
             unbounded.submit(prepared)

@@ -1,0 +1,27 @@
+"""Which scheduler a model version gets: Triton's ``scheduling_choice`` of its config."""
+
+from __future__ import annotations
+
+from pbd.batching import DynamicBatcher
+from pbd.batching_policy import BatchingPolicy, QueuePolicy, batching_policy
+from pbd.repository.config import SEQUENCE_IDLE_DEFAULT_US, ModelConfig
+from pbd.scheduler import PriorityQueues, RequestQueue
+from pbd.sequences import SequenceBatcher
+
+
+def make_scheduler(config: ModelConfig, name: str, max_queue_size: int) -> PriorityQueues:
+    """``dynamic_batching``: the dynamic batcher; ``sequence_batching``: the sequence batcher;
+    neither: the default scheduler. ``max_queue_size`` is ``--max-queue-size``."""
+    policy = batching_policy(config, max_queue_size)
+    if policy is not None:
+        return DynamicBatcher(name, policy)
+    sequence = config.as_dict.get("sequence_batching")
+    if sequence is not None:
+        idle = int(sequence.get("max_sequence_idle_microseconds", 0) or 0)
+        return SequenceBatcher(
+            name,
+            config.name,
+            BatchingPolicy(config.max_batch_size, default_policy=QueuePolicy(max_queue_size)),
+            idle or SEQUENCE_IDLE_DEFAULT_US,
+        )
+    return RequestQueue(name, max_queue_size)
