@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pbd.batching import DynamicBatcher
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.hub import WorkerHub
@@ -240,8 +241,10 @@ class VersionRuntime:
         return result
 
     def available(self) -> list[Instance]:
-        """Ready instances with room in their pipeline, least loaded first."""
-        depth = self.settings.worker_pipeline_depth
+        """Ready instances with room in their pipeline, least loaded first. The dynamic
+        batcher hands an instance its next batch only once it is idle, as Triton does: a
+        pipelined batch would be formed early and split what could have been one batch."""
+        depth = 1 if isinstance(self.queue, DynamicBatcher) else self.settings.worker_pipeline_depth
         ready = [
             s.instance
             for s in self.slots
