@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
+from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, NotSent, State
@@ -103,6 +104,7 @@ class VersionRuntime:
         self.templates: list[InstancePlan] = []
         self.policy = ScalingPolicy()
         self.scaler: Scaler | None = None
+        self.worker_env: WorkerEnv | None = None  # the model's EXECUTION_ENV_PATH, prepared
 
     @property
     def id(self) -> str:
@@ -123,6 +125,7 @@ class VersionRuntime:
             custom_metrics=self.custom_metrics,
             tracing=self.tracing,
             memory_limit=self.memory_limit,
+            worker_env=self.worker_env,
         )
 
     @property
@@ -195,6 +198,9 @@ class VersionRuntime:
             plans = plan_instances(self.config, self.gpus)
             limits = version_limits(self.config, self.settings, source)
             self.policy = scaling_policy(self.config, self.settings, plans, source)
+            self.worker_env = await model_worker_env(
+                self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
+            )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise
