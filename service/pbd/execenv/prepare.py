@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -37,6 +38,8 @@ ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIR_TOKEN = "$$TRITON_MODEL_DIRECTORY"
 PROBE_TIMEOUT_S = 120.0
 _DONE_MARK = ".pbd-unpacked"
+# Pure-Python modules the worker imports besides numpy and protobuf, lent from the daemon.
+_WORKER_EXTRAS = ("sdnotify",)
 
 # Run by the environment's interpreter: its version, and what of the worker's needs it lacks.
 _PROBE = """
@@ -52,6 +55,11 @@ if not out["problems"]:
         import pbd_worker._proto.worker_pb2
     except Exception as exc:
         out["problems"].append(f"its protobuf cannot load pbd's worker protocol ({exc})")
+if not out["problems"]:
+    try:
+        import pbd_worker.runtime
+    except Exception as exc:
+        out["problems"].append(f"pbd's worker cannot start in it ({type(exc).__name__}: {exc})")
 print(json.dumps(out))
 """
 
@@ -143,13 +151,20 @@ def _interpreter(root: Path) -> Path | None:
 
 
 def worker_path(cache_dir: Path) -> Path:
-    """A directory holding only (links to) pbd_worker and triton_python_backend_utils."""
+    """A directory holding only (links to) pbd_worker, triton_python_backend_utils and the
+    worker's small pure-Python dependencies (not numpy or protobuf: the environment's own)."""
     package = Path(pbd_worker.__file__).resolve().parent
-    utils = package.parent / "triton_python_backend_utils.py"
-    digest = hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    targets = [package, package.parent / "triton_python_backend_utils.py"]
+    for name in _WORKER_EXTRAS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            origin = Path(spec.origin).resolve()
+            targets.append(origin.parent if origin.name == "__init__.py" else origin)
+    digest = hashlib.sha256("\0".join(map(str, targets)).encode()).hexdigest()[:12]
     shim = cache_dir / f"worker-path-{digest}"
     shim.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for link, target in ((shim / "pbd_worker", package), (shim / utils.name, utils)):
+    for target in targets:
+        link = shim / target.name
         if not link.is_symlink():
             link.symlink_to(target)
     return shim
