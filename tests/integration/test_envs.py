@@ -167,3 +167,16 @@ def test_an_env_of_another_python_version_is_refused(tmp_path: Path) -> None:
     with running_daemon(repository, tmp_path, settle=["env_other"]) as daemon:
         reason = _reason(daemon, "env_other")
     assert str(env) in reason and "build the environment with the same Python version" in reason
+
+
+def test_a_traced_request_is_served_in_an_env_without_opentelemetry(tmp_path: Path) -> None:
+    repository = make_repository(tmp_path, {})
+    (_model(repository, "env_dir", "$$TRITON_MODEL_DIRECTORY/env") / "env").symlink_to(
+        pyenvs.venv()
+    )
+    args = ("--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
+    env = {"OTEL_TRACES_EXPORTER": "console"}
+    with running_daemon(repository, tmp_path, *args, settle=["env_dir"], env=env) as daemon:
+        version, _ = _report(daemon.client(), "env_dir")
+        assert version == pyenvs.OLD_PACKAGING
+        assert "not tracing in this worker: No module named 'opentelemetry'" in daemon.log()
