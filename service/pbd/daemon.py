@@ -31,6 +31,7 @@ from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.metrics.collector import PbdCollector
 from pbd.metrics.custom import CustomMetrics
 from pbd.metrics.server import MetricsServer
+from pbd.repository.autocomplete import ConfigCompleter
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
 from pbd.settings import Settings
@@ -80,7 +81,10 @@ class Daemon:
             )
 
         self.repository = ModelRepository(
-            settings.model_repository.resolve(), make_runtime, settings.exit_timeout_secs
+            settings.model_repository.resolve(),
+            make_runtime,
+            settings.exit_timeout_secs,
+            ConfigCompleter(settings, self.hub).load,
         )
         self.dataplane = DataPlane(
             self.repository,

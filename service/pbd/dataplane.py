@@ -11,6 +11,7 @@ from typing import Any
 
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
+from pbd.instances.hooks import version_ready
 from pbd.logsettings import log_settings_answer, update_log_settings
 from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
 from pbd.repository.config import ModelConfig
@@ -76,6 +77,12 @@ class DataPlane:
             if exc.code is Code.INVALID_ARG:
                 raise
             return False
+
+    async def model_ready_checked(self, name: str, version: str) -> bool:
+        """ModelReady: :meth:`model_ready`, and the instances' ``is_ready()`` hooks agree."""
+        if not self.model_ready(name, version):
+            return False
+        return await version_ready(self.repository.lookup(name, version))
 
     def model_metadata(self, name: str, version: str) -> tuple[ModelConfig, list[str]]:
         runtime = self.repository.lookup(name, version)

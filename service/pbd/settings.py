@@ -125,6 +125,17 @@ class Settings:
         60.0, "time a worker has to connect after it is started"
     )
     model_init_timeout_secs: float = _opt(600.0, "time a model's initialize() may take")
+    model_finalize_timeout_secs: float = _opt(
+        30.0, "time a model's finalize() may take at unload; then its worker is killed"
+    )
+    disable_auto_complete_config: bool = _opt(
+        False, "do not run models' auto_complete_config (Triton's flag); config.pbtxt is required"
+    )
+    execution_env_cache_dir: str = _opt(
+        "",
+        "where EXECUTION_ENV_PATH archives are unpacked (default: $CACHE_DIRECTORY/envs under "
+        "systemd, else ~/.cache/pbd/envs)",
+    )
     restart_backoff_max_secs: float = _opt(
         10.0, "longest wait before restarting a crashed instance"
     )
@@ -180,6 +191,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(_flag(f.name), dest=f.name, action="append", help=help_text)
             continue
         default = f.default
+        # A bare boolean flag means true (Triton's --disable-auto-complete-config takes none).
+        bare = {"nargs": "?", "const": True} if f.type == "bool" else {}
         parser.add_argument(
             _flag(f.name),
             dest=f.name,
@@ -187,6 +200,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             choices=f.metadata["choices"],
             metavar="BOOL" if f.type == "bool" else None,
             help=f"{help_text} (default: {default})",
+            **bare,
         )
 
 

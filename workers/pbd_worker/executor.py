@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ from pbd_worker.model_api.tensor import Tensor
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing
+
+log = logging.getLogger("pbd_worker")
 
 _EMPTY = memoryview(b"")
 
@@ -58,15 +61,22 @@ class BatchExecutor:
         self._held: dict[int, list[Block]] = {}
         # Created by the first traced request (see pbd_worker.tracing).
         self.tracing: WorkerTracing | None = None
+        self._untraceable = False
 
     def _tracing_for(self, execute: wpb.Execute) -> WorkerTracing | None:
-        if not any(r.traceparent for r in execute.requests):
+        if self._untraceable or not any(r.traceparent for r in execute.requests):
             return None
         if self.tracing is None:
             import gc
 
-            from pbd_worker.tracing import WorkerTracing
-
+            try:
+                from pbd_worker.tracing import WorkerTracing
+            except ImportError as exc:
+                # A model in its own environment (EXECUTION_ENV_PATH) without the OpenTelemetry
+                # SDK: its requests are served, the worker's spans are not recorded.
+                log.warning("not tracing in this worker: %s", exc)
+                self._untraceable = True
+                return None
             self.tracing = WorkerTracing()
             gc.freeze()  # the SDK just loaded: it stays, keep it out of the collector's way
         return self.tracing

@@ -32,6 +32,7 @@ from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
+from pbd_worker.lifecycle import ask_ready, auto_complete
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
@@ -81,6 +82,7 @@ class WorkerRuntime:
         self.notify = Notifier()
         self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
+        self.finalizing = False  # finalize() started: a SIGTERM now must not run it again
         self.metrics = MetricsChannel(self.link.send, self.link.ask)
         state.metrics_channel = self.metrics
 
@@ -180,6 +182,14 @@ class WorkerRuntime:
         elif kind == "finalize":
             self.notify.stopping("finalizing")
             self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
+            self.exit_code = 0
+        elif kind == "ready_query":
+            reply = ask_ready(self.model, self.loop, message.ready_query)
+            self.send(wpb.WorkerToDaemon(ready_reply=reply))
+        elif kind == "auto_complete":
+            # A worker started only for this: answer, then exit.
+            reply = auto_complete(message.auto_complete)
+            self.send(wpb.WorkerToDaemon(auto_completed=reply))
             self.exit_code = 0
 
     def _exit(self, code: int, why: str) -> NoReturn:
@@ -303,6 +313,7 @@ class WorkerRuntime:
     def _finalize(self) -> wpb.Finalized:
         self._stop.set()
         error = None
+        self.finalizing = True
         if self.model is not None and hasattr(self.model, "finalize"):
             try:
                 call_maybe_async(self.loop, self.model.finalize)
@@ -359,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         # A systemd unit: `systemctl stop` is SIGTERM; finalize the model, then go. (Under the
         # process launcher the daemon finalizes first and SIGTERM keeps its default.)
         def on_term(signum: int, frame: object) -> None:
-            runtime.finalize_alone("stopping on SIGTERM")
+            if not runtime.finalizing:  # else finalize() hangs: the stop timeout ended it
+                runtime.finalize_alone("stopping on SIGTERM")
             os._exit(0)
 
         signal.signal(signal.SIGTERM, on_term)

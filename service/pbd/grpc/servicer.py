@@ -66,7 +66,8 @@ class InferenceServicer:
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Any
     ) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self.dp.model_ready(request.name, request.version))
+        ready = await self.dp.model_ready_checked(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> Any:
         config, versions = self.dp.model_metadata(request.name, request.version)

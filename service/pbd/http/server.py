@@ -133,7 +133,8 @@ class HttpFrontend:
         return request.match_info["model"], request.match_info.get("version", "")
 
     async def model_ready(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.dp.model_ready(*self._target(request)) else 400)
+        ready = await self.dp.model_ready_checked(*self._target(request))
+        return web.Response(status=200 if ready else 400)
 
     async def model_metadata(self, request: web.Request) -> web.Response:
         config, versions = self.dp.model_metadata(*self._target(request))

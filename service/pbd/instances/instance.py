@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
+from pbd.execenv.prepare import WorkerEnv
+from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
@@ -75,8 +77,10 @@ class Instance:
         custom_metrics: CustomMetrics | None = None,
         tracing: Tracing | None = None,
         memory_limit: int = 0,
+        worker_env: WorkerEnv | None = None,
     ) -> None:
         self.config = config
+        self.worker_env = worker_env  # run under the model's own Python environment
         self.version = version
         self.model_dir = model_dir
         self.plan = plan
@@ -109,6 +113,7 @@ class Instance:
         self._release_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
         self._span_attributes: dict[str, object] | None = None
+        self.readiness = ReadinessProbe(self)
 
     @property
     def pid(self) -> int | None:
@@ -131,9 +136,14 @@ class Instance:
         token = self.launcher.token(self.id)
         connected = self.hub.expect(self.id, token)
         try:
+            env = self.worker_env
             self.handle = await self.launcher.start(
                 WorkerSpec(
-                    self.id, self.hub.address, {TOKEN_ENV: token}, memory_limit=self.memory_limit
+                    self.id,
+                    self.hub.address,
+                    {TOKEN_ENV: token, **(env.variables if env else {})},
+                    memory_limit=self.memory_limit,
+                    python=env.python if env else "",
                 )
             )
             for attempt in range(2):
@@ -249,6 +259,10 @@ class Instance:
                 self.tracing.import_spans(message.spans.otlp)
             elif kind == "exiting":
                 self.exit_why = message.exiting.error.message
+            elif kind == "ready_reply":
+                self.readiness.answered(message.ready_reply)
+            elif kind == "finalized":
+                log_finalized(self, message.finalized)
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 
@@ -380,7 +394,8 @@ class Instance:
     # -- stop ----------------------------------------------------------------------------------
 
     async def stop(self, grace: float) -> None:
-        """finalize() the model (up to ``grace`` seconds), then end the process; or, while the
+        """finalize() the model (up to --model-finalize-timeout-secs), then end the process
+        (SIGTERM, SIGKILL after ``grace``, 5 s at most); or, while the
         daemon restarts under systemd, let go of a running worker without finalize()."""
         if self.launcher.detaching and self.state is State.READY:
             self.state = State.STOPPED
@@ -391,8 +406,8 @@ class Instance:
             with contextlib.suppress(PbdError, ConnectionError):
                 self.conn.send(wpb.DaemonToWorker(finalize=wpb.Finalize()))
             if self._reader is not None:
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(self._reader), grace)
+                timeout = self.settings.model_finalize_timeout_secs
+                await await_finalize(self, self._reader, timeout)
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
         # Batches the worker never answered: their callers get an answer, not silence.

@@ -28,10 +28,12 @@ class WorkerSpec:
     # 0: no limit. The process launcher sets RLIMIT_DATA; past it allocations fail
     # (MemoryError), and the worker exits and is replaced.
     memory_limit: int = 0
+    # The interpreter (a model's EXECUTION_ENV_PATH environment); "" = the daemon's.
+    python: str = ""
 
     def argv(self) -> list[str]:
         return [
-            sys.executable,
+            self.python or sys.executable,
             "-m",
             "pbd_worker",
             "--socket",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pbd.batching import DynamicBatcher
 from pbd.errors import Code, PbdError, unavailable
+from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance, InstancePlan, NotSent, State
@@ -104,6 +105,7 @@ class VersionRuntime:
         self.templates: list[InstancePlan] = []
         self.policy = ScalingPolicy()
         self.scaler: Scaler | None = None
+        self.worker_env: WorkerEnv | None = None  # the model's EXECUTION_ENV_PATH, prepared
 
     @property
     def id(self) -> str:
@@ -124,6 +126,7 @@ class VersionRuntime:
             custom_metrics=self.custom_metrics,
             tracing=self.tracing,
             memory_limit=self.memory_limit,
+            worker_env=self.worker_env,
         )
 
     @property
@@ -194,6 +197,9 @@ class VersionRuntime:
             plans = plan_instances(self.config, self.gpus)
             limits = version_limits(self.config, self.settings, source)
             self.policy = scaling_policy(self.config, self.settings, plans, source)
+            self.worker_env = await model_worker_env(
+                self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
+            )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise

@@ -104,33 +104,57 @@ class ModelConfig:
 def load_model_config(model_dir: Path, *, override_json: str | None = None) -> ModelConfig:
     """The config of the model in ``model_dir``; ``override_json`` (RepositoryModelLoad's
     ``config`` parameter) is used instead of the file when given."""
-    name = model_dir.name
+    message, source = read_model_config(model_dir, override_json=override_json)
+    return build_model_config(message, model_dir.name, source)
+
+
+def read_model_config(
+    model_dir: Path, *, override_json: str | None = None, allow_missing: bool = False
+) -> tuple[mc.ModelConfig, str]:
+    """The config of ``model_dir`` as written (parsed, not completed or checked) and where
+    it came from. ``allow_missing``: no config.pbtxt reads as an empty config (auto-complete
+    fills it in, as Triton does)."""
     if override_json is not None:
         source = f"{model_dir} ('config' parameter)"
-        return model_config_from_json(override_json, model_name=name, source=source)
+        return _message_from_json(override_json, source), source
     path = model_dir / CONFIG_FILE
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if allow_missing:
+            return mc.ModelConfig(), f"{model_dir} (no {CONFIG_FILE})"
         raise ConfigError(f"{model_dir}: missing {CONFIG_FILE}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
-    return parse_model_config(text, model_name=name, source=str(path))
+    return _message_from_text(text, str(path)), str(path)
+
+
+def build_model_config(message: mc.ModelConfig, model_name: str, source: str) -> ModelConfig:
+    """``message`` with Triton's defaults filled in, checked (modifies ``message``)."""
+    return _build(message, model_name, source)
 
 
 def parse_model_config(text: str, *, model_name: str, source: str) -> ModelConfig:
     """``text`` (protobuf text format) as the config of ``model_name``."""
+    return _build(_message_from_text(text, source), model_name, source)
+
+
+def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelConfig:
+    """``text`` (the JSON form, as RepositoryModelLoad's ``config`` carries it)."""
+    return _build(_message_from_json(text, source), model_name, source)
+
+
+def _message_from_text(text: str, source: str) -> mc.ModelConfig:
     message = mc.ModelConfig()
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
         # protobuf's message starts with "line:column : ".
         raise ConfigError(f"{source}: invalid model configuration: {_triton_names(exc)}") from None
-    return _build(message, model_name, source)
+    return message
 
 
-def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelConfig:
-    """``text`` (the JSON form, as RepositoryModelLoad's ``config`` carries it)."""
+def _message_from_json(text: str, source: str) -> mc.ModelConfig:
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: deep nesting
@@ -144,7 +168,7 @@ def model_config_from_json(text: str, *, model_name: str, source: str) -> ModelC
         raise ConfigError(
             f"{source}: invalid model configuration JSON: {_triton_names(exc)}"
         ) from None
-    return _build(message, model_name, source)
+    return message
 
 
 def _triton_names(exc: Exception) -> str:

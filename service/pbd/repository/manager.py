@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,14 @@ from pbd.types import IndexEntry
 
 log = logging.getLogger("pbd.repository")
 RuntimeFactory = Callable[[ModelConfig, int, Path], VersionRuntime]
+# (model directory, RepositoryModelLoad's config JSON or None) -> the model's config.
+ConfigLoader = Callable[[Path, str | None], Awaitable[ModelConfig]]
+
+
+async def _read_config(model_dir: Path, override_json: str | None) -> ModelConfig:
+    return load_model_config(model_dir, override_json=override_json)
+
+
 _MODEL_NAME = re.compile(r"^[^/\\\0]+$")
 Signature = tuple[tuple[str, int, int], ...]
 
@@ -54,8 +62,15 @@ class ModelEntry:
 
 
 class ModelRepository:
-    def __init__(self, root: Path, make_runtime: RuntimeFactory, unload_grace: float) -> None:
+    def __init__(
+        self,
+        root: Path,
+        make_runtime: RuntimeFactory,
+        unload_grace: float,
+        load_config: ConfigLoader = _read_config,
+    ) -> None:
         self.root = root
+        self.load_config = load_config
         self.make_runtime = make_runtime
         self.unload_grace = unload_grace
         self.entries: dict[str, ModelEntry] = {}
@@ -89,7 +104,7 @@ class ModelRepository:
         name = entry.name
         signature = model_signature(model_dir)
         try:
-            config = load_model_config(model_dir, override_json=override)
+            config = await self.load_config(model_dir, override)
             available = sorted(
                 int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
             )

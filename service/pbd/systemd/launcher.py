@@ -120,7 +120,7 @@ class SystemdLauncher:
     def _write_unit_files(self, spec: WorkerSpec) -> bool:
         """EnvironmentFile and slice drop-in; True when systemd must reload to see the drop-in."""
         env = {
-            "PBD_PYTHON": self.settings.systemd_python or sys.executable,
+            "PBD_PYTHON": spec.python or self.settings.systemd_python or sys.executable,
             "PBD_WORKER_SOCKET": spec.socket,
             "PBD_INSTANCE": spec.instance_id,
             "PBD_RECONNECT_SECS": f"{self.settings.systemd_reattach_secs:g}",

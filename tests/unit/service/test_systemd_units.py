@@ -12,7 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pbd import cli
+from pbd.instances.launcher import WorkerSpec
+from pbd.settings import Settings
 from pbd.systemd import units
+from pbd.systemd.launcher import SystemdLauncher
 
 NAMES = ["add_sub/1/add_sub_0_0", "my-model/3/my-model_0_1", ".hidden/1/x", "ünï/1/g_0", "a b/1/c"]
 
@@ -73,3 +76,15 @@ def test_install_units_refuses_unknown_setting(tmp_path: Path, capsys) -> None:
     ])  # fmt: skip
     assert code == 2
     assert "unknown setting 'no_such=1'" in capsys.readouterr().err
+
+
+def test_an_instance_in_its_own_environment_gets_that_interpreter(tmp_path: Path) -> None:
+    """EXECUTION_ENV_PATH under the systemd launcher: the EnvironmentFile names the model's
+    interpreter (the unit's ExecStart runs ${PBD_PYTHON}) and carries its variables."""
+    settings = Settings(systemd_env_dir=tmp_path / "env", systemd_unit_dir=tmp_path / "units")
+    launcher = SystemdLauncher(settings)
+    spec = WorkerSpec("m/1/m_0", "/run/pbd/worker.sock", {"PYTHONPATH": "/c/wp"}, python="/e/py")
+    launcher._write_unit_files(spec)
+    written = units.read_env_file(tmp_path / "env" / "m-1-m_0.env")
+    assert written["PBD_PYTHON"] == "/e/py"
+    assert written["PYTHONPATH"] == "/c/wp"

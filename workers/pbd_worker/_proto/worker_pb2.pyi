@@ -298,24 +298,66 @@ class Exiting(_message.Message):
     error: Error
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
+class AutoComplete(_message.Message):
+    __slots__ = ("model_path", "model_dir", "version", "config_json")
+    MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_DIR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    model_path: str
+    model_dir: str
+    version: str
+    config_json: str
+    def __init__(self, model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
+class AutoCompleted(_message.Message):
+    __slots__ = ("config_json", "error")
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    config_json: str
+    error: Error
+    def __init__(self, config_json: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class ReadyQuery(_message.Message):
+    __slots__ = ("query",)
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    query: int
+    def __init__(self, query: _Optional[int] = ...) -> None: ...
+
+class ReadyReply(_message.Message):
+    __slots__ = ("query", "ready", "error", "hooked")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HOOKED_FIELD_NUMBER: _ClassVar[int]
+    query: int
+    ready: bool
+    error: Error
+    hooked: bool
+    def __init__(self, query: _Optional[int] = ..., ready: _Optional[bool] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., hooked: _Optional[bool] = ...) -> None: ...
+
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "auto_complete", "ready_query")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     METRIC_REPLY_FIELD_NUMBER: _ClassVar[int]
+    AUTO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    READY_QUERY_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
     finalize: Finalize
     settings: RuntimeSettings
     metric_reply: MetricReply
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ...) -> None: ...
+    auto_complete: AutoComplete
+    ready_query: ReadyQuery
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "auto_completed", "ready_reply")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -324,6 +366,8 @@ class WorkerToDaemon(_message.Message):
     SPANS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     EXITING_FIELD_NUMBER: _ClassVar[int]
+    AUTO_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    READY_REPLY_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
@@ -332,4 +376,6 @@ class WorkerToDaemon(_message.Message):
     spans: SpanBatch
     metrics: MetricUpdates
     exiting: Exiting
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ...) -> None: ...
+    auto_completed: AutoCompleted
+    ready_reply: ReadyReply
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ...) -> None: ...

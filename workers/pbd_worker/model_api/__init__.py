@@ -28,6 +28,7 @@ from pbd_worker.model_api.helpers import (
 )
 from pbd_worker.model_api.logger import Logger
 from pbd_worker.model_api.metrics import Metric, MetricFamily, MetricKind
+from pbd_worker.model_api.model_config import ModelConfig
 from pbd_worker.model_api.request import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -56,6 +57,7 @@ __all__ = [
     "Metric",
     "MetricFamily",
     "MetricKind",
+    "ModelConfig",
     "PreferredMemory",
     "Tensor",
     "TritonError",

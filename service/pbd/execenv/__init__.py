@@ -1,0 +1,1 @@
+"""Per-model Python environments (config parameter ``EXECUTION_ENV_PATH``)."""

@@ -1,0 +1,163 @@
+"""A model's configuration as Triton serves it: config.pbtxt completed by the model itself.
+
+Before any instance starts, a model whose file defines ``auto_complete_config`` gets a worker
+of its own (started for this only, under the model's EXECUTION_ENV_PATH environment, and gone
+after): model code never runs in the daemon. The worker hands the static method a
+``pb_utils.ModelConfig`` of the configuration so far and sends back what it made of it, which
+is then filled with Triton's defaults and checked like any config.pbtxt. That completed
+configuration is what initialize() gets, what ModelConfig/ModelMetadata return and what the
+daemon schedules by. A directory without config.pbtxt loads too (name from the directory,
+backend python), as in Triton. ``--disable-auto-complete-config`` turns all of this off.
+
+Only files that mention ``auto_complete_config`` get a worker: starting a Python process per
+model load just to learn that a model has no such method would slow every load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from pathlib import Path
+
+from pbd.errors import Code, PbdError, unavailable
+from pbd.execenv.prepare import WorkerEnv, model_worker_env
+from pbd.instances.hub import WorkerConnection, WorkerHub
+from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
+from pbd.repository.config import (
+    DEFAULT_MODEL_FILENAME,
+    ModelConfig,
+    build_model_config,
+    model_config_from_json,
+    read_model_config,
+)
+from pbd.repository.config_json import config_to_dict
+from pbd.settings import Settings
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc import TOKEN_ENV
+
+log = logging.getLogger("pbd.repository")
+HOOK = "auto_complete_config"
+_runs = itertools.count(1)
+
+
+class ConfigCompleter:
+    """Loads model configurations, running ``auto_complete_config`` where models have it."""
+
+    def __init__(
+        self, settings: Settings, hub: WorkerHub, launcher: InstanceLauncher | None = None
+    ) -> None:
+        self.settings = settings
+        self.hub = hub
+        # Always a child process, also under the systemd launcher: it lives for one call.
+        self.launcher = launcher or ProcessLauncher()
+
+    async def load(self, model_dir: Path, override_json: str | None = None) -> ModelConfig:
+        name = model_dir.name
+        disabled = self.settings.disable_auto_complete_config
+        message, source = read_model_config(
+            model_dir, override_json=override_json, allow_missing=not disabled
+        )
+        if disabled:
+            return build_model_config(message, name, source)
+        if not message.name:
+            message.name = name
+        if not message.backend and not message.platform:
+            message.backend = "python"
+        model_file = _model_file(model_dir, message.default_model_filename)
+        if message.backend != "python" or model_file is None:
+            return build_model_config(message, name, source)
+        env = await model_worker_env(
+            dict((k, v.string_value) for k, v in message.parameters.items()),
+            model_dir,
+            self.settings.execution_env_cache_dir,
+        )
+        request = wpb.AutoComplete(
+            model_path=str(model_file),
+            model_dir=str(model_dir),
+            version=model_file.parent.name,
+            config_json=json.dumps(config_to_dict(message)),
+        )
+        completed = await self._run(name, request, env)
+        return model_config_from_json(
+            completed, model_name=name, source=f"{source} (completed by {HOOK})"
+        )
+
+    async def _run(self, model: str, request: wpb.AutoComplete, env: WorkerEnv | None) -> str:
+        """Start a worker for ``request``; the JSON it answers, or its error raised."""
+        instance_id = f"{model}/{HOOK}/{next(_runs)}"
+        token = self.launcher.token(instance_id)
+        connected = self.hub.expect(instance_id, token)
+        variables = {TOKEN_ENV: token, **(env.variables if env else {})}
+        spec = WorkerSpec(
+            instance_id, self.hub.address, variables, python=env.python if env else ""
+        )
+        what = f"the {HOOK} worker of model '{model}'"
+        conn: WorkerConnection | None = None
+        try:
+            handle = await self.launcher.start(spec)
+        except OSError as exc:
+            self.hub.forget(instance_id)
+            raise unavailable(f"{what} could not be started: {exc}") from None
+        try:
+            exited = asyncio.ensure_future(
+                self.launcher.wait(handle, self.settings.worker_start_timeout_secs)
+            )
+            done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if connected not in done:
+                status = exited.result()
+                how = status.describe() if status else "did not connect in time"
+                raise unavailable(f"{what} {how} before connecting")
+            exited.cancel()
+            conn = connected.result()
+            conn.send(wpb.DaemonToWorker(auto_complete=request))
+            reply = await self._reply(conn, what)
+        finally:
+            connected.cancel()
+            self.hub.forget(instance_id)
+            if conn is not None:
+                conn.close()
+            with contextlib.suppress(Exception):
+                await self.launcher.stop(handle, 5.0)
+        if reply.HasField("error"):
+            if reply.error.traceback:
+                log.error("%s failed:\n%s", what, reply.error.traceback)
+            raise PbdError(Code.parse(reply.error.code), reply.error.message)
+        return reply.config_json
+
+    async def _reply(self, conn: WorkerConnection, what: str) -> wpb.AutoCompleted:
+        timeout = self.settings.model_init_timeout_secs
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                message = await asyncio.wait_for(conn.recv(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise unavailable(f"{what}: {HOOK} did not return in {timeout:g}s") from None
+            if message is None:
+                raise unavailable(f"{what} exited before answering")
+            if message.WhichOneof("kind") == "auto_completed":
+                return message.auto_completed
+            # Anything else (custom-metric updates of module-level code) has no one to go to.
+
+
+def _model_file(model_dir: Path, filename: str) -> Path | None:
+    """The model file of the newest version directory, if it defines the hook."""
+    versions = sorted((int(p.name), p) for p in _subdirs(model_dir) if p.name.isdigit())
+    if not versions:
+        return None
+    path = versions[-1][1] / (filename or DEFAULT_MODEL_FILENAME)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return path if HOOK in text else None
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir()]
+    except OSError:
+        return []

@@ -1,0 +1,59 @@
+"""Where a model's environment is, and the checks that run before a worker starts in it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pbd.execenv.prepare import EnvError, default_cache_dir, env_path, prepare
+
+
+def test_env_path_substitutes_the_model_directory(tmp_path: Path) -> None:
+    value = {"EXECUTION_ENV_PATH": "$$TRITON_MODEL_DIRECTORY/py311.tar.gz"}
+    assert env_path(value, tmp_path) == tmp_path / "py311.tar.gz"
+
+
+def test_env_path_relative_and_absolute(tmp_path: Path) -> None:
+    assert env_path({"EXECUTION_ENV_PATH": "envs/a"}, tmp_path) == tmp_path / "envs" / "a"
+    assert env_path({"EXECUTION_ENV_PATH": "/opt/env"}, tmp_path) == Path("/opt/env")
+    assert env_path({}, tmp_path) is None
+    assert env_path({"EXECUTION_ENV_PATH": "  "}, tmp_path) is None
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CACHE_DIRECTORY", "/var/cache/pbd")
+    assert default_cache_dir() == Path("/var/cache/pbd/envs")
+    monkeypatch.delenv("CACHE_DIRECTORY")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "pbd" / "envs"
+
+
+def test_a_directory_without_an_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    with pytest.raises(EnvError) as info:
+        prepare(tmp_path / "env", tmp_path / "cache")
+    assert info.value.message == (
+        f"EXECUTION_ENV_PATH '{tmp_path / 'env'}': has no Python interpreter "
+        f"({tmp_path / 'env'}/bin/python3 is missing)"
+    )
+
+
+def test_a_file_that_is_no_archive(tmp_path: Path) -> None:
+    bogus = tmp_path / "env.tar.gz"
+    bogus.write_text("nope")
+    with pytest.raises(EnvError, match="not a readable tar archive"):
+        prepare(bogus, tmp_path / "cache")
+
+
+def test_the_daemons_own_environment_passes(tmp_path: Path) -> None:
+    """The test interpreter's environment has everything a worker needs."""
+    env = prepare(Path(sys.prefix), tmp_path / "cache")
+    assert Path(env.python).parent == Path(sys.prefix) / "bin"
+    shim = Path(env.variables["PYTHONPATH"])
+    assert sorted(p.name for p in shim.iterdir()) == [
+        "pbd_worker",
+        "sdnotify",
+        "triton_python_backend_utils.py",
+    ]

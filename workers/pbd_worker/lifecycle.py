@@ -1,0 +1,82 @@
+"""The model hooks around initialize/execute: ``auto_complete_config`` and ``is_ready``.
+
+``auto_complete_config`` runs in a worker started only for it, before any instance: it imports
+model.py, hands the static method a ``pb_utils.ModelConfig`` and sends back the completed JSON.
+``is_ready`` runs between batches when the daemon asks (ModelReady).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.loader import (
+    ModelLoadError,
+    call_maybe_async,
+    describe_exception,
+    load_model_class,
+)
+from pbd_worker.model_api import state
+from pbd_worker.model_api.model_config import ModelConfig
+
+log = logging.getLogger("pbd_worker")
+
+
+def auto_complete(message: wpb.AutoComplete) -> wpb.AutoCompleted:
+    """The configuration ``auto_complete_config`` makes of ``message.config_json``; a model
+    without the method gets its configuration back unchanged."""
+    state.set_model_dir(message.model_dir)
+    try:
+        cls = load_model_class(message.model_path, message.model_dir, message.version)
+    except ModelLoadError as exc:
+        return _failed("INVALID_ARG", exc.message, exc.traceback)
+    hook = getattr(cls, "auto_complete_config", None)
+    if hook is None:
+        return wpb.AutoCompleted(config_json=message.config_json)
+    config = ModelConfig(message.config_json)
+    try:
+        completed = hook(config)
+    except Exception as exc:  # noqa: BLE001 - the model's code may raise anything
+        text, tb = describe_exception(exc)
+        # Triton's conflict errors (ValueError) are the message users look for.
+        message_text = str(exc) if isinstance(exc, ValueError) else text
+        return _failed("INVALID_ARG", message_text, tb)
+    if not isinstance(completed, ModelConfig):
+        name = config.as_dict().get("name", "")
+        return _failed(
+            "INVALID_ARG",
+            f"auto_complete_config function in model '{name}' must return a valid "
+            "pb.ModelConfig object.",
+        )
+    try:
+        text = json.dumps(completed.as_dict())
+    except (TypeError, ValueError) as exc:
+        return _failed("INVALID_ARG", f"the auto-completed configuration is not JSON: {exc}")
+    return wpb.AutoCompleted(config_json=text)
+
+
+def _failed(code: str, message: str, tb: str = "") -> wpb.AutoCompleted:
+    return wpb.AutoCompleted(error=wpb.Error(code=code, message=message, traceback=tb))
+
+
+def ask_ready(model: Any, loop: Any, query: wpb.ReadyQuery) -> wpb.ReadyReply:
+    """The model's ``is_ready()`` (sync or ``async def``); it must return a bool."""
+    hook = getattr(model, "is_ready", None)
+    if hook is None:
+        return wpb.ReadyReply(query=query.query, ready=model is not None, hooked=False)
+    try:
+        answer = call_maybe_async(loop, hook)
+    except Exception as exc:  # noqa: BLE001 - report, the model is then not ready
+        text, tb = describe_exception(exc)
+        log.error("is_ready() raised: %s", text)
+        error = wpb.Error(code="INTERNAL", message=f"is_ready() failed: {text}", traceback=tb)
+        return wpb.ReadyReply(query=query.query, ready=False, error=error, hooked=True)
+    if not isinstance(answer, bool):
+        error = wpb.Error(
+            code="INTERNAL",
+            message=f"is_ready() must return a bool, it returned {type(answer).__name__}",
+        )
+        return wpb.ReadyReply(query=query.query, ready=False, error=error, hooked=True)
+    return wpb.ReadyReply(query=query.query, ready=answer, hooked=True)
