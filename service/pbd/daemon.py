@@ -16,6 +16,7 @@ import logging
 import signal
 from pathlib import Path
 
+from pbd.bls import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
@@ -89,6 +90,7 @@ class Daemon:
             ),
             self.tracing,
         )
+        self.hub.bls = BlsService(self.dataplane)
         self.port = 0
         self._stop = asyncio.Event()
 
@@ -257,6 +259,7 @@ class Daemon:
             await http.stop()
         if metrics is not None:
             await metrics.stop()
+        await self.hub.bls.close()
         await self.repository.unload_all()
         await self.hub.close()
         remove_segments(

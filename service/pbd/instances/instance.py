@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pbd.bls import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
@@ -246,6 +247,8 @@ class Instance:
                 self.tracing.import_spans(message.spans.otlp)
             elif kind == "exiting":
                 self.exit_why = message.exiting.error.message
+            elif kind in BLS_KINDS and self.hub.bls is not None:
+                self.hub.bls.on_message(self, message)
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 
