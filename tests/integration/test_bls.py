@@ -188,3 +188,18 @@ def test_model_control_from_a_model_in_explicit_mode(tmp_path: Path) -> None:
         assert client.is_model_ready("add_sub") is False
         error = error_of(lambda: control("load", "not_in_repository"))
         assert "failed to load 'not_in_repository'" in error.message()
+
+
+def test_callee_blocks_are_released_when_the_caller_drops_them(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    data = np.ones((256, 1024), dtype=np.float32)  # 1 MiB: a held block would need a new one
+    tensor = [infer_input("INPUT0", data, "FP32")]
+    for _ in range(3):
+        client.infer("bls_identity", tensor)
+    segments = set(daemon.shm_segments())
+    for _ in range(10):
+        np.testing.assert_array_equal(
+            client.infer("bls_identity", tensor).as_numpy("OUTPUT0"), data
+        )
+    assert set(daemon.shm_segments()) == segments
