@@ -122,8 +122,11 @@ class BlsService:
             self.graph.check()
             infer = asyncio.ensure_future(self.dp.infer(request))
             result = await self._await(infer, waiter, call.request.timeout_us)
-            self._describe(result, response)
+            if caller not in self._watched:  # the caller went away meanwhile
+                result.release()
+                raise PbdError(Code.UNAVAILABLE, f"{caller.describe()} is gone")
             self._held[(caller, call.call_id)] = result
+            self._describe(result, response)
             if trace is not None:
                 trace.finish()
         except PbdError as exc:

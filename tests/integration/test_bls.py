@@ -3,8 +3,10 @@ from a model (``load_model`` / ``unload_model`` / ``is_model_ready``), through r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +19,10 @@ from pbd_harness import (
     infer_input,
     make_repository,
     running_daemon,
+    wait_until,
 )
+
+BLS = "bls_identity"
 
 BLS_MODELS = [
     "bls_add_sub",
@@ -203,3 +208,39 @@ def test_callee_blocks_are_released_when_the_caller_drops_them(
             client.infer("bls_identity", tensor).as_numpy("OUTPUT0"), data
         )
     assert set(daemon.shm_segments()) == segments
+
+
+def test_the_callee_joins_the_callers_trace(tmp_path: Path) -> None:
+    from inprocess import inprocess_daemon
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pbd.tracing.provider import Tracing
+    from pbd.tracing.settings import TraceSettings, parse_trace_config
+
+    models = {BLS: TEST_MODELS / BLS, "identity_fp32": EXAMPLE_MODELS / "identity_fp32"}
+    repository = make_repository(tmp_path, models)
+    exporter = InMemorySpanExporter()
+    settings = TraceSettings(parse_trace_config(["level=TIMESTAMPS", "rate=1"]))
+    tracing = Tracing(settings, SimpleSpanProcessor(exporter))
+    prefix = f"pbdblstrace{os.getpid()}"
+    with inprocess_daemon(repository, prefix, tracing, sorted(models)) as url:
+        with grpcclient.InferenceServerClient(url) as client:
+            data = np.arange(4, dtype=np.float32).reshape(1, 4)
+            client.infer(BLS, [infer_input("INPUT0", data, "FP32")])
+
+        def servers() -> dict[str, Any]:
+            spans = exporter.get_finished_spans()
+            return {s.name.rsplit("/", 1)[1]: s for s in spans if s.parent is None or "/" in s.name}
+
+        def executes() -> list[Any]:
+            return [s for s in exporter.get_finished_spans() if s.name == "execute"]
+
+        wait_until(lambda: {"ModelInfer", "BLS"} <= set(servers()), 30, "both server spans")
+        wait_until(lambda: len(executes()) == 2, 30, "both execute spans")
+        caller, callee = servers()["ModelInfer"], servers()["BLS"]
+        assert callee.context.trace_id == caller.context.trace_id
+        assert callee.parent is not None
+        assert callee.attributes is not None and callee.attributes["model.name"] == "identity_fp32"
+        # The callee's execute span hangs under it, in the same trace.
+        assert {s.context.trace_id for s in executes()} == {caller.context.trace_id}

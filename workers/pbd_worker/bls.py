@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import threading
 import weakref
 from typing import Any
@@ -150,7 +151,7 @@ class BlsClient:
             out.correlation_id = correlation
         out.flags = request.flags()
         out.timeout_us = request.timeout()
-        out.traceparent = request.trace().get_context() or self._traceparent
+        out.traceparent = _traceparent(request.trace().get_context()) or self._traceparent
         for tensor in request.inputs():
             ref = out.inputs.add(
                 name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape()
@@ -235,6 +236,20 @@ class BlsClient:
         if reply.response.HasField("error"):
             raise TritonModelException(reply.response.error.message)
         return reply
+
+
+def _traceparent(context: str | None) -> str:
+    """The W3C traceparent in ``InferenceTrace.get_context()`` (Triton's JSON carrier, or a
+    bare traceparent a model built itself)."""
+    if not context:
+        return ""
+    if context.lstrip().startswith("{"):
+        try:
+            value = json.loads(context).get("traceparent", "")
+        except (ValueError, AttributeError):
+            return ""
+        return value if isinstance(value, str) else ""
+    return context
 
 
 def _code(name: str) -> str:
