@@ -42,8 +42,8 @@ TIMEOUT_MESSAGE = "Request timeout expired"
 # Triton's refusal of a non-decoupled BLS call to a decoupled model.
 _NOT_DECOUPLED_CALL = (
     "Model {model} is using the decoupled. The current BLS request call doesn't support "
-    "models using the decoupled transaction policy. Please use the 'decoupled=True' argument "
-    "to the 'exec' or 'async_exec' calls for decoupled models."
+    "models using the decoupled transaction policy. Please use 'decoupled=True' argument to "
+    "the 'exec' or 'async_exec' calls for decoupled models.'"
 )
 
 
