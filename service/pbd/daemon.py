@@ -17,6 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
+from pbd.bls import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
@@ -94,6 +95,7 @@ class Daemon:
             ),
             self.tracing,
         )
+        self.hub.bls = BlsService(self.dataplane)
         self.port = 0
         self._stop = asyncio.Event()
 
@@ -266,6 +268,7 @@ class Daemon:
             await http.stop()
         if metrics is not None:
             await metrics.stop()
+        await self.hub.bls.close()
         await self.repository.unload_all()
         await self.hub.close()
         remove_segments(

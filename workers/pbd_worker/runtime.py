@@ -28,6 +28,7 @@ import time
 from typing import Any, NoReturn
 
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.daemon_link import DaemonLink
@@ -85,6 +86,8 @@ class WorkerRuntime:
         self.finalizing = False  # finalize() started: a SIGTERM now must not run it again
         self.metrics = MetricsChannel(self.link.send, self.link.ask)
         state.metrics_channel = self.metrics
+        self.bls = BlsClient(self.link, SHM_DIR)
+        state.bls_executor, state.model_control = self.bls.exec, self.bls.control
 
     def _heartbeat(self, interval_s: float) -> None:
         watchdog = self.notify.watchdog_interval_s
@@ -147,6 +150,7 @@ class WorkerRuntime:
         if kind == "execute":
             assert self.executor is not None
             self.executor.release(list(message.execute.release))
+            self.bls.begin_batch(message.execute)
             try:
                 result = self.executor.run(message.execute)
             except MemoryError as exc:
@@ -155,6 +159,8 @@ class WorkerRuntime:
                 )
             except SystemExit as exc:
                 self._exit(_exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()")
+            finally:
+                self.bls.end_batch()
             self.executed += 1
             self.requests += len(message.execute.requests)
             self.send(wpb.WorkerToDaemon(result=result))
@@ -220,6 +226,7 @@ class WorkerRuntime:
         if self.executor is not None:
             self.executor.release(self.executor.held_batches())
         self.inputs.close()
+        self.bls.forget()
         self.link.forget_backlog()
 
     def _reconnect(self) -> bool:
@@ -271,6 +278,7 @@ class WorkerRuntime:
             outputs=self.outputs,
             loop=self.loop,
         )
+        self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.
         gc.collect()
         gc.freeze()
@@ -298,6 +306,7 @@ class WorkerRuntime:
         self.inputs = SegmentMap(shm_dir)
         self.outputs = self._output_arena(init, shm_dir)
         self.executor.rebind(self.inputs, self.outputs)
+        self.bls.bind(self.inputs, self.outputs)
         log.info("re-attached to a new daemon without re-initializing the model")
         return wpb.Initialized(adopted=True)
 
@@ -334,6 +343,7 @@ class WorkerRuntime:
 
     def close(self) -> None:
         self.inputs.close()
+        self.bls.callee_segments.close()
         if self.outputs is not None:
             self.outputs.close()
             self.outputs = None

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import struct
+from typing import Any
 
 from pbd.errors import unavailable
 from pbd_worker._proto import worker_pb2 as wpb
@@ -68,6 +69,8 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerConnection]]] = {}
+        # Where instances hand the BLS messages of their workers (a pbd.bls.BlsService).
+        self.bls: Any = None
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

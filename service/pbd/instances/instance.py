@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pbd.bls import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
@@ -263,6 +264,8 @@ class Instance:
                 self.readiness.answered(message.ready_reply)
             elif kind == "finalized":
                 log_finalized(self, message.finalized)
+            elif kind in BLS_KINDS and self.hub.bls is not None:
+                self.hub.bls.on_message(self, message)
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
 

@@ -44,6 +44,7 @@ class InstanceMemory:
             parameters_json=prepared.parameters_json,
             flags=prepared.flags,
             timeout_us=prepared.timeout_us,
+            bls_call=prepared.request.bls_call,
         )
         if isinstance(prepared.correlation_id, str):
             msg.correlation_id_str = prepared.correlation_id

@@ -33,7 +33,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent", "output_targets")
+    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent", "output_targets", "bls_call")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class Request(_message.Message):
     TIMEOUT_US_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    BLS_CALL_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     id: str
     inputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
@@ -56,7 +57,8 @@ class Request(_message.Message):
     timeout_us: int
     traceparent: str
     output_targets: _containers.RepeatedCompositeFieldContainer[OutputTarget]
-    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ...) -> None: ...
+    bls_call: int
+    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ..., bls_call: _Optional[int] = ...) -> None: ...
 
 class OutputTarget(_message.Message):
     __slots__ = ("name", "region", "offset", "byte_size")
@@ -336,8 +338,67 @@ class ReadyReply(_message.Message):
     hooked: bool
     def __init__(self, query: _Optional[int] = ..., ready: _Optional[bool] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., hooked: _Optional[bool] = ...) -> None: ...
 
+class BlsCall(_message.Message):
+    __slots__ = ("call_id", "model_name", "model_version", "request", "decoupled", "parents")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    DECOUPLED_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    model_name: str
+    model_version: int
+    request: Request
+    decoupled: bool
+    parents: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, call_id: _Optional[int] = ..., model_name: _Optional[str] = ..., model_version: _Optional[int] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., decoupled: _Optional[bool] = ..., parents: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BlsReply(_message.Message):
+    __slots__ = ("call_id", "response", "final", "ready")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    response: Response
+    final: bool
+    ready: bool
+    def __init__(self, call_id: _Optional[int] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., final: _Optional[bool] = ..., ready: _Optional[bool] = ...) -> None: ...
+
+class BlsDone(_message.Message):
+    __slots__ = ("call_ids",)
+    CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    call_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, call_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BlsControl(_message.Message):
+    __slots__ = ("call_id", "op", "model_name", "config", "files", "version", "unload_dependents")
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNLOAD_DEPENDENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    op: str
+    model_name: str
+    config: str
+    files: _containers.ScalarMap[str, bytes]
+    version: str
+    unload_dependents: bool
+    def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
+
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "auto_complete", "ready_query")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "auto_complete", "ready_query", "bls_reply")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -346,6 +407,7 @@ class DaemonToWorker(_message.Message):
     METRIC_REPLY_FIELD_NUMBER: _ClassVar[int]
     AUTO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     READY_QUERY_FIELD_NUMBER: _ClassVar[int]
+    BLS_REPLY_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
@@ -354,10 +416,11 @@ class DaemonToWorker(_message.Message):
     metric_reply: MetricReply
     auto_complete: AutoComplete
     ready_query: ReadyQuery
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ...) -> None: ...
+    bls_reply: BlsReply
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "auto_completed", "ready_reply")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -368,6 +431,9 @@ class WorkerToDaemon(_message.Message):
     EXITING_FIELD_NUMBER: _ClassVar[int]
     AUTO_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     READY_REPLY_FIELD_NUMBER: _ClassVar[int]
+    BLS_CALL_FIELD_NUMBER: _ClassVar[int]
+    BLS_DONE_FIELD_NUMBER: _ClassVar[int]
+    BLS_CONTROL_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
@@ -378,4 +444,7 @@ class WorkerToDaemon(_message.Message):
     exiting: Exiting
     auto_completed: AutoCompleted
     ready_reply: ReadyReply
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ...) -> None: ...
+    bls_call: BlsCall
+    bls_done: BlsDone
+    bls_control: BlsControl
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ...) -> None: ...

@@ -2,10 +2,10 @@
 
 One Unix stream socket, length-prefixed frames. Sends come from the main thread, the heartbeat
 thread and model threads, so they hold a lock and go out as one write each, preceded by the
-custom-metric updates buffered since the last one and the frames deferred until then (spans).
-A metric query (``ask``) waits for its reply: it reads frames itself when no one else is
-reading, keeping the others (a pipelined Execute, a Release) for the main loop, which reads
-with ``next``.
+custom-metric updates buffered since the last one, the frames of ``pending_frames`` and those
+deferred until then (spans). A metric query (``ask``) or a BLS call (``wait_reply``) waits for
+its reply: it reads frames itself when no one else is reading, keeping the others (a pipelined
+Execute, a Release) for the main loop, which reads with ``next``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ class DaemonLink:
         self.reader: SocketFrameReader | None = None
         self._send_lock = threading.Lock()
         self._deferred: list[bytes] = []  # frames that ride along with the next send
+        # More producers of frames that ride ahead of the next send (each returns a list).
+        self.pending_frames: list[Callable[[], list[wpb.WorkerToDaemon]]] = []
         # Frames read while waiting for a metric reply, and replies read by someone else.
         self._backlog: collections.deque[wpb.DaemonToWorker] = collections.deque()
         self._read_lock = threading.Lock()
-        self._replies: dict[int, wpb.MetricReply] = {}
+        self._replies: dict[tuple[str, int], collections.deque[wpb.DaemonToWorker]] = {}
         self._replied = threading.Condition()
 
     def connect(self) -> None:
@@ -57,6 +59,8 @@ class DaemonLink:
             if self.sock is None:
                 raise BrokenPipeError("not connected to the daemon")
             frames = [encode_frame(m.SerializeToString()) for m in messages]
+            for extra in self.pending_frames:  # e.g. BLS releases, ahead of everything
+                frames[:0] = [encode_frame(m.SerializeToString()) for m in extra()]
             updates = self.pending_updates()
             if updates is not None:
                 frames.insert(
@@ -77,15 +81,17 @@ class DaemonLink:
     # -- reading -------------------------------------------------------------------------------
 
     def _read_one(self) -> wpb.DaemonToWorker | None:
-        """One frame (caller holds the read lock); a metric reply is filed, not returned."""
+        """One frame (caller holds the read lock); a reply someone waits for is filed, not
+        returned."""
         reader = self.reader
         frame = reader.read() if reader is not None else None
         if frame is None:
             return None
         message = wpb.DaemonToWorker.FromString(frame)
-        if message.WhichOneof("kind") == "metric_reply":
+        key = _reply_key(message)
+        if key is not None:
             with self._replied:
-                self._replies[message.metric_reply.query] = message.metric_reply
+                self._replies.setdefault(key, collections.deque()).append(message)
                 self._replied.notify_all()
         return message
 
@@ -93,20 +99,26 @@ class DaemonLink:
         while True:
             with self._read_lock:
                 message = self._backlog.popleft() if self._backlog else self._read_one()
-            if message is None or message.WhichOneof("kind") != "metric_reply":
+            if message is None or _reply_key(message) is None:
                 return message
 
     def ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:
-        """Send a metric query and wait for its reply. On the thread running the model the
-        main loop is not reading, so read here; another thread may find the main loop
-        reading, and then waits for it to file the reply."""
-        query = updates.query
+        """Send a metric query and wait for its reply."""
         self.send(wpb.WorkerToDaemon(metrics=updates))
+        return self.wait_reply(("metric_reply", updates.query)).metric_reply
+
+    def wait_reply(self, key: tuple[str, int]) -> wpb.DaemonToWorker:
+        """The next reply filed under ``key`` (a metric query, a BLS call). On the thread
+        running the model the main loop is not reading, so read here; another thread may find
+        the main loop (or another waiter) reading, and then waits for it to file the reply."""
         while True:
             with self._replied:
-                reply = self._replies.pop(query, None)
-            if reply is not None:
-                return reply
+                queue = self._replies.get(key)
+                if queue:
+                    reply = queue.popleft()
+                    if not queue:
+                        del self._replies[key]
+                    return reply
             if self._read_lock.acquire(timeout=0.05):
                 try:
                     message = self._read_one()
@@ -114,12 +126,21 @@ class DaemonLink:
                     self._read_lock.release()
                 if message is None:
                     raise RuntimeError("the daemon closed the connection")
-                if message.WhichOneof("kind") != "metric_reply":
+                if _reply_key(message) is None:
                     self._backlog.append(message)
             else:
                 with self._replied:
-                    self._replied.wait_for(lambda: query in self._replies, timeout=0.05)
+                    self._replied.wait_for(lambda: key in self._replies, timeout=0.05)
 
     def forget_backlog(self) -> None:
         """The daemon is gone: frames it sent earlier are void."""
         self._backlog.clear()
+
+
+def _reply_key(message: wpb.DaemonToWorker) -> tuple[str, int] | None:
+    kind = message.WhichOneof("kind")
+    if kind == "metric_reply":
+        return kind, message.metric_reply.query
+    if kind == "bls_reply":
+        return kind, message.bls_reply.call_id
+    return None

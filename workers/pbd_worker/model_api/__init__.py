@@ -29,6 +29,7 @@ from pbd_worker.model_api.helpers import (
 from pbd_worker.model_api.logger import Logger
 from pbd_worker.model_api.metrics import Metric, MetricFamily, MetricKind
 from pbd_worker.model_api.model_config import ModelConfig
+from pbd_worker.model_api.model_control import is_model_ready, load_model, unload_model
 from pbd_worker.model_api.request import (
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -68,9 +69,12 @@ __all__ = [
     "get_model_dir",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
     "numpy_to_triton_type",
     "serialize_byte_tensor",
     "triton_string_to_numpy",
     "triton_to_numpy_type",
+    "unload_model",
     "using_decoupled_model_transaction_policy",
 ]

@@ -21,6 +21,9 @@ BlsExecutor = Callable[["InferenceRequest", bool], Any]
 ResponseSenderFactory = Callable[["InferenceRequest"], Any]
 
 bls_executor: BlsExecutor | None = None
+# ``model_control(op, model_name, **fields)``: load_model / unload_model / is_model_ready
+# (``pbd_worker.bls.BlsClient.control``); returns the daemon's reply, raises on its error.
+model_control: Callable[..., Any] | None = None
 # The worker runtime's ``pbd_worker.metrics.MetricsChannel`` (custom metrics).
 metrics_channel: Any = None
 response_sender_factory: ResponseSenderFactory | None = None

@@ -1,0 +1,268 @@
+"""BLS in the daemon: run the calls models make (``InferenceRequest.exec``) and their
+``load_model`` / ``unload_model`` / ``is_model_ready``.
+
+A ``BlsCall`` names its inputs in the caller's segments; they become an ``InferRequest`` whose
+input data are views of those bytes, and the call runs through ``DataPlane.infer`` like any
+client request (validation, the model's queue, one of its instances; the inputs are copied
+once, into the callee's arena, as a client's bytes are). The reply names the callee's outputs
+where they lie (the callee worker's segments, or the callee's arena for an output that is its
+input): the caller maps them. The ``InferResult`` stays held, so those blocks stay allocated,
+until the caller sends ``BlsDone`` for the call (or goes away).
+
+Timeouts (``timeout`` µs on the request) are enforced here: past it the call is answered with
+Triton's queue-timeout error and the callee's result, if it comes later, is dropped. Deadlocks
+(a call no instance can ever take, because every instance of the callee waits on it, directly
+or through other calls) are found by ``pbd.bls_deadlock`` when a call is made, and answered
+with an error instead of queueing forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pbd.bls_deadlock import Waiter, WaitGraph
+from pbd.errors import Code, PbdError
+from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
+from pbd_worker._proto import worker_pb2 as wpb
+
+if TYPE_CHECKING:
+    from pbd.dataplane import DataPlane
+    from pbd.instances.instance import Instance
+
+log = logging.getLogger("pbd.bls")
+KINDS = frozenset({"bls_call", "bls_done", "bls_control"})
+TIMEOUT_MESSAGE = "Request timeout expired"
+# Triton's refusal of a non-decoupled BLS call to a decoupled model.
+_NOT_DECOUPLED_CALL = (
+    "Model {model} is using the decoupled. The current BLS request call doesn't support "
+    "models using the decoupled transaction policy. Please use 'decoupled=True' argument to "
+    "the 'exec' or 'async_exec' calls for decoupled models.'"
+)
+
+
+class BlsService:
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dp = dataplane
+        self.graph = WaitGraph(self._instances_of)
+        # (caller, call id) -> the callee's result, held until the caller is done with it
+        self._held: dict[tuple[Instance, int], InferResult] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._watched: set[Instance] = set()
+
+    # -- from an instance's reader ------------------------------------------------------------
+
+    def on_message(self, caller: Instance, message: wpb.WorkerToDaemon) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "bls_done":
+            for call_id in message.bls_done.call_ids:
+                self._release(caller, call_id)
+            return
+        if caller not in self._watched:
+            self._watched.add(caller)
+            self._spawn(self._forget_when_gone(caller))
+        if kind == "bls_call":
+            self._spawn(self._call(caller, message.bls_call))
+        elif kind == "bls_control":
+            self._spawn(self._control(caller, message.bls_control))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _release(self, caller: Instance, call_id: int) -> None:
+        result = self._held.pop((caller, call_id), None)
+        if result is not None:
+            result.release()
+
+    async def _forget_when_gone(self, caller: Instance) -> None:
+        """A caller that died (or stopped) will send no BlsDone: release what it held."""
+        while caller.state.value in ("STARTING", "READY"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(caller.died.wait(), 1.0)
+        self._watched.discard(caller)
+        self.graph.forget_instance(caller)
+        for key in [k for k in self._held if k[0] is caller]:
+            self._release(*key)
+
+    def _reply(self, caller: Instance, reply: wpb.BlsReply) -> None:
+        if caller.conn is not None:
+            with contextlib.suppress(PbdError, ConnectionError):
+                caller.conn.send(wpb.DaemonToWorker(bls_reply=reply))
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def _call(self, caller: Instance, call: wpb.BlsCall) -> None:
+        response = wpb.Response()
+        began = time.time_ns()
+        trace = None
+        waiter = self.graph.add_call(caller, call.model_name, list(call.parents))
+        try:
+            request = self._request(caller, call)
+            request.bls_call = waiter.gid
+            runtime = self.dp.repository.lookup(request.model_name, request.model_version)
+            if runtime.config.decoupled:
+                raise PbdError(
+                    Code.UNSUPPORTED,
+                    _NOT_DECOUPLED_CALL.format(model=call.model_name)
+                    if not call.decoupled
+                    else f"BLS to the decoupled model '{call.model_name}' is not supported by "
+                    "this pbd version: it needs the streaming path (decoupled models)",
+                )
+            traceparent = call.request.traceparent or None
+            trace = self.dp.start_trace(request, "BLS", began, lambda: traceparent, "bls")
+            request.trace = trace
+            self.graph.check()
+            infer = asyncio.ensure_future(self.dp.infer(request))
+            result = await self._await(infer, waiter, call.request.timeout_us)
+            if caller not in self._watched:  # the caller went away meanwhile
+                result.release()
+                raise PbdError(Code.UNAVAILABLE, f"{caller.describe()} is gone")
+            self._held[(caller, call.call_id)] = result
+            self._describe(result, response)
+            if trace is not None:
+                trace.finish()
+        except PbdError as exc:
+            del response.outputs[:]
+            response.error.CopyFrom(wpb.Error(code=exc.code.value, message=exc.message))
+            if trace is not None:
+                trace.finish(2, exc.message)
+        except Exception as exc:  # noqa: BLE001 - a bad call must not hurt the daemon
+            log.exception("BLS call from %s failed", caller.describe())
+            response.error.CopyFrom(wpb.Error(code="INTERNAL", message=f"BLS call failed: {exc}"))
+        finally:
+            self.graph.remove_call(waiter)
+        self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response, final=True))
+
+    async def _await(
+        self, infer: asyncio.Future[InferResult], waiter: Waiter, timeout_us: int
+    ) -> InferResult:
+        """The result, or the error of a timeout or of a deadlock found while waiting."""
+        timeout = timeout_us / 1e6 if timeout_us else None
+        done, _ = await asyncio.wait({infer, waiter.refused}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if infer in done:
+            return infer.result()
+        infer.cancel()
+        with contextlib.suppress(BaseException):
+            result = await infer  # a result that raced the cancel is released
+            result.release()
+        if waiter.refused in done:
+            raise waiter.refused.result()
+        raise PbdError(Code.UNAVAILABLE, TIMEOUT_MESSAGE)
+
+    def _request(self, caller: Instance, call: wpb.BlsCall) -> InferRequest:
+        msg = call.request
+        params: dict[str, Any] = json.loads(msg.parameters_json) if msg.parameters_json else {}
+        which = msg.WhichOneof("correlation")
+        correlation: int | str = (
+            msg.correlation_id_str if which == "correlation_id_str" else msg.correlation_id
+        )
+        if correlation:
+            params["sequence_id"] = correlation
+        if msg.flags & 1:
+            params["sequence_start"] = True
+        if msg.flags & 2:
+            params["sequence_end"] = True
+        if msg.timeout_us:
+            params["timeout"] = msg.timeout_us
+        return InferRequest(
+            model_name=call.model_name,
+            model_version="" if call.model_version < 0 else str(call.model_version),
+            id=msg.id,
+            inputs=[
+                InputTensor(ref.name, ref.datatype, tuple(ref.shape), _caller_view(caller, ref))
+                for ref in msg.inputs
+            ],
+            outputs=[RequestedOutput(name) for name in msg.requested_outputs],
+            parameters=params,
+        )
+
+    def _describe(self, result: InferResult, response: wpb.Response) -> None:
+        if result.parameters:
+            response.parameters_json = json.dumps(result.parameters)
+        for out in result.outputs:
+            ref = response.outputs.add(name=out.name, datatype=out.datatype, shape=out.shape)
+            ref.nbytes = len(out.data)
+            if ref.nbytes:
+                ref.region, ref.offset = self._locate(out.data)
+
+    def _locate(self, data: memoryview) -> tuple[str, int]:
+        """The segment (of any instance: the callee's outputs, or its arena) holding ``data``."""
+        address = int(np.frombuffer(data, np.uint8).__array_interface__["data"][0])
+        for instance in self._all_instances():
+            memory = instance.memory
+            for segment in [*memory.arena.segments, *memory.worker_segments.segments.values()]:
+                if segment.address <= address < segment.address + segment.size:
+                    return segment.name, address - segment.address
+        raise PbdError(Code.INTERNAL, "BLS: an output of the callee lies in no known segment")
+
+    def _all_instances(self) -> list[Instance]:
+        return [
+            instance
+            for entry in self.dp.repository.entries.values()
+            for runtime in entry.versions.values()
+            for instance in runtime.instances()
+        ]
+
+    def _instances_of(self, model: str) -> list[Instance]:
+        entry = self.dp.repository.entries.get(model)
+        if entry is None:
+            return []
+        return [
+            i
+            for runtime in entry.versions.values()
+            if runtime.serving
+            for i in runtime.instances()
+            if i.state.value == "READY" and not i.draining
+        ]
+
+    # -- model control ----------------------------------------------------------------------------
+
+    async def _control(self, caller: Instance, msg: wpb.BlsControl) -> None:
+        reply = wpb.BlsReply(call_id=msg.call_id, final=True)
+        try:
+            if msg.op == "ready":
+                reply.ready = self.dp.model_ready(msg.model_name, msg.version)
+            elif msg.op == "load":
+                params: dict[str, tuple[str | None, Any]] = {}
+                if msg.config:
+                    params["config"] = ("string_param", msg.config)
+                for key, value in msg.files.items():
+                    params[key] = ("bytes_param", value)
+                await self.dp.load_model("", msg.model_name, params)
+            elif msg.op == "unload":
+                flag = {"unload_dependents": ("bool_param", True)} if msg.unload_dependents else {}
+                await self.dp.unload_model("", msg.model_name, flag)
+            else:
+                raise PbdError(Code.INVALID_ARG, f"unknown model-control operation {msg.op!r}")
+        except PbdError as exc:
+            reply.response.error.CopyFrom(wpb.Error(code=exc.code.value, message=exc.message))
+        self._reply(caller, reply)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for key in list(self._held):
+            self._release(*key)
+
+
+def _caller_view(caller: Instance, ref: wpb.TensorRef) -> memoryview:
+    """The bytes of a BLS input, in the caller's own segments or the daemon's for it."""
+    if not ref.nbytes:
+        return memoryview(b"")
+    memory = caller.memory
+    own = memory.arena.find(ref.region)
+    if own is not None:
+        return own.view(ref.offset, ref.nbytes)
+    try:
+        return memory.worker_segments.view(ref.region, ref.offset, ref.nbytes)
+    except (ValueError, OSError) as exc:
+        raise PbdError(Code.INVALID_ARG, f"BLS input '{ref.name}': {exc}") from None

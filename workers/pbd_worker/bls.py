@@ -1,0 +1,257 @@
+"""BLS in the worker: ``InferenceRequest.exec()`` and the model-control functions.
+
+A call goes to the daemon as a ``BlsCall`` of descriptors. Inputs that already lie in a segment
+the daemon owns for this instance (the request's own inputs, passed through) are named as they
+are; any other input is written once into this worker's output arena and held until the reply.
+The daemon runs the call through its normal path (validation, queue, an instance of the callee)
+and replies with descriptors of the callee's outputs, in the callee's segments. They are mapped
+here (a map of their own, so an output the model returns as its own is copied into our arena,
+never aliased to another instance's block) and handed to the model as read-only arrays.
+
+The callee's blocks stay allocated until the model drops every array of the call: each output
+is one read-only uint8 "owner" array that the tensors are views of, and a ``weakref.finalize``
+on it notes the call as done. Done calls ride ahead of the next frame the worker sends (the
+next BLS call, the batch's result, a heartbeat) as ``BlsDone``. Finalizers may run in any
+thread, even inside a send, so they only append to a deque.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.daemon_link import DaemonLink
+from pbd_worker.ipc.shm import Arena, Block, SegmentMap
+from pbd_worker.model_api.errors import TritonError, TritonModelException
+from pbd_worker.model_api.request import InferenceRequest
+from pbd_worker.model_api.response import InferenceResponse
+from pbd_worker.model_api.tensor import Tensor
+
+_NOT_IN_EXECUTE = "BLS is only supported during the 'execute' function."
+
+
+class _Call:
+    """What one call holds on this side: input blocks, and how many output owners live."""
+
+    def __init__(self, call_id: int) -> None:
+        self.call_id = call_id
+        self.blocks: list[Block] = []
+        self.live = 0
+        self.final = False
+        self.noted = False
+
+
+class ResponseIterator:
+    """``exec(decoupled=True)``: the call's responses, in order; ends after the final one."""
+
+    def __init__(self, client: BlsClient, call: _Call) -> None:
+        self._client = client
+        self._call = call
+        self._cancelled = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._call.final or self._cancelled:
+            raise StopIteration
+        return self._client._next_response(self._call)
+
+    def cancel(self) -> None:
+        """Stop taking responses; those not read yet are dropped (the callee is not decoupled
+        in this pbd version, so its single response is already complete)."""
+        if not self._cancelled and not self._call.final:
+            self._cancelled = True
+            while not self._call.final:
+                self._client._next_response(self._call)
+
+
+class BlsClient:
+    def __init__(self, link: DaemonLink, shm_dir: str) -> None:
+        self.link = link
+        self.shm_dir = shm_dir
+        self.callee_segments = SegmentMap(shm_dir)
+        self.inputs: SegmentMap | None = None  # the daemon's segments for this instance
+        self.arena: Arena | None = None  # ours (the executor's output arena)
+        self._ids = itertools.count(1)
+        self._done: collections.deque[int] = collections.deque()
+        self._calls: dict[int, _Call] = {}
+        self._lock = threading.Lock()  # arena allocations from concurrent async_exec threads
+        self._parents: list[int] = []
+        self._traceparent = ""
+        self.executing = False
+        link.pending_frames.append(self._take_done)
+
+    # -- hooks the runtime calls -------------------------------------------------------------
+
+    def bind(self, inputs: SegmentMap, arena: Arena) -> None:
+        """This instance's segments (after initialize, and anew after re-attaching)."""
+        self.inputs, self.arena = inputs, arena
+        self.callee_segments.close()
+        self.callee_segments = SegmentMap(inputs.shm_dir)
+
+    def begin_batch(self, execute: wpb.Execute) -> None:
+        self._parents = [r.bls_call for r in execute.requests if r.bls_call]
+        self._traceparent = next((r.traceparent for r in execute.requests if r.traceparent), "")
+        self.executing = True
+
+    def end_batch(self) -> None:
+        self.executing = False
+
+    def forget(self) -> None:
+        """The daemon is gone: what it held for our calls is void."""
+        self._calls.clear()
+        self._done.clear()
+        self.callee_segments.close()
+
+    def _take_done(self) -> list[wpb.WorkerToDaemon]:
+        ids: list[int] = []
+        while self._done:
+            ids.append(self._done.popleft())
+        return [wpb.WorkerToDaemon(bls_done=wpb.BlsDone(call_ids=ids))] if ids else []
+
+    # -- exec --------------------------------------------------------------------------------
+
+    def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
+        if not self.executing:
+            raise TritonModelException(_NOT_IN_EXECUTE)
+        call = _Call(next(self._ids))
+        message = wpb.BlsCall(
+            call_id=call.call_id,
+            model_name=request.model_name(),
+            model_version=request.model_version(),
+            decoupled=decoupled,
+            parents=self._parents,
+        )
+        self._describe(request, message.request, call)
+        self._calls[call.call_id] = call
+        self.link.send(wpb.WorkerToDaemon(bls_call=message))
+        if decoupled:
+            return ResponseIterator(self, call)
+        response = self._next_response(call)
+        while not call.final:  # a non-decoupled call has exactly one response
+            self._next_response(call)
+        return response
+
+    def _describe(self, request: InferenceRequest, out: wpb.Request, call: _Call) -> None:
+        out.id = request.request_id()
+        out.requested_outputs.extend(sorted(request.requested_output_names()))
+        out.parameters_json = request.parameters()
+        correlation = request.correlation_id()
+        if isinstance(correlation, str):
+            out.correlation_id_str = correlation
+        else:
+            out.correlation_id = correlation
+        out.flags = request.flags()
+        out.timeout_us = request.timeout()
+        out.traceparent = _traceparent(request.trace().get_context()) or self._traceparent
+        for tensor in request.inputs():
+            ref = out.inputs.add(
+                name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape()
+            )
+            nbytes = tensor._wire_nbytes()
+            ref.nbytes = nbytes
+            if nbytes:
+                ref.region, ref.offset = self._place(tensor, nbytes, call)
+
+    def _place(self, tensor: Tensor, nbytes: int, call: _Call) -> tuple[str, int]:
+        """Where the daemon finds the input's bytes: in place when they lie in one of the
+        daemon's segments for us (not a client's region, which it would not resolve), else in
+        a block of our arena written now."""
+        array = tensor._array_or_none()
+        if self.inputs is not None and array is not None and array.flags.c_contiguous:
+            found = self.inputs.locate(int(array.__array_interface__["data"][0]), nbytes)
+            if found is not None and "#" not in found[0].name:
+                return found[0].name, found[1]
+        if self.arena is None:
+            raise TritonModelException(_NOT_IN_EXECUTE)
+        with self._lock:
+            block = self.arena.allocate(nbytes)
+        call.blocks.append(block)
+        tensor._write_into(block.view())
+        return block.segment.name, block.offset
+
+    def _next_response(self, call: _Call) -> InferenceResponse:
+        reply = self.link.wait_reply(("bls_reply", call.call_id)).bls_reply
+        if reply.final:
+            call.final = True
+            self._free_inputs(call)
+        response = self._response(reply.response, call)
+        if call.final:
+            self._maybe_done(call)
+        return response
+
+    def _free_inputs(self, call: _Call) -> None:
+        if call.blocks and self.arena is not None:
+            with self._lock:
+                for block in call.blocks:
+                    self.arena.free(block)
+        call.blocks.clear()
+
+    def _response(self, msg: wpb.Response, call: _Call) -> InferenceResponse:
+        if msg.HasField("error"):
+            return InferenceResponse(error=TritonError(msg.error.message, _code(msg.error.code)))
+        tensors = [self._tensor(ref, call) for ref in msg.outputs]
+        response = InferenceResponse(output_tensors=tensors)
+        if msg.parameters_json:
+            response._parameters_json = msg.parameters_json
+        return response
+
+    def _tensor(self, ref: wpb.TensorRef, call: _Call) -> Tensor:
+        if not ref.nbytes:
+            return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(b""))
+        view = self.callee_segments.view(ref.region, ref.offset, ref.nbytes)
+        owner = np.frombuffer(view, dtype=np.uint8)
+        owner.flags.writeable = False
+        call.live += 1
+        weakref.finalize(owner, self._owner_gone, call)
+        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(owner))
+
+    def _owner_gone(self, call: _Call) -> None:
+        call.live -= 1
+        self._maybe_done(call)
+
+    def _maybe_done(self, call: _Call) -> None:
+        if call.final and call.live <= 0 and not call.noted:
+            call.noted = True
+            self._calls.pop(call.call_id, None)
+            self._done.append(call.call_id)
+
+    # -- model control -------------------------------------------------------------------------
+
+    def control(self, op: str, model_name: str, **fields: Any) -> wpb.BlsReply:
+        if not isinstance(model_name, str) or not model_name:
+            raise TritonModelException("model_name must be a non-empty str")
+        call_id = next(self._ids)
+        message = wpb.BlsControl(call_id=call_id, op=op, model_name=model_name, **fields)
+        self.link.send(wpb.WorkerToDaemon(bls_control=message))
+        reply = self.link.wait_reply(("bls_reply", call_id)).bls_reply
+        if reply.response.HasField("error"):
+            raise TritonModelException(reply.response.error.message)
+        return reply
+
+
+def _traceparent(context: str | None) -> str:
+    """The W3C traceparent in ``InferenceTrace.get_context()`` (Triton's JSON carrier, or a
+    bare traceparent a model built itself)."""
+    if not context:
+        return ""
+    if context.lstrip().startswith("{"):
+        try:
+            value = json.loads(context).get("traceparent", "")
+        except (ValueError, AttributeError):
+            return ""
+        return value if isinstance(value, str) else ""
+    return context
+
+
+def _code(name: str) -> str:
+    known = {c for c in dir(TritonError) if c.isupper()}
+    return name if name in known else TritonError.INTERNAL
