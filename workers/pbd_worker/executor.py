@@ -5,22 +5,27 @@ output is written once into the worker's output arena, except when the model ret
 array that already lies inside a mapped segment (an identity model returning its input): then
 the descriptor points at those bytes and nothing is copied. Output blocks stay allocated until
 the daemon sends ``Release`` for the batch.
+
+Requests may also be answered with the response sender (``pbd_worker.streaming``), from
+other threads: the arena and the segment map are used under ``lock``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
-from pbd_worker.model_api.errors import TritonError
+from pbd_worker.model_api.errors import TritonError, TritonModelException
 from pbd_worker.model_api.request import InferenceRequest, InferenceTrace
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
+from pbd_worker.streaming import LiveRequests
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing
@@ -47,6 +52,7 @@ class BatchExecutor:
         inputs: SegmentMap,
         outputs: Arena,
         loop: asyncio.AbstractEventLoop,
+        live: LiveRequests | None = None,
     ) -> None:
         self.model = model
         self.instance_name = instance_name
@@ -56,6 +62,9 @@ class BatchExecutor:
         self.outputs = outputs
         self.loop = loop
         self._held: dict[int, list[Block]] = {}
+        self.lock = threading.Lock()
+        self.live = live if live is not None else LiveRequests(lambda *m: None, False)
+        self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
         self.tracing: WorkerTracing | None = None
 
@@ -83,9 +92,22 @@ class BatchExecutor:
         return list(self._held)
 
     def release(self, batch_ids: list[int]) -> None:
-        for batch_id in batch_ids:
-            for block in self._held.pop(batch_id, ()):
-                self.outputs.free(block)
+        with self.lock:
+            for batch_id in batch_ids:
+                for block in self._held.pop(batch_id, ()):
+                    self.outputs.free(block)
+
+    def hold(self, held_id: int, blocks: list[Block]) -> None:
+        with self.lock:
+            self._held[held_id] = blocks
+
+    def build_response(
+        self, msg: wpb.Request, request: InferenceRequest, response: InferenceResponse,
+        held: list[Block],
+    ) -> wpb.Response:  # fmt: skip
+        """A response's descriptor, its outputs written into the arena (any thread)."""
+        with self.lock:
+            return self._response(msg, request, response, held)
 
     def _request(self, msg: wpb.Request) -> InferenceRequest:
         tensors = [
@@ -119,9 +141,14 @@ class BatchExecutor:
         ids = [r.request_id for r in execute.requests]
         began = time.perf_counter_ns()
         try:
-            requests = [self._request(r) for r in execute.requests]
+            with self.lock:
+                requests = [self._request(r) for r in execute.requests]
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
+            for request_id in ids:
+                self.live.done(request_id)
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
+        for msg, request in zip(execute.requests, requests, strict=True):
+            self.live.start(msg, request)
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
         tracing = self._tracing_for(execute)
@@ -148,25 +175,80 @@ class BatchExecutor:
             code = "INTERNAL"
             if isinstance(exc, TritonError):
                 code = exc._code_name()
-            return self._fail_all(result, ids, _error(code, message, tb))
+            return self._fail_open(result, requests, _error(code, message, tb))
         executed = time.perf_counter_ns()
         result.infer_ns = executed - inputs_done
-        problem = self._check_responses(responses, len(requests))
+        problem = self._check_returned(responses, requests)
         if problem:
-            return self._fail_all(result, ids, _error("INTERNAL", problem))
+            return self._fail_open(result, requests, _error("INTERNAL", self._failed(problem)))
         held: list[Block] = []
-        for request_msg, request, response in zip(
-            execute.requests, requests, responses, strict=True
-        ):
-            result.responses.append(self._response(request_msg, request, response, held))
-        if held:
-            self._held[execute.batch_id] = held
+        with self.lock:
+            for request_msg, request, response in zip(
+                execute.requests, requests, responses or [None] * len(requests), strict=True
+            ):
+                if response is None:  # answered with the response sender
+                    result.responses.append(wpb.Response(request_id=request_msg.request_id,
+                                                         streamed=True))  # fmt: skip
+                    continue
+                self.live.done(request_msg.request_id)
+                result.responses.append(self._response(request_msg, request, response, held))
+            if held:
+                self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
         if tracing is not None:
             end = time.time_ns()
             for traceparent in traceparents:
                 if traceparent:
                     tracing.record("output_copy", traceparent, end - result.output_ns, end)
+        return result
+
+    def _failed(self, text: str) -> str:
+        return f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
+
+    def _check_returned(self, responses: Any, requests: list[InferenceRequest]) -> str | None:
+        """What is wrong with what execute returned (Triton's checks and messages), else None.
+        Decoupled: must be None. Default: one entry per request, None only for a request its
+        response sender answers; a returned response counts as a send with the final flag."""
+        if self.live.decoupled:
+            if responses is None:
+                return None
+            return (
+                f"Python model '{self.instance_name}' is using the decoupled mode and the "
+                "execute function must return None."
+            )
+        problem = self._check_responses(responses, len(requests))
+        if problem:
+            return problem
+        for request, response in zip(requests, responses, strict=True):
+            sender = request._response_sender
+            if response is None and sender is None:
+                return (
+                    "Expected an 'InferenceResponse' object in the execute function return "
+                    "list, found type 'NoneType'."
+                )
+            try:
+                if response is not None and sender is not None:
+                    sender._account_returned(response)
+            except TritonModelException as exc:
+                return exc.message()
+        return None
+
+    def _fail_open(
+        self, result: wpb.ExecuteResult, requests: list[InferenceRequest], error: wpb.Error
+    ) -> wpb.ExecuteResult:
+        """Fail every request not answered yet; close every response sender (as Triton)."""
+        del result.responses[:]
+        for request in requests:
+            request_id = request._uid  # type: ignore[attr-defined]
+            sender = request._response_sender
+            finished = sender is not None and sender._is_closed
+            if sender is not None:
+                sender._close()
+            self.live.done(request_id)
+            if finished:
+                result.responses.append(wpb.Response(request_id=request_id, streamed=True))
+            else:
+                result.responses.append(wpb.Response(request_id=request_id, error=error))
         return result
 
     @staticmethod
@@ -180,6 +262,8 @@ class BatchExecutor:
                 f"{count}, and InferenceResponse(s) size is:{len(responses)}\n"
             )
         for response in responses:
+            if response is None:
+                continue  # the caller checks that a response sender answers it
             if not isinstance(response, InferenceResponse):
                 return (
                     "Expected an 'InferenceResponse' object in the execute function return "
