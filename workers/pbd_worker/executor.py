@@ -147,12 +147,17 @@ class BatchExecutor:
             for request_id in ids:
                 self.live.done(request_id)
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
-        for msg, request in zip(execute.requests, requests, strict=True):
+        msgs = list(execute.requests)
+        for msg, request in zip(msgs, requests, strict=True):
             self.live.start(msg, request)
+        if any(r.is_cancelled() for r in requests):
+            msgs, requests = self._drop_cancelled(result, msgs, requests)
+            if not requests:
+                return result
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
         tracing = self._tracing_for(execute)
-        traceparents = [r.traceparent for r in execute.requests]
+        traceparents = [r.traceparent for r in msgs]
         span: Any = (
             tracing.execute_span(traceparents, len(requests))
             if tracing is not None
@@ -184,7 +189,7 @@ class BatchExecutor:
         held: list[Block] = []
         with self.lock:
             for request_msg, request, response in zip(
-                execute.requests, requests, responses or [None] * len(requests), strict=True
+                msgs, requests, responses or [None] * len(requests), strict=True
             ):
                 if response is None:  # answered with the response sender
                     result.responses.append(wpb.Response(request_id=request_msg.request_id,
@@ -201,6 +206,22 @@ class BatchExecutor:
                 if traceparent:
                     tracing.record("output_copy", traceparent, end - result.output_ns, end)
         return result
+
+    def _drop_cancelled(
+        self, result: wpb.ExecuteResult, msgs: list[wpb.Request], requests: list[InferenceRequest]
+    ) -> tuple[list[wpb.Request], list[InferenceRequest]]:
+        """Requests cancelled while they waited in this worker's pipeline do not run (as a
+        cancelled request in Triton's queue); the rest of the batch does."""
+        kept: tuple[list[wpb.Request], list[InferenceRequest]] = ([], [])
+        for msg, request in zip(msgs, requests, strict=True):
+            if request.is_cancelled():
+                self.live.done(msg.request_id)
+                error = _error("CANCELLED", "the request was cancelled before it ran")
+                result.responses.append(wpb.Response(request_id=msg.request_id, error=error))
+            else:
+                kept[0].append(msg)
+                kept[1].append(request)
+        return kept
 
     def _failed(self, text: str) -> str:
         return f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
@@ -237,7 +258,6 @@ class BatchExecutor:
         self, result: wpb.ExecuteResult, requests: list[InferenceRequest], error: wpb.Error
     ) -> wpb.ExecuteResult:
         """Fail every request not answered yet; close every response sender (as Triton)."""
-        del result.responses[:]
         for request in requests:
             request_id = request._uid  # type: ignore[attr-defined]
             sender = request._response_sender

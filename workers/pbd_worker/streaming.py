@@ -69,6 +69,7 @@ class LiveRequests:
     def done(self, request_id: int) -> None:
         with self._lock:
             self._live.pop(request_id, None)
+            self._pending.discard(request_id)
 
     def forget_all(self) -> None:
         """The daemon is gone: nothing is pending or live any more."""
