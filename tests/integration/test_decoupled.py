@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from pbd_harness import TEST_MODELS, Daemon, error_of, make_repository, running_daemon
 from streaming_helpers import (
     STREAM_MODELS,
@@ -22,6 +20,7 @@ from streaming_helpers import (
     repeat_inputs,
     text,
 )
+from traffic import gated_inputs
 
 FINAL_TEXT = "TritonModelException: Unable to send response. "
 
@@ -221,6 +220,5 @@ def test_daemon_keeps_serving_after_the_misuse(daemon: Daemon) -> None:
     with open_stream(daemon) as (client, answers):
         client.async_stream_infer("repeat_decoupled", repeat_inputs([3, 3]), request_id="again")
         assert [v for v, _, _ in repeat_values(answers.take(2))] == [3, 3]
-    result = daemon.client().infer("gated", [grpcclient.InferInput("ID", [1], "INT32")
-                                             .set_data_from_numpy(np.array([5], np.int32))])  # fmt: skip
+    result = daemon.client().infer("gated", gated_inputs(5))
     assert int(result.as_numpy("ID")[0]) == 5
