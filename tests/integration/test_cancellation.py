@@ -20,8 +20,14 @@ from pbd_harness import (
     running_daemon,
     wait_until,
 )
-from streaming_helpers import STREAM_MODELS, STREAM_TIMEOUT_S, mode_input, open_stream
-from streaming_helpers import probe_inputs, repeat_inputs
+from streaming_helpers import (
+    STREAM_MODELS,
+    STREAM_TIMEOUT_S,
+    mode_input,
+    open_stream,
+    probe_inputs,
+    repeat_inputs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +106,7 @@ def test_closing_a_stream_cancels_a_decoupled_request(daemon: Daemon, tmp_path: 
     appears(tmp_path / "cancelled-7", "the model's sender to see the cancellation")
     with open_stream(daemon) as (stream, answers):
         stream.async_stream_infer("repeat_decoupled", repeat_inputs([5]))
-        (result, error), = answers.take(1)
+        ((result, error),) = answers.take(1)
     assert error is None and int(result.as_numpy("OUT")[0]) == 5
 
 

@@ -74,7 +74,7 @@ def test_zero_responses_then_the_final_flag(daemon: Daemon) -> None:
         client.async_stream_infer(
             "repeat_decoupled", repeat_inputs([]), request_id="z", enable_empty_final_response=True
         )
-        (result, error), = answers.take(1)
+        ((result, error),) = answers.take(1)
     assert error is None and final_flag(result) and list(result.get_response().outputs) == []
 
 
@@ -138,7 +138,7 @@ def test_send_without_response_or_final_flag_is_refused(daemon: Daemon) -> None:
 def test_decoupled_execute_must_return_none(daemon: Daemon) -> None:
     with open_stream(daemon) as (client, answers):
         client.async_stream_infer("decoupled_misuse", mode_input("return_responses"))
-        (result, error), = answers.take(1)
+        ((result, error),) = answers.take(1)
     assert result is None
     assert str(error) == (
         "Failed to process the request(s) for model 'decoupled_misuse_0_0', message: Python model "
@@ -212,7 +212,7 @@ def test_default_mode_send_and_return_fails_the_request(daemon: Daemon) -> None:
 def test_default_mode_sender_on_a_stream_is_final(daemon: Daemon) -> None:
     with open_stream(daemon) as (client, answers):
         client.async_stream_infer("default_sender", mode_input("thread"), request_id="t")
-        (result, error), = answers.take(1)
+        ((result, error),) = answers.take(1)
     assert error is None and text(result, "TEXT") == "from a thread" and final_flag(result)
 
 

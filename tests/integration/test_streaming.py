@@ -45,8 +45,8 @@ def test_good_and_bad_requests_on_one_stream(daemon: Daemon) -> None:
     assert ok == [("g1", 1), ("g3", 3), ("g4", 4)]
     errors = [str(e) for r, e in got if e is not None]
     assert "Request for unknown model: 'no_such_model' is not found" in errors[0]
-    assert "inference input 'ID' data-type is 'FP32', but model 'gated' expects 'INT32'" in (
-        errors[1]
+    assert (
+        "inference input 'ID' data-type is 'FP32', but model 'gated' expects 'INT32'" in (errors[1])
     )
     assert "Non-decoupled model cannot send more than one response." in errors[2]
     # Answers (errors too) keep the order of the requests.
@@ -72,7 +72,7 @@ def test_non_decoupled_answers_wait_for_earlier_requests(daemon: Daemon, tmp_pat
         wait_until(executing(gate).exists, SETTLE_TIMEOUT_S, "the gated request to run")
         client.async_stream_infer("default_sender", mode_input("return"), request_id="quick")
         client.async_stream_infer("repeat_decoupled", repeat_inputs([8]), request_id="stream")
-        (first, error), = answers.take(1)
+        ((first, error),) = answers.take(1)
         assert error is None and first.get_response().id == "stream"
         gate.unlink()
         got = answers.take(2)

@@ -1,6 +1,7 @@
 """Decoupled misuse on purpose; MODE picks the mistake, "report" returns the error it got."""
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

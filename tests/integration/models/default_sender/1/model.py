@@ -4,6 +4,7 @@ import threading
 import time
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

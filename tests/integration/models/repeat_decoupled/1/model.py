@@ -4,6 +4,7 @@ import threading
 import time
 
 import numpy as np
+
 import triton_python_backend_utils as pb_utils
 
 
@@ -33,7 +34,7 @@ class TritonPythonModel:
 
     def repeat(self, sender, values, delays, wait):
         try:
-            for index, (value, delay) in enumerate(zip(values, delays)):
+            for index, (value, delay) in enumerate(zip(values, delays, strict=True)):
                 if sender.is_cancelled():
                     break
                 time.sleep(delay / 1000.0)
