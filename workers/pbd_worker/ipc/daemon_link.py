@@ -10,6 +10,7 @@ Execute, a Release) for the main loop, which reads with ``next``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -47,6 +48,10 @@ class DaemonLink:
         with self._send_lock:
             sock, self.sock, self.reader = self.sock, None, None
         if sock is not None:
+            # shutdown() first: it wakes the reader thread out of recv(); close() alone would
+            # leave it there (and the connection open) for as long as the peer is silent.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
     def send(self, *messages: wpb.WorkerToDaemon) -> None:
@@ -96,11 +101,17 @@ class DaemonLink:
                 reply = self._replies.pop(query, None)
             if reply is not None:
                 return reply
-            if self._read_lock.acquire(timeout=0.05):
+            if self._read_lock.acquire(blocking=False):
                 try:
-                    message = self._read_one()
+                    # The reader we waited for may have filed our reply just before it let go
+                    # of the lock: reading now would wait for a frame that never comes.
+                    with self._replied:
+                        reply = self._replies.pop(query, None)
+                    message = self._read_one() if reply is None else None
                 finally:
                     self._read_lock.release()
+                if reply is not None:
+                    return reply
                 if message is None:
                     raise RuntimeError("the daemon closed the connection")
                 if message.WhichOneof("kind") != "metric_reply":

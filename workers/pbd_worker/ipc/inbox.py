@@ -9,12 +9,15 @@ ends at EOF (the main loop then sees ``None``).
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.daemon_link import DaemonLink
+
+log = logging.getLogger("pbd_worker")
 
 
 class Inbox:
@@ -49,6 +52,8 @@ class Inbox:
                 self._queue.put(message)
         except (OSError, ValueError):
             pass  # the connection broke (or was closed under us): same as EOF
+        except Exception:  # a malformed frame: the connection cannot be trusted any more
+            log.exception("reading from the daemon failed; dropping the connection")
         finally:
             self._queue.put(None)
 
