@@ -21,6 +21,7 @@ STREAM_MODELS = (
     "cancel_probe",
     "cancel_probe_decoupled",
     "gated",
+    "async_decoupled",
 )
 
 

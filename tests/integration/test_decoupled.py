@@ -8,10 +8,19 @@ serving after each mistake.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from pbd_harness import TEST_MODELS, Daemon, error_of, make_repository, running_daemon
+from pbd_harness import (
+    TEST_MODELS,
+    Daemon,
+    error_of,
+    infer_input,
+    make_repository,
+    running_daemon,
+)
 from streaming_helpers import (
     STREAM_MODELS,
     final_flag,
@@ -91,6 +100,32 @@ def test_two_requests_stream_at_once(daemon: Daemon) -> None:
     assert by_id == {"a": [0, 1, 2, 3, 4], "b": [0, 1, 2, 3, 4]}
     ids = [result.get_response().id for result, _ in got]
     assert ids != sorted(ids), "the two streams were not interleaved"
+
+
+def test_async_decoupled_execute_runs_in_the_background(daemon: Daemon, tmp_path: Path) -> None:
+    """The first request's execute waits on a gate; the second, sent after it to the same
+    single instance, is answered meanwhile."""
+    gate = tmp_path / "gate"
+    gate.touch()
+
+    def inputs(ident: int, count: int, gated: bool) -> list[Any]:
+        tensors = [
+            infer_input("ID", np.array([ident], dtype=np.int32), "INT32"),
+            infer_input("COUNT", np.array([count], dtype=np.int32), "INT32"),
+        ]
+        if gated:
+            path = np.array([str(gate).encode()], dtype=np.object_)
+            tensors.append(infer_input("GATE", path, "BYTES"))
+        return tensors
+
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer("async_decoupled", inputs(1, 2, True), request_id="held")
+        client.async_stream_infer("async_decoupled", inputs(2, 3, False), request_id="free")
+        first = answers.take(3)
+        gate.unlink()
+        second = answers.take(2)
+    assert [r.get_response().id for r, _ in first] == ["free"] * 3
+    assert [r.get_response().id for r, _ in second] == ["held"] * 2
 
 
 def test_model_infer_on_a_decoupled_model_is_unimplemented(daemon: Daemon) -> None:

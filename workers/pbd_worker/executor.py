@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
-from pbd_worker.model_api.errors import TritonError, TritonModelException
+from pbd_worker.model_api.errors import TritonError
 from pbd_worker.model_api.request import InferenceRequest, InferenceTrace
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
-from pbd_worker.streaming import LiveRequests
+from pbd_worker.returns import check_returned
+from pbd_worker.streaming import BackgroundLoop, LiveRequests
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing
@@ -63,6 +65,7 @@ class BatchExecutor:
         self.loop = loop
         self._held: dict[int, list[Block]] = {}
         self.lock = threading.Lock()
+        self._background: BackgroundLoop | None = None  # async decoupled execute
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
@@ -168,7 +171,7 @@ class BatchExecutor:
                 for request, context in zip(requests, contexts or (), strict=False):
                     if context:
                         request._trace = InferenceTrace(context)
-                responses = call_maybe_async(self.loop, self.model.execute, requests)
+                responses = self._call_execute(requests)
         except MemoryError:
             raise  # the process is out of memory: the worker exits and is replaced
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
@@ -183,7 +186,7 @@ class BatchExecutor:
             return self._fail_open(result, requests, _error(code, message, tb))
         executed = time.perf_counter_ns()
         result.infer_ns = executed - inputs_done
-        problem = self._check_returned(responses, requests)
+        problem = check_returned(responses, requests, self.live.decoupled, self.instance_name)
         if problem:
             return self._fail_open(result, requests, _error("INTERNAL", self._failed(problem)))
         held: list[Block] = []
@@ -207,6 +210,20 @@ class BatchExecutor:
                     tracing.record("output_copy", traceparent, end - result.output_ns, end)
         return result
 
+    def _call_execute(self, requests: list[InferenceRequest]) -> Any:
+        """``execute(requests)``. An ``async def execute`` of a decoupled model runs in the
+        background, as in Triton: execute "returns" at once, the next batch may start, and an
+        exception is only logged (the model answers through its response senders)."""
+        if not self.live.decoupled:
+            return call_maybe_async(self.loop, self.model.execute, requests)
+        returned = self.model.execute(requests)
+        if not inspect.isawaitable(returned):
+            return returned
+        if self._background is None:
+            self._background = BackgroundLoop()
+        self._background.run(returned)
+        return None
+
     def _drop_cancelled(
         self, result: wpb.ExecuteResult, msgs: list[wpb.Request], requests: list[InferenceRequest]
     ) -> tuple[list[wpb.Request], list[InferenceRequest]]:
@@ -226,34 +243,6 @@ class BatchExecutor:
     def _failed(self, text: str) -> str:
         return f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
 
-    def _check_returned(self, responses: Any, requests: list[InferenceRequest]) -> str | None:
-        """What is wrong with what execute returned (Triton's checks and messages), else None.
-        Decoupled: must be None. Default: one entry per request, None only for a request its
-        response sender answers; a returned response counts as a send with the final flag."""
-        if self.live.decoupled:
-            if responses is None:
-                return None
-            return (
-                f"Python model '{self.instance_name}' is using the decoupled mode and the "
-                "execute function must return None."
-            )
-        problem = self._check_responses(responses, len(requests))
-        if problem:
-            return problem
-        for request, response in zip(requests, responses, strict=True):
-            sender = request._response_sender
-            if response is None and sender is None:
-                return (
-                    "Expected an 'InferenceResponse' object in the execute function return "
-                    "list, found type 'NoneType'."
-                )
-            try:
-                if response is not None and sender is not None:
-                    sender._account_returned(response)
-            except TritonModelException as exc:
-                return exc.message()
-        return None
-
     def _fail_open(
         self, result: wpb.ExecuteResult, requests: list[InferenceRequest], error: wpb.Error
     ) -> wpb.ExecuteResult:
@@ -270,26 +259,6 @@ class BatchExecutor:
             else:
                 result.responses.append(wpb.Response(request_id=request_id, error=error))
         return result
-
-    @staticmethod
-    def _check_responses(responses: Any, count: int) -> str | None:
-        if not isinstance(responses, list | tuple):
-            return "Expected a list in the execute return"
-        if len(responses) != count:
-            return (
-                "Number of InferenceResponse objects do not match the number of "
-                "InferenceRequest objects. InferenceRequest(s) size is:"
-                f"{count}, and InferenceResponse(s) size is:{len(responses)}\n"
-            )
-        for response in responses:
-            if response is None:
-                continue  # the caller checks that a response sender answers it
-            if not isinstance(response, InferenceResponse):
-                return (
-                    "Expected an 'InferenceResponse' object in the execute function return "
-                    f"list, found type '{type(response).__name__}'."
-                )
-        return None
 
     def _fail_all(
         self, result: wpb.ExecuteResult, ids: list[int], error: wpb.Error

@@ -13,12 +13,15 @@ and streamed responses alike) until the daemon wrote them to the client.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from pbd_worker.model_api.response_sender import InferenceResponseSender
 
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from pbd_worker.model_api.response import InferenceResponse
 
 STREAM_HELD_BIT = 1 << 63
+log = logging.getLogger("pbd_worker")
 
 
 class LiveRequests:
@@ -102,3 +106,27 @@ class LiveRequests:
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done(request_id)
         self.send(wpb.WorkerToDaemon(streamed=out))
+
+
+class BackgroundLoop:
+    """Where a decoupled model's ``async def execute`` runs: an event loop on its own thread,
+    so execute "returns" at once and batches of one instance run concurrently (Triton 24.04+).
+    An exception is only logged: the model answers through its response senders."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="async-execute", daemon=True).start()
+
+    def run(self, awaitable: Any) -> None:
+        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
+        future.add_done_callback(_log_failure)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _log_failure(future: Any) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        text, tb = describe_exception(future.exception())
+        log.error("async execute() failed in the background: %s\n%s", text, tb)
