@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.loader import describe_exception
+from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from pbd_worker.model_api.response_sender import InferenceResponseSender
 
@@ -92,6 +93,11 @@ class LiveRequests:
         self, request: InferenceRequest, response: InferenceResponse | None, flags: int
     ) -> None:
         request_id = getattr(request, "_uid", None)
+        if request_id is None:  # a request the model built (BLS), not one it received
+            raise TritonModelException(
+                "Unable to send response. Response sender has no reference to the decoupled "
+                "state of the model."
+            )
         with self._lock:
             live = self._live.get(request_id) if request_id is not None else None
         if live is None or self.executor is None:
