@@ -16,6 +16,7 @@ import pytest
 from pbd_harness import (
     TEST_MODELS,
     Daemon,
+    DaemonFactory,
     error_of,
     infer_input,
     make_repository,
@@ -257,3 +258,17 @@ def test_daemon_keeps_serving_after_the_misuse(daemon: Daemon) -> None:
         assert [v for v, _, _ in repeat_values(answers.take(2))] == [3, 3]
     result = daemon.client().infer("gated", gated_inputs(5))
     assert int(result.as_numpy("ID")[0]) == 5
+
+
+def test_streamed_outputs_are_released(start_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """Each response's output blocks go back to the worker once written to the client: with
+    64 KiB segments (about 500 responses' outputs each), 3000 responses fit in two."""
+    repository = make_repository(tmp_path, {"repeat_decoupled": TEST_MODELS / "repeat_decoupled"})
+    small = ["--shm-default-byte-size", "65536", "--shm-growth-byte-size", "65536"]
+    daemon = start_daemon(repository, *small, settle=["repeat_decoupled"])
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer("repeat_decoupled", repeat_inputs(list(range(3000))))
+        got = answers.take(3000)
+    assert [int(r.as_numpy("OUT")[0]) for r, _ in got] == list(range(3000))
+    worker_segments = [n for n in daemon.shm_segments() if n.rsplit("-", 1)[-1].startswith("w")]
+    assert 1 <= len(worker_segments) <= 2, daemon.shm_segments()
