@@ -97,6 +97,9 @@ class StreamSession:
                     self._out.put_nowait(data)
         except PbdError as exc:
             self._out.put_nowait(convert.stream_error_to_wire(request, exc.message))
+        except (ValueError, TypeError) as exc:
+            message = f"malformed request: {exc}"
+            self._out.put_nowait(convert.stream_error_to_wire(request, message))
 
     @staticmethod
     def _encode(request: InferRequest, item: StreamResult, empty_final: bool) -> bytes | None:
