@@ -7,7 +7,9 @@ serving after each mistake.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from pbd_harness import (
     infer_input,
     make_repository,
     running_daemon,
+    wait_until,
 )
 from streaming_helpers import (
     STREAM_MODELS,
@@ -32,6 +35,7 @@ from streaming_helpers import (
 )
 from traffic import gated_inputs
 
+UNLOAD_HEADSTART_S = 0.5
 FINAL_TEXT = "TritonModelException: Unable to send response. "
 
 
@@ -103,25 +107,25 @@ def test_two_requests_stream_at_once(daemon: Daemon) -> None:
     assert ids != sorted(ids), "the two streams were not interleaved"
 
 
+def async_inputs(ident: int, count: int, gate: Path | None = None) -> list[Any]:
+    tensors = [
+        infer_input("ID", np.array([ident], dtype=np.int32), "INT32"),
+        infer_input("COUNT", np.array([count], dtype=np.int32), "INT32"),
+    ]
+    if gate is not None:
+        tensors.append(infer_input("GATE", np.array([str(gate).encode()], np.object_), "BYTES"))
+    return tensors
+
+
 def test_async_decoupled_execute_runs_in_the_background(daemon: Daemon, tmp_path: Path) -> None:
     """The first request's execute waits on a gate; the second, sent after it to the same
     single instance, is answered meanwhile."""
     gate = tmp_path / "gate"
     gate.touch()
 
-    def inputs(ident: int, count: int, gated: bool) -> list[Any]:
-        tensors = [
-            infer_input("ID", np.array([ident], dtype=np.int32), "INT32"),
-            infer_input("COUNT", np.array([count], dtype=np.int32), "INT32"),
-        ]
-        if gated:
-            path = np.array([str(gate).encode()], dtype=np.object_)
-            tensors.append(infer_input("GATE", path, "BYTES"))
-        return tensors
-
     with open_stream(daemon) as (client, answers):
-        client.async_stream_infer("async_decoupled", inputs(1, 2, True), request_id="held")
-        client.async_stream_infer("async_decoupled", inputs(2, 3, False), request_id="free")
+        client.async_stream_infer("async_decoupled", async_inputs(1, 2, gate), request_id="held")
+        client.async_stream_infer("async_decoupled", async_inputs(2, 3), request_id="free")
         first = answers.take(3)
         gate.unlink()
         second = answers.take(2)
@@ -272,3 +276,29 @@ def test_streamed_outputs_are_released(start_daemon: DaemonFactory, tmp_path: Pa
     assert [int(r.as_numpy("OUT")[0]) for r, _ in got] == list(range(3000))
     worker_segments = [n for n in daemon.shm_segments() if n.rsplit("-", 1)[-1].startswith("w")]
     assert 1 <= len(worker_segments) <= 2, daemon.shm_segments()
+
+
+def test_unload_waits_for_an_open_stream(start_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """A decoupled request still streaming after execute() returned is work: unload lets it
+    finish before it stops the instance."""
+    repository = make_repository(tmp_path, {"async_decoupled": TEST_MODELS / "async_decoupled"})
+    explicit = ("--model-control-mode", "explicit", "--load-model", "async_decoupled")
+    daemon = start_daemon(repository, *explicit, settle=["async_decoupled"])
+    gate = tmp_path / "gate"
+    gate.touch()
+    control = daemon.client()
+    with ThreadPoolExecutor(1) as pool, open_stream(daemon) as (client, answers):
+        client.async_stream_infer(
+            "async_decoupled", async_inputs(1, 2, gate), enable_empty_final_response=True
+        )
+        unloading = pool.submit(control.unload_model, "async_decoupled")
+        wait_until(lambda: not control.is_model_ready("async_decoupled"), 60, "unloading")
+        # Give an unload that would not wait the time to stop the instance (a slow machine can
+        # only make this test pass without the wait, never fail with it).
+        time.sleep(UNLOAD_HEADSTART_S)
+        assert not unloading.done()
+        gate.unlink()
+        got = answers.take(3)
+        unloading.result(timeout=60)
+    assert all(error is None for _, error in got)
+    assert [final_flag(result) for result, _ in got] == [False, False, True]
