@@ -6,7 +6,7 @@ The servicer converts a message into pbd types, calls one method here, and conve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from pbd import __version__
@@ -18,6 +18,7 @@ from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd.streams import ResponseStream, StreamResult
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings
@@ -121,17 +122,57 @@ class DataPlane:
         return await self._infer(request, streamed=True)
 
     async def _infer(self, request: InferRequest, *, streamed: bool) -> InferResult:
+        runtime, prepared, nbytes = self._admit(request, decoupled_ok=False)
+        try:
+            return await runtime.infer(prepared)
+        except asyncio.CancelledError:
+            # The client cancelled the RPC: a request already in its worker learns it there.
+            if prepared.on_cancel is not None:
+                prepared.on_cancel()
+            raise
+        finally:
+            self._leave(prepared, nbytes)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResult]:
+        """Every response of ``request`` as it comes, the last one ``final`` (a decoupled
+        model: 0..n responses, maybe a final flag alone; any other model: one). The caller
+        releases each ``item.result``. Errors before the request runs raise PbdError; later
+        ones come as an item with ``error``. Leaving early cancels the request."""
+        runtime, prepared, nbytes = self._admit(request, decoupled_ok=True)
+        stream = ResponseStream()
+        prepared.stream = stream
+        task = asyncio.ensure_future(runtime.infer(prepared))
+        task.add_done_callback(stream.settle)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            if not stream.finished:
+                task.cancel()
+                if prepared.on_cancel is not None:
+                    prepared.on_cancel()
+            stream.close()
+            self._leave(prepared, nbytes)
+
+    def is_decoupled(self, request: InferRequest) -> bool:
+        """Whether ``request`` goes to a decoupled model (False when it names no model)."""
+        try:
+            runtime = self.repository.lookup(request.model_name, request.model_version)
+        except PbdError:
+            return False
+        return runtime.config.decoupled
+
+    def _admit(self, request: InferRequest, *, decoupled_ok: bool) -> tuple[Any, Any, int]:
+        """Checks and accounting before a request is queued: (runtime, prepared, bytes)."""
         if not self.accepting:
             raise unavailable(
                 "GRPC server is shutting down and has stopped accepting new requests."
             )
         runtime = self.repository.lookup(request.model_name, request.model_version)
-        if runtime.config.decoupled:
+        if runtime.config.decoupled and not decoupled_ok:
             raise PbdError(
                 Code.UNSUPPORTED,
-                "decoupled models are not supported by this pbd version"
-                if streamed
-                else "ModelInfer RPC doesn't support models with decoupled transaction policy",
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
         try:
             prepared = prepare_request(request, runtime.config, self.shm)
@@ -152,16 +193,16 @@ class DataPlane:
         self.inflight += 1
         self.held_bytes += nbytes
         self._idle.clear()
-        try:
-            return await runtime.infer(prepared)
-        finally:
-            # The worker is done with client regions once the result is back: outputs aimed
-            # at them are already written there.
-            release_regions(prepared, self.shm)
-            self.held_bytes -= nbytes
-            self.inflight -= 1
-            if self.inflight == 0:
-                self._idle.set()
+        return runtime, prepared, nbytes
+
+    def _leave(self, prepared: Any, nbytes: int) -> None:
+        # The worker is done with client regions once the result is back: outputs aimed
+        # at them are already written there.
+        release_regions(prepared, self.shm)
+        self.held_bytes -= nbytes
+        self.inflight -= 1
+        if self.inflight == 0:
+            self._idle.set()
 
     async def drain(self, timeout: float) -> bool:
         """Stop accepting requests; wait (up to ``timeout``) for those in flight. True when

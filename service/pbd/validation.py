@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg
 from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
@@ -56,6 +58,10 @@ class PreparedRequest:
     extras: dict[str, ParamValue] = field(default_factory=dict)
     output_targets: dict[str, ShmSlice] = field(default_factory=dict)
     regions: list[SystemRegion] = field(default_factory=list)  # held until the request ends
+    # Streaming (pbd.streams): the caller's ResponseStream, for infer_stream; and what to call
+    # when the caller gives up (set by the instance that sent the request to its worker).
+    stream: Any = None
+    on_cancel: Callable[[], None] | None = None
 
 
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:

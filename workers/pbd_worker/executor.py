@@ -5,13 +5,18 @@ output is written once into the worker's output arena, except when the model ret
 array that already lies inside a mapped segment (an identity model returning its input): then
 the descriptor points at those bytes and nothing is copied. Output blocks stay allocated until
 the daemon sends ``Release`` for the batch.
+
+Requests may also be answered with the response sender (``pbd_worker.streaming``), from
+other threads: the arena and the segment map are used under ``lock``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +27,8 @@ from pbd_worker.model_api.errors import TritonError
 from pbd_worker.model_api.request import InferenceRequest, InferenceTrace
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
+from pbd_worker.returns import check_returned
+from pbd_worker.streaming import BackgroundLoop, LiveRequests
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing
@@ -50,6 +57,7 @@ class BatchExecutor:
         inputs: SegmentMap,
         outputs: Arena,
         loop: asyncio.AbstractEventLoop,
+        live: LiveRequests | None = None,
     ) -> None:
         self.model = model
         self.instance_name = instance_name
@@ -59,6 +67,10 @@ class BatchExecutor:
         self.outputs = outputs
         self.loop = loop
         self._held: dict[int, list[Block]] = {}
+        self.lock = threading.Lock()
+        self._background: BackgroundLoop | None = None  # async decoupled execute
+        self.live = live if live is not None else LiveRequests(lambda *m: None, False)
+        self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
         self.tracing: WorkerTracing | None = None
         self._untraceable = False
@@ -90,9 +102,22 @@ class BatchExecutor:
         return list(self._held)
 
     def release(self, batch_ids: list[int]) -> None:
-        for batch_id in batch_ids:
-            for block in self._held.pop(batch_id, ()):
-                self.outputs.free(block)
+        with self.lock:
+            for batch_id in batch_ids:
+                for block in self._held.pop(batch_id, ()):
+                    self.outputs.free(block)
+
+    def hold(self, held_id: int, blocks: list[Block]) -> None:
+        with self.lock:
+            self._held[held_id] = blocks
+
+    def build_response(
+        self, msg: wpb.Request, request: InferenceRequest, response: InferenceResponse,
+        held: list[Block],
+    ) -> wpb.Response:  # fmt: skip
+        """A response's descriptor, its outputs written into the arena (any thread)."""
+        with self.lock:
+            return self._response(msg, request, response, held)
 
     def _request(self, msg: wpb.Request) -> InferenceRequest:
         tensors = [
@@ -126,13 +151,23 @@ class BatchExecutor:
         ids = [r.request_id for r in execute.requests]
         began = time.perf_counter_ns()
         try:
-            requests = [self._request(r) for r in execute.requests]
+            with self.lock:
+                requests = [self._request(r) for r in execute.requests]
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
+            for request_id in ids:
+                self.live.done(request_id)
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
+        msgs = list(execute.requests)
+        for msg, request in zip(msgs, requests, strict=True):
+            self.live.start(msg, request)
+        if any(r.is_cancelled() for r in requests):
+            msgs, requests = self._drop_cancelled(result, msgs, requests)
+            if not requests:
+                return result
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
         tracing = self._tracing_for(execute)
-        traceparents = [r.traceparent for r in execute.requests]
+        traceparents = [r.traceparent for r in msgs]
         span: Any = (
             tracing.execute_span(traceparents, result.execute_span)
             if tracing is not None
@@ -143,7 +178,7 @@ class BatchExecutor:
                 for request, context in zip(requests, contexts or (), strict=False):
                     if context:
                         request._trace = InferenceTrace(context)
-                responses = call_maybe_async(self.loop, self.model.execute, requests)
+                responses = self._call_execute(requests)
         except MemoryError:
             raise  # the process is out of memory: the worker exits and is replaced
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
@@ -155,39 +190,77 @@ class BatchExecutor:
             code = "INTERNAL"
             if isinstance(exc, TritonError):
                 code = exc._code_name()
-            return self._fail_all(result, ids, _error(code, message, tb))
+            return self._fail_open(result, requests, _error(code, message, tb))
         executed = time.perf_counter_ns()
         result.infer_ns = executed - inputs_done
-        problem = self._check_responses(responses, len(requests))
+        problem = check_returned(responses, requests, self.live.decoupled, self.instance_name)
         if problem:
-            return self._fail_all(result, ids, _error("INTERNAL", problem))
+            return self._fail_open(result, requests, _error("INTERNAL", self._failed(problem)))
         held: list[Block] = []
-        for request_msg, request, response in zip(
-            execute.requests, requests, responses, strict=True
-        ):
-            result.responses.append(self._response(request_msg, request, response, held))
-        if held:
-            self._held[execute.batch_id] = held
+        with self.lock:
+            for request_msg, request, response in zip(
+                msgs, requests, responses or [None] * len(requests), strict=True
+            ):
+                if response is None:  # answered with the response sender
+                    result.responses.append(wpb.Response(request_id=request_msg.request_id,
+                                                         streamed=True))  # fmt: skip
+                    continue
+                self.live.done(request_msg.request_id)
+                result.responses.append(self._response(request_msg, request, response, held))
+            if held:
+                self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
         return result
 
-    @staticmethod
-    def _check_responses(responses: Any, count: int) -> str | None:
-        if not isinstance(responses, list | tuple):
-            return "Expected a list in the execute return"
-        if len(responses) != count:
-            return (
-                "Number of InferenceResponse objects do not match the number of "
-                "InferenceRequest objects. InferenceRequest(s) size is:"
-                f"{count}, and InferenceResponse(s) size is:{len(responses)}\n"
-            )
-        for response in responses:
-            if not isinstance(response, InferenceResponse):
-                return (
-                    "Expected an 'InferenceResponse' object in the execute function return "
-                    f"list, found type '{type(response).__name__}'."
-                )
+    def _call_execute(self, requests: list[InferenceRequest]) -> Any:
+        """``execute(requests)``. An ``async def execute`` of a decoupled model runs in the
+        background, as in Triton: execute "returns" at once, the next batch may start, and an
+        exception is only logged (the model answers through its response senders)."""
+        if not self.live.decoupled:
+            return call_maybe_async(self.loop, self.model.execute, requests)
+        returned = self.model.execute(requests)
+        if not inspect.isawaitable(returned):
+            return returned
+        if self._background is None:
+            self._background = BackgroundLoop()
+        self._background.run(returned)
         return None
+
+    def _drop_cancelled(
+        self, result: wpb.ExecuteResult, msgs: list[wpb.Request], requests: list[InferenceRequest]
+    ) -> tuple[list[wpb.Request], list[InferenceRequest]]:
+        """Requests cancelled while they waited in this worker's pipeline do not run (as a
+        cancelled request in Triton's queue); the rest of the batch does."""
+        kept: tuple[list[wpb.Request], list[InferenceRequest]] = ([], [])
+        for msg, request in zip(msgs, requests, strict=True):
+            if request.is_cancelled():
+                self.live.done(msg.request_id)
+                error = _error("CANCELLED", "the request was cancelled before it ran")
+                result.responses.append(wpb.Response(request_id=msg.request_id, error=error))
+            else:
+                kept[0].append(msg)
+                kept[1].append(request)
+        return kept
+
+    def _failed(self, text: str) -> str:
+        return f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
+
+    def _fail_open(
+        self, result: wpb.ExecuteResult, requests: list[InferenceRequest], error: wpb.Error
+    ) -> wpb.ExecuteResult:
+        """Fail every request not answered yet; close every response sender (as Triton)."""
+        for request in requests:
+            request_id = request._uid  # type: ignore[attr-defined]
+            sender = request._response_sender
+            finished = sender is not None and sender._is_closed
+            if sender is not None:
+                sender._close()
+            self.live.done(request_id)
+            if finished:
+                result.responses.append(wpb.Response(request_id=request_id, streamed=True))
+            else:
+                result.responses.append(wpb.Response(request_id=request_id, error=error))
+        return result
 
     def _fail_all(
         self, result: wpb.ExecuteResult, ids: list[int], error: wpb.Error

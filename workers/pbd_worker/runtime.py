@@ -1,6 +1,8 @@
 """The worker process: connect to the daemon, initialize the model, execute batches.
 
-Threads: the main thread reads frames and runs the model; a heartbeat thread sends
+Threads: a reader thread reads frames (``ipc.inbox``: cancellations are applied at once,
+the rest queued); the main thread takes them in order and runs the model; model threads may
+send responses with the response sender (``streaming``); a heartbeat thread sends
 ``Heartbeat`` every interval (and exits the process if the daemon can no longer be reached,
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
 or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import json
 import logging
 import os
 import resource
@@ -32,6 +35,7 @@ from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_worker.ipc.daemon_link import DaemonLink
+from pbd_worker.ipc.inbox import Inbox
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.lifecycle import ask_ready, auto_complete
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
@@ -40,6 +44,7 @@ from pbd_worker.logconfig import apply as apply_logging
 from pbd_worker.metrics import MetricsChannel
 from pbd_worker.model_api import state
 from pbd_worker.notify import Notifier
+from pbd_worker.streaming import LiveRequests
 
 log = logging.getLogger("pbd_worker")
 
@@ -88,6 +93,8 @@ class WorkerRuntime:
         state.metrics_channel = self.metrics
         self.bls = BlsClient(self.link, SHM_DIR)
         state.bls_executor, state.model_control = self.bls.exec, self.bls.control
+        self.live = LiveRequests(self.link.send, decoupled=False)
+        state.response_sender_factory = self.live.sender_for
 
     def _heartbeat(self, interval_s: float) -> None:
         watchdog = self.notify.watchdog_interval_s
@@ -135,8 +142,9 @@ class WorkerRuntime:
                     )
                 )
             )
+            inbox = Inbox(self.link, self.live.cancel, self.live.arrived).start()
             while self.exit_code is None:
-                message = self.link.next()
+                message = inbox.next()
                 if message is None:
                     return
                 self.handle(message)
@@ -225,6 +233,7 @@ class WorkerRuntime:
         self.notify.status(f"{self.instance}: waiting for the daemon to come back")
         if self.executor is not None:
             self.executor.release(self.executor.held_batches())
+        self.live.forget_all()
         self.inputs.close()
         self.bls.forget()
         self.link.forget_backlog()
@@ -267,6 +276,7 @@ class WorkerRuntime:
                 )
             )
         self.model = model
+        self.live.decoupled = _decoupled(args)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init, shm_dir)
         self.executor = BatchExecutor(
@@ -277,6 +287,7 @@ class WorkerRuntime:
             inputs=self.inputs,
             outputs=self.outputs,
             loop=self.loop,
+            live=self.live,
         )
         self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.
@@ -348,6 +359,15 @@ class WorkerRuntime:
             self.outputs.close()
             self.outputs = None
         self.notify.close()
+
+
+def _decoupled(args: dict[str, str]) -> bool:
+    """``model_transaction_policy { decoupled: true }`` in the model's config."""
+    try:
+        config = json.loads(args.get("model_config") or "{}")
+        return bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+    except (ValueError, AttributeError):
+        return False
 
 
 def _limit_text() -> str:

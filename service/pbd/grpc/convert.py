@@ -201,14 +201,14 @@ def repository_params_from_pb(params: Mapping[str, Any]) -> dict[str, Any]:
 FINAL_RESPONSE_KEY = "triton_final_response"
 
 
-def stream_response_to_wire(result: InferResult) -> bytes:
-    """ModelStreamInferResponse{infer_response}, final, built around the hand-made bytes."""
-    result.parameters[FINAL_RESPONSE_KEY] = True
+def stream_response_to_wire(result: InferResult, final: bool = True) -> bytes:
+    """ModelStreamInferResponse{infer_response} built around the hand-made bytes."""
+    result.parameters[FINAL_RESPONSE_KEY] = final
     inner = infer_response_to_wire(result)
     return wire.STREAM_RESPONSE_TAG + wire.encode_varint(len(inner)) + inner
 
 
-def stream_error_to_wire(request: InferRequest | None, message: str) -> bytes:
+def stream_error_to_wire(request: InferRequest | None, message: str, final: bool = True) -> bytes:
     """A per-request failure, sent in band so the stream stays open (Triton's behaviour)."""
     response = pb.ModelStreamInferResponse(error_message=message)
     if request is not None:
@@ -218,7 +218,21 @@ def stream_error_to_wire(request: InferRequest | None, message: str) -> bytes:
             request.model_name,
             request.model_version,
         )
-    response.infer_response.parameters[FINAL_RESPONSE_KEY].bool_param = True
+    response.infer_response.parameters[FINAL_RESPONSE_KEY].bool_param = final
+    return response.SerializeToString()
+
+
+def stream_empty_final_to_wire(request: InferRequest) -> bytes:
+    """The empty final response of a decoupled request that asked for it: the request's id,
+    model name and version (as the client sent them), no outputs."""
+    response = pb.ModelStreamInferResponse()
+    inner = response.infer_response
+    inner.id, inner.model_name, inner.model_version = (
+        request.id,
+        request.model_name,
+        request.model_version,
+    )
+    inner.parameters[FINAL_RESPONSE_KEY].bool_param = True
     return response.SerializeToString()
 
 

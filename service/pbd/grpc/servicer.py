@@ -8,7 +8,6 @@ converts, calls the dataplane, converts back. ModelInfer works on raw bytes both
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -25,6 +24,7 @@ from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS
+from pbd.grpc.streams import StreamSession
 from pbd.tracing.request import RequestTrace
 
 log = logging.getLogger("pbd.grpc")
@@ -116,26 +116,11 @@ class InferenceServicer:
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[bytes]:
-        """Answers in request order; a failed request is answered in band and the stream goes
-        on; after the client half-closes, the call ends once every request is answered."""
-        answers: asyncio.Queue[asyncio.Task[bytes] | None] = asyncio.Queue()
-
-        async def read() -> None:
-            async for raw in requests:
-                answers.put_nowait(asyncio.ensure_future(self._stream_one(raw, context)))
-            answers.put_nowait(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (task := await answers.get()) is not None:
-                yield await task
-            await reader
-        finally:
-            reader.cancel()
-            while not answers.empty():
-                pending = answers.get_nowait()
-                if pending is not None:
-                    pending.cancel()
+        """See ``pbd.grpc.streams``: in-band errors, request order for non-decoupled models,
+        decoupled responses as produced, OK once all is answered after the half-close."""
+        session = StreamSession(self.dp, lambda raw: self._stream_one(raw, context))
+        async for data in session.run(requests):
+            yield data
 
     async def _stream_one(self, raw: bytes, context: Any) -> bytes:
         began = time.time_ns()

@@ -24,6 +24,7 @@ from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.messages import batch_results, initialize_message
+from pbd.instances.streaming import InstanceStreams
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
@@ -115,6 +116,7 @@ class Instance:
         self._reader: asyncio.Task[None] | None = None
         self._span_attributes: dict[str, object] | None = None
         self.readiness = ReadinessProbe(self)
+        self.streams = InstanceStreams(self)  # request ids, streamed responses, cancellation
 
     @property
     def pid(self) -> int | None:
@@ -252,6 +254,8 @@ class Instance:
                 elif future is not None:
                     # The caller was cancelled; nobody will read these outputs.
                     self.release_batch(batch_id, blocks)
+            elif kind == "streamed":
+                self.streams.on_frame(message.streamed)
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
             elif kind == "metrics":
@@ -291,6 +295,7 @@ class Instance:
                 future.set_exception(error)
             self.memory.free(blocks)
         self._pending.clear()
+        self.streams.fail_all(error)
         self.died.set()
         if self.handle is not None:
             await self.launcher.abort(self.handle)
@@ -321,8 +326,9 @@ class Instance:
         blocks: list[Block] = []
         copy_began = time.perf_counter_ns()
         message = wpb.Execute(batch_id=batch_id)
+        request_ids = [self.streams.register(prepared) for prepared in batch]
         try:
-            for request_id, prepared in enumerate(batch):
+            for request_id, prepared in zip(request_ids, batch, strict=True):
                 trace = prepared.request.trace
                 began = time.time_ns() if trace is not None else 0
                 request = self.memory.request_message(request_id, prepared, blocks)
@@ -331,9 +337,11 @@ class Instance:
                 message.requests.append(request)
         except ShmExhausted as exc:
             self.memory.free(blocks)
+            self.streams.forget(request_ids)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
         except ValueError as exc:  # a value validation let through that protobuf refuses
             self.memory.free(blocks)
+            self.streams.forget(request_ids)
             raise PbdError(Code.INVALID_ARG, f"request cannot reach the model: {exc}") from None
         future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
         self._pending[batch_id] = (future, blocks)
@@ -346,6 +354,7 @@ class Instance:
             # The worker died and the reader has not seen it yet: the batch never left.
             self._pending.pop(batch_id, None)
             self.memory.free(blocks)
+            self.streams.forget(request_ids)
             self.draining = True  # no more work here; the reader reports how it ended
             raise NotSent(
                 Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
@@ -365,7 +374,7 @@ class Instance:
         ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
         self.stats.executed(len(batch), *ns, size)
-        return batch_results(self, batch, result, blocks)
+        return await self.streams.resolve(batch_results(self, batch, result, blocks, request_ids))
 
     def _computed(self, traces: list[RequestTrace], result: wpb.ExecuteResult, size: int) -> None:
         if self._span_attributes is None:
@@ -420,6 +429,7 @@ class Instance:
                 future.set_exception(stopped)
             self.memory.free(blocks)
         self._pending.clear()
+        self.streams.fail_all(stopped)
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:

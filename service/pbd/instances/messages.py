@@ -46,11 +46,17 @@ def initialize_message(instance: Instance) -> wpb.Initialize:
 
 
 def batch_results(
-    instance: Instance, batch: list[PreparedRequest], result: wpb.ExecuteResult, blocks: list[Block]
-) -> list[InferResult | PbdError]:
+    instance: Instance,
+    batch: list[PreparedRequest],
+    result: wpb.ExecuteResult,
+    blocks: list[Block],
+    request_ids: list[int],
+) -> list[Any]:
+    """One entry per request: an InferResult, a PbdError, or (answered later by the response
+    sender) what ``instance.streams.resolve`` waits for."""
     by_id = {r.request_id: r for r in result.responses}
-    outstanding = 0
-    results: list[InferResult | PbdError] = []
+    outstanding = 1  # held by this loop, so a stream that already ended cannot free early
+    results: list[Any] = []
 
     def release_one() -> None:
         nonlocal outstanding
@@ -58,15 +64,22 @@ def batch_results(
         if outstanding == 0:
             instance.release_batch(result.batch_id, blocks)
 
-    for request_id, prepared in enumerate(batch):
+    streams = instance.streams
+    for request_id, prepared in zip(request_ids, batch, strict=True):
         response = by_id.get(request_id)
         if response is None:
-            results.append(PbdError(Code.INTERNAL, f"{instance.describe()} returned no response"))
+            results.append(streams.answered(
+                request_id, PbdError(Code.INTERNAL, f"{instance.describe()} returned no response")
+            ))  # fmt: skip
+        elif response.streamed:
+            outstanding += 1  # the batch's inputs stay until its final response
+            results.append(streams.streamed(request_id, release_one))
         elif response.HasField("error"):
             err = response.error
             if err.traceback:
                 log.debug("%s: model error traceback:\n%s", instance.describe(), err.traceback)
-            results.append(PbdError(Code.parse(err.code), err.message))
+            error = PbdError(Code.parse(err.code), err.message)
+            results.append(streams.answered(request_id, error))
         else:
             try:
                 targets = prepared.output_targets
@@ -74,10 +87,11 @@ def batch_results(
                     instance.memory.output(ref, ref.name in targets) for ref in response.outputs
                 ]
             except ValueError as exc:
-                results.append(PbdError(Code.INTERNAL, f"{instance.describe()}: {exc}"))
+                error = PbdError(Code.INTERNAL, f"{instance.describe()}: {exc}")
+                results.append(streams.answered(request_id, error))
                 continue
             outstanding += 1
-            results.append(
+            results.append(streams.answered(request_id,
                 InferResult(
                     model_name=instance.config.name,
                     model_version=str(instance.version),
@@ -86,9 +100,8 @@ def batch_results(
                     parameters=_json_params(response.parameters_json),
                     _release=release_one,
                 )
-            )
-    if outstanding == 0:
-        instance.release_batch(result.batch_id, blocks)
+            ))  # fmt: skip
+    release_one()
     return results
 
 

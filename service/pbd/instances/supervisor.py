@@ -371,9 +371,10 @@ class VersionRuntime:
             self.state = VersionState.UNLOADING
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while (len(self.queue) or any(s.instance.inflight for s in self.slots)) and (
-            loop.time() < deadline and any(not s.given_up for s in self.slots)
-        ):
+        # Streams count as work: a decoupled request's responses may come after execute().
+        while (
+            len(self.queue) or any(s.instance.inflight or s.instance.streams for s in self.slots)
+        ) and (loop.time() < deadline and any(not s.given_up for s in self.slots)):
             await asyncio.sleep(0.02)
         self._stopping = True
         if self.scaler is not None:

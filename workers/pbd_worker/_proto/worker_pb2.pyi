@@ -83,16 +83,36 @@ class Execute(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., release: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "outputs", "error", "parameters_json")
+    __slots__ = ("request_id", "outputs", "error", "parameters_json", "streamed")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STREAMED_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     outputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     error: Error
     parameters_json: str
-    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+    streamed: bool
+    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ..., streamed: _Optional[bool] = ...) -> None: ...
+
+class StreamedResponse(_message.Message):
+    __slots__ = ("request_id", "response", "flags", "held")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    response: Response
+    flags: int
+    held: int
+    def __init__(self, request_id: _Optional[int] = ..., response: _Optional[_Union[Response, _Mapping]] = ..., flags: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
+
+class CancelRequests(_message.Message):
+    __slots__ = ("request_ids",)
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
     __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns", "execute_span")
@@ -398,13 +418,14 @@ class BlsControl(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
 
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "auto_complete", "ready_query", "bls_reply")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     FINALIZE_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     METRIC_REPLY_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     AUTO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     READY_QUERY_FIELD_NUMBER: _ClassVar[int]
     BLS_REPLY_FIELD_NUMBER: _ClassVar[int]
@@ -414,13 +435,14 @@ class DaemonToWorker(_message.Message):
     finalize: Finalize
     settings: RuntimeSettings
     metric_reply: MetricReply
+    cancel: CancelRequests
     auto_complete: AutoComplete
     ready_query: ReadyQuery
     bls_reply: BlsReply
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ...) -> None: ...
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -429,6 +451,7 @@ class WorkerToDaemon(_message.Message):
     SPANS_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     EXITING_FIELD_NUMBER: _ClassVar[int]
+    STREAMED_FIELD_NUMBER: _ClassVar[int]
     AUTO_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     READY_REPLY_FIELD_NUMBER: _ClassVar[int]
     BLS_CALL_FIELD_NUMBER: _ClassVar[int]
@@ -442,9 +465,10 @@ class WorkerToDaemon(_message.Message):
     spans: SpanBatch
     metrics: MetricUpdates
     exiting: Exiting
+    streamed: StreamedResponse
     auto_completed: AutoCompleted
     ready_reply: ReadyReply
     bls_call: BlsCall
     bls_done: BlsDone
     bls_control: BlsControl
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ...) -> None: ...
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., streamed: _Optional[_Union[StreamedResponse, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ...) -> None: ...

@@ -11,6 +11,7 @@ Execute, a Release) for the main loop, which reads with ``next``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import socket
 import threading
 from collections.abc import Callable
@@ -51,6 +52,10 @@ class DaemonLink:
         with self._send_lock:
             sock, self.sock, self.reader = self.sock, None, None
         if sock is not None:
+            # shutdown() first: it wakes the reader thread out of recv(); close() alone would
+            # leave it there (and the connection open) for as long as the peer is silent.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
     def send(self, *messages: wpb.WorkerToDaemon) -> None:
@@ -112,18 +117,19 @@ class DaemonLink:
         running the model the main loop is not reading, so read here; another thread may find
         the main loop (or another waiter) reading, and then waits for it to file the reply."""
         while True:
-            with self._replied:
-                queue = self._replies.get(key)
-                if queue:
-                    reply = queue.popleft()
-                    if not queue:
-                        del self._replies[key]
-                    return reply
-            if self._read_lock.acquire(timeout=0.05):
+            reply = self._take_reply(key)
+            if reply is not None:
+                return reply
+            if self._read_lock.acquire(blocking=False):
                 try:
-                    message = self._read_one()
+                    # The reader we waited for may have filed our reply just before it let go
+                    # of the lock: reading now would wait for a frame that never comes.
+                    reply = self._take_reply(key)
+                    message = self._read_one() if reply is None else None
                 finally:
                     self._read_lock.release()
+                if reply is not None:
+                    return reply
                 if message is None:
                     raise RuntimeError("the daemon closed the connection")
                 if _reply_key(message) is None:
@@ -131,6 +137,16 @@ class DaemonLink:
             else:
                 with self._replied:
                     self._replied.wait_for(lambda: key in self._replies, timeout=0.05)
+
+    def _take_reply(self, key: tuple[str, int]) -> wpb.DaemonToWorker | None:
+        with self._replied:
+            queue = self._replies.get(key)
+            if not queue:
+                return None
+            reply = queue.popleft()
+            if not queue:
+                del self._replies[key]
+            return reply
 
     def forget_backlog(self) -> None:
         """The daemon is gone: frames it sent earlier are void."""

@@ -1,0 +1,113 @@
+"""One ModelStreamInfer call: requests in, responses out, as Triton does it.
+
+- Responses of non-decoupled models (and requests that fail before reaching a model) go out
+  in request order; a decoupled model's responses go out as they are produced.
+- A failed request is answered in band (``error_message``); the stream stays open.
+- Every response carries ``triton_final_response``. A decoupled model's final flag sent
+  without a response is dropped, unless the request asked for it with
+  ``triton_enable_empty_final_response``: then it goes out as an empty response.
+- After the client half-closes, the call ends (OK) once every request is answered. A client
+  that cancels or drops the call cancels what is still queued or running (the worker sees
+  ``is_cancelled()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from pbd.dataplane import DataPlane
+from pbd.errors import PbdError
+from pbd.grpc import convert
+from pbd.streams import StreamResult
+from pbd.types import InferRequest
+
+EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
+# Answers one non-decoupled request (traced when picked), as bytes to write.
+OrderedAnswer = Callable[[bytes], Awaitable[bytes]]
+
+
+class StreamSession:
+    def __init__(self, dataplane: DataPlane, answer_ordered: OrderedAnswer) -> None:
+        self.dp = dataplane
+        self.answer_ordered = answer_ordered
+        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_ordered: asyncio.Future[None] | None = None
+
+    async def run(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        reader = asyncio.create_task(self._read(requests))
+        try:
+            while (data := await self._out.get()) is not None:
+                yield data
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            # Let the cancelled requests run their cleanup (worker cancellation, releases).
+            pending = [reader, *self._tasks]
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*pending, return_exceptions=True)
+            while not self._out.empty():
+                self._out.get_nowait()
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        async for raw in requests:
+            self._spawn(raw)
+        while self._tasks:  # half-closed: finish once everything is answered
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._out.put_nowait(None)
+
+    def _spawn(self, raw: bytes) -> None:
+        request: InferRequest | None
+        try:
+            request = convert.infer_request_from_wire(raw)
+        except (ValueError, TypeError):
+            request = None  # answered in order, with the parse error
+        if request is not None and self.dp.is_decoupled(request):
+            task = asyncio.create_task(self._decoupled(request))
+        else:
+            previous = self._last_ordered
+            mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._last_ordered = mine
+            task = asyncio.create_task(self._ordered(raw, previous, mine))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ordered(
+        self, raw: bytes, previous: asyncio.Future[None] | None, mine: asyncio.Future[None]
+    ) -> None:
+        try:
+            data = await self.answer_ordered(raw)
+            if previous is not None:
+                await previous
+            self._out.put_nowait(data)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+
+    async def _decoupled(self, request: InferRequest) -> None:
+        empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
+        try:
+            async for item in self.dp.infer_stream(request):
+                data = self._encode(request, item, empty_final)
+                if data is not None:
+                    self._out.put_nowait(data)
+        except PbdError as exc:
+            self._out.put_nowait(convert.stream_error_to_wire(request, exc.message))
+        except (ValueError, TypeError) as exc:
+            message = f"malformed request: {exc}"
+            self._out.put_nowait(convert.stream_error_to_wire(request, message))
+
+    @staticmethod
+    def _encode(request: InferRequest, item: StreamResult, empty_final: bool) -> bytes | None:
+        if item.error is not None:
+            return convert.stream_error_to_wire(request, item.error.message, item.final)
+        if item.result is not None:
+            with item.result as result:
+                return convert.stream_response_to_wire(result, item.final)
+        if item.final and empty_final:
+            return convert.stream_empty_final_to_wire(request)
+        return None

@@ -1,0 +1,189 @@
+"""An instance's requests in the worker, by request id: streamed responses and cancellation.
+
+Every request sent to the worker gets an id unique for the connection and a
+:class:`ResponseStream` (the caller's, for ``infer_stream``; a private one otherwise). When the
+``ExecuteResult`` answers a request directly, its entry goes (``settle``); a request answered
+with the response sender (``Response.streamed``) stays until its final ``StreamedResponse``
+frame. A caller that gives up calls the request's ``on_cancel``, which tells the worker
+(``CancelRequests``) if the request is still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+from typing import TYPE_CHECKING, Any
+
+from pbd.errors import Code, PbdError
+from pbd.streams import ResponseStream, StreamResult
+from pbd.types import InferResult
+from pbd.validation import PreparedRequest
+from pbd_worker._proto import worker_pb2 as wpb
+
+if TYPE_CHECKING:
+    from pbd.instances.instance import Instance
+
+FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class _Entry:
+    __slots__ = ("prepared", "stream", "own", "executed", "final")
+
+    def __init__(self, prepared: PreparedRequest, stream: ResponseStream, own: bool) -> None:
+        self.prepared = prepared
+        self.stream = stream
+        self.own = own  # a private stream: ModelInfer, not infer_stream
+        self.executed = False  # its ExecuteResult came
+        self.final = False  # its final StreamedResponse came (it may precede the result)
+
+
+class _Awaiting:
+    """A batch entry whose answer comes later, through its private stream."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: ResponseStream) -> None:
+        self.stream = stream
+
+
+class InstanceStreams:
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self._ids = itertools.count(1)
+        self._entries: dict[int, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def register(self, prepared: PreparedRequest) -> int:
+        """A new id for ``prepared``, about to be sent in an Execute."""
+        request_id = next(self._ids)
+        stream = getattr(prepared, "stream", None)
+        own = stream is None
+        self._entries[request_id] = _Entry(prepared, stream or ResponseStream(), own)
+        prepared.on_cancel = functools.partial(self.cancel, request_id)
+        return request_id
+
+    def forget(self, request_ids: list[int]) -> None:
+        """Those requests never reached the worker."""
+        for request_id in request_ids:
+            self._entries.pop(request_id, None)
+
+    # -- the ExecuteResult ------------------------------------------------------------------------
+
+    def answered(self, request_id: int, result: InferResult | PbdError) -> InferResult | PbdError:
+        """The ExecuteResult answered ``request_id``. For an ``infer_stream`` caller the result
+        goes into its stream (final) and a placeholder is returned in its place."""
+        entry = self._entries.pop(request_id, None)
+        if entry is None or entry.own:
+            if entry is not None:
+                entry.stream.close()
+            return result
+        if isinstance(result, PbdError):
+            return result  # the scheduling task fails, which ends the stream with it
+        entry.stream.put(StreamResult(result=result, final=True))
+        return _placeholder(result)
+
+    def streamed(self, request_id: int, on_done: Any) -> InferResult | _Awaiting:
+        """The request is answered with StreamedResponse frames; ``on_done`` runs after the
+        final one (or when the stream fails)."""
+        entry = self._entries.get(request_id)
+        if entry is None:
+            on_done()
+            return InferResult("", "", "", [])
+        entry.executed = True
+        if entry.final:
+            del self._entries[request_id]
+        entry.stream.on_done(on_done)
+        if entry.own:
+            return _Awaiting(entry.stream)
+        prepared = entry.prepared.request
+        return InferResult(prepared.model_name, prepared.model_version, prepared.id, [])
+
+    async def resolve(self, results: list[Any]) -> list[InferResult | PbdError]:
+        """Wait for the answers that come through private streams (ModelInfer on a model that
+        answers with its response sender)."""
+        out: list[InferResult | PbdError] = []
+        for item in results:
+            out.append(await item.stream.last() if isinstance(item, _Awaiting) else item)
+        return out
+
+    # -- frames -----------------------------------------------------------------------------------
+
+    def on_frame(self, frame: wpb.StreamedResponse) -> None:
+        instance = self.instance
+        entry = self._entries.get(frame.request_id)
+        final = bool(frame.flags & FINAL)
+        item = StreamResult(final=final)
+        if frame.HasField("response"):
+            response = frame.response
+            if response.HasField("error"):
+                item.error = PbdError(Code.parse(response.error.code), response.error.message)
+            elif entry is not None:
+                item.result = self._result(entry, response, frame.held)
+        if frame.held and item.result is None:
+            instance.release_batch(frame.held, [])
+        if entry is None:
+            if item.result is not None:
+                item.result.release()
+            return
+        if final:
+            entry.final = True
+            if entry.executed:
+                del self._entries[frame.request_id]
+        entry.stream.put(item)
+
+    def _result(self, entry: _Entry, response: wpb.Response, held: int) -> InferResult | None:
+        instance = self.instance
+        request = entry.prepared.request
+        targets = entry.prepared.output_targets
+        try:
+            outputs = [instance.memory.output(ref, ref.name in targets) for ref in response.outputs]
+        except ValueError:
+            return None
+
+        def release() -> None:
+            if held:
+                instance.release_batch(held, [])
+
+        return InferResult(
+            model_name=instance.config.name,
+            model_version=str(instance.version),
+            id=request.id,
+            outputs=outputs,
+            parameters=_json_params(response.parameters_json),
+            _release=release,
+        )
+
+    # -- cancellation and failure -----------------------------------------------------------------
+
+    def cancel(self, request_id: int) -> None:
+        """The caller gave up on ``request_id``: tell the worker, if it still has it."""
+        entry = self._entries.get(request_id)
+        if entry is None or self.instance.conn is None:
+            return
+        if entry.own:
+            entry.stream.close()
+        with contextlib.suppress(PbdError, ConnectionError):
+            self.instance.conn.send(
+                wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))
+            )
+
+    def fail_all(self, error: PbdError) -> None:
+        """The worker is gone: every open stream ends with ``error``."""
+        entries, self._entries = self._entries, {}
+        for entry in entries.values():
+            entry.stream.fail(error)
+
+
+def _placeholder(result: InferResult) -> InferResult:
+    return InferResult(result.model_name, result.model_version, result.id, [])
+
+
+def _json_params(text: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,126 @@
+"""The responses of one request as they come: 0..n results, the last one marked final.
+
+A decoupled model answers a request with any number of responses, sent whenever it likes, and
+a final flag (possibly alone). ``ResponseStream`` carries them from the instance that reads the
+worker's frames to whoever asked (``DataPlane.infer_stream``: ModelStreamInfer, BLS). Each
+:class:`StreamResult` holding an ``InferResult`` must be released by its consumer (``with
+item.result:``); results put after the consumer left are released at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pbd.errors import Code, PbdError
+from pbd.types import InferResult
+
+
+@dataclass
+class StreamResult:
+    """One response: ``result`` (outputs), or ``error``, or neither (a final flag alone)."""
+
+    result: InferResult | None = None
+    error: PbdError | None = None
+    final: bool = False
+
+
+class ResponseStream:
+    def __init__(self) -> None:
+        self._items: collections.deque[StreamResult] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self.finished = False  # the final response was put (or the stream failed)
+        self.closed = False  # the consumer left: later results are released at once
+        self._on_done: list[Callable[[], None]] = []
+
+    # -- producer side ------------------------------------------------------------------------
+
+    def put(self, item: StreamResult) -> None:
+        if self.finished:
+            _release(item)
+            return
+        if self.closed:
+            _release(item)
+        else:
+            self._items.append(item)
+            self._wakeup.set()
+        if item.final:
+            self._finish()
+
+    def fail(self, error: PbdError) -> None:
+        """End the stream with ``error`` (ignored once it is finished)."""
+        if not self.finished:
+            self.put(StreamResult(error=error, final=True))
+
+    def on_done(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the final response is in (now, if it is)."""
+        if self.finished:
+            callback()
+        else:
+            self._on_done.append(callback)
+
+    def _finish(self) -> None:
+        self.finished = True
+        self._wakeup.set()
+        callbacks, self._on_done = self._on_done, []
+        for callback in callbacks:
+            callback()
+
+    def settle(self, task: asyncio.Future[InferResult]) -> None:
+        """Done-callback of the request's scheduling task: a request that failed before (or
+        instead of) streaming ends the stream with its error; its placeholder result goes."""
+        if task.cancelled():
+            self.fail(PbdError(Code.CANCELLED, "the request was cancelled"))
+            return
+        error = task.exception()
+        if error is None:
+            task.result().release()
+        elif isinstance(error, PbdError):
+            self.fail(error)
+        else:
+            self.fail(PbdError(Code.INTERNAL, f"the request failed: {error!r}"))
+
+    # -- consumer side ------------------------------------------------------------------------
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> StreamResult:
+        while not self._items:
+            if self.finished:
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return self._items.popleft()
+
+    async def last(self) -> InferResult | PbdError:
+        """For a caller that wants one response (ModelInfer on a model that answered with
+        its response sender): the last response with outputs, or the error."""
+        answer: InferResult | PbdError = PbdError(
+            Code.INTERNAL, "the model sent no response for the request"
+        )
+        async for item in self:
+            if item.error is not None:
+                if isinstance(answer, InferResult):
+                    answer.release()
+                answer = item.error
+            elif item.result is not None:
+                if isinstance(answer, InferResult):
+                    answer.release()
+                answer = item.result
+        return answer
+
+    def close(self) -> None:
+        """The consumer is gone: release what it did not take."""
+        self.closed = True
+        while self._items:
+            _release(self._items.popleft())
+
+
+def _release(item: StreamResult) -> None:
+    if item.result is not None:
+        with contextlib.suppress(Exception):
+            item.result.release()

@@ -1,0 +1,95 @@
+"""ModelStreamInfer as Triton serves it: in-band errors with the stream kept open, request
+order for non-decoupled models, ``triton_final_response`` on every response, and a call that
+ends with OK once everything is answered after the client half-closes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pbd_harness import (
+    SETTLE_TIMEOUT_S,
+    TEST_MODELS,
+    Daemon,
+    infer_input,
+    make_repository,
+    running_daemon,
+    wait_until,
+)
+from streaming_helpers import STREAM_MODELS, final_flag, mode_input, open_stream, repeat_inputs
+from traffic import executing, gated_inputs
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    workdir = tmp_path_factory.mktemp("streaming")
+    repository = make_repository(workdir, {m: TEST_MODELS / m for m in STREAM_MODELS})
+    with running_daemon(repository, workdir, settle=list(STREAM_MODELS)) as running:
+        yield running
+
+
+def test_good_and_bad_requests_on_one_stream(daemon: Daemon) -> None:
+    """Each bad request is answered in band, in its place; the stream goes on."""
+    wrong_type = [infer_input("ID", np.array([1.0], dtype=np.float32), "FP32")]
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer("gated", gated_inputs(1), request_id="g1")
+        client.async_stream_infer("no_such_model", gated_inputs(2), request_id="unknown")
+        client.async_stream_infer("gated", wrong_type, request_id="bad-type")
+        client.async_stream_infer("gated", gated_inputs(3), request_id="g3")
+        client.async_stream_infer("default_sender", mode_input("send_and_return"), request_id="m")
+        client.async_stream_infer("gated", gated_inputs(4), request_id="g4")
+        got = answers.take(6)
+    ok = [(r.get_response().id, int(r.as_numpy("ID")[0])) for r, e in got if e is None]
+    assert ok == [("g1", 1), ("g3", 3), ("g4", 4)]
+    errors = [str(e) for r, e in got if e is not None]
+    assert "Request for unknown model: 'no_such_model' is not found" in errors[0]
+    assert (
+        "inference input 'ID' data-type is 'FP32', but model 'gated' expects 'INT32'" in (errors[1])
+    )
+    assert "Non-decoupled model cannot send more than one response." in errors[2]
+    # Answers (errors too) keep the order of the requests.
+    order = ["g1", "unknown", "bad-type", "g3", "m", "g4"]
+    assert [e is None for _, e in got] == [o.startswith("g") and o != "bad-type" for o in order]
+
+
+def test_every_response_says_it_is_final(daemon: Daemon) -> None:
+    with open_stream(daemon) as (client, answers):
+        for i in range(3):
+            client.async_stream_infer("gated", gated_inputs(i), request_id=f"f{i}")
+        got = answers.take(3)
+    assert [final_flag(r) for r, _ in got] == [True, True, True]
+
+
+def test_non_decoupled_answers_wait_for_earlier_requests(daemon: Daemon, tmp_path: Path) -> None:
+    """A later non-decoupled request that finishes first is held back until the earlier one
+    is answered; a decoupled model's responses are not held."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer("gated", gated_inputs(1, gate), request_id="slow")
+        wait_until(executing(gate).exists, SETTLE_TIMEOUT_S, "the gated request to run")
+        client.async_stream_infer("default_sender", mode_input("return"), request_id="quick")
+        client.async_stream_infer("repeat_decoupled", repeat_inputs([8]), request_id="stream")
+        ((first, error),) = answers.take(1)
+        assert error is None and first.get_response().id == "stream"
+        gate.unlink()
+        got = answers.take(2)
+    assert [r.get_response().id for r, _ in got] == ["slow", "quick"]
+
+
+def test_stop_stream_returns_once_all_is_answered(daemon: Daemon) -> None:
+    """stop_stream() half-closes and waits for the call to end: every answer is in by then."""
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer("repeat_decoupled", repeat_inputs([1, 2, 3], 20, 50))
+        for i in range(3):
+            client.async_stream_infer("gated", gated_inputs(i))
+    got = answers.left()
+    assert len(got) == 6 and all(e is None for _, e in got)
+
+
+def test_a_stream_with_nothing_sent_closes_cleanly(daemon: Daemon) -> None:
+    with open_stream(daemon) as (_client, answers):
+        pass
+    assert answers.left() == []

@@ -1,0 +1,96 @@
+"""ResponseStream: the daemon-side queue of one request's responses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pbd.errors import Code, PbdError
+from pbd.streams import ResponseStream, StreamResult
+from pbd.types import InferResult
+
+
+def _result(released):
+    return InferResult("m", "1", "r", [], _release=lambda: released.append(1))
+
+
+def test_items_in_order_until_final():
+    async def run():
+        stream = ResponseStream()
+        released = []
+        stream.put(StreamResult(result=_result(released)))
+        stream.put(StreamResult(result=_result(released), final=True))
+        stream.put(StreamResult(result=_result(released)))  # after the final: released
+        items = [item async for item in stream]
+        return items, released
+
+    items, released = asyncio.run(run())
+    assert [item.final for item in items] == [False, True]
+    assert released == [1]
+
+
+def test_a_consumer_waits_for_the_producer():
+    async def run():
+        stream = ResponseStream()
+
+        async def produce():
+            await asyncio.sleep(0)
+            stream.put(StreamResult())
+            await asyncio.sleep(0)
+            stream.put(StreamResult(final=True))
+
+        task = asyncio.create_task(produce())
+        items = [item async for item in stream]
+        await task
+        return items
+
+    assert [i.final for i in asyncio.run(run())] == [False, True]
+
+
+def test_fail_ends_the_stream_once():
+    async def run():
+        stream = ResponseStream()
+        done = []
+        stream.on_done(lambda: done.append(1))
+        stream.fail(PbdError(Code.UNAVAILABLE, "gone"))
+        stream.fail(PbdError(Code.INTERNAL, "ignored"))
+        stream.on_done(lambda: done.append(2))  # already finished: runs now
+        return [item async for item in stream], done
+
+    items, done = asyncio.run(run())
+    assert len(items) == 1 and items[0].error.message == "gone" and items[0].final
+    assert done == [1, 2]
+
+
+def test_closed_stream_releases_what_comes():
+    async def run():
+        stream = ResponseStream()
+        released = []
+        stream.put(StreamResult(result=_result(released)))
+        stream.close()
+        stream.put(StreamResult(result=_result(released), final=True))
+        return released, stream.finished
+
+    released, finished = asyncio.run(run())
+    assert released == [1, 1] and finished
+
+
+def test_last_keeps_the_last_response():
+    async def run():
+        stream = ResponseStream()
+        released = []
+        stream.put(StreamResult(result=_result(released)))
+        stream.put(StreamResult(result=InferResult("m", "1", "second", [])))
+        stream.put(StreamResult(final=True))
+        return await stream.last(), released
+
+    last, released = asyncio.run(run())
+    assert last.id == "second" and released == [1]
+
+
+def test_last_of_nothing_is_an_error():
+    async def run():
+        stream = ResponseStream()
+        stream.put(StreamResult(final=True))
+        return await stream.last()
+
+    assert isinstance(asyncio.run(run()), PbdError)
