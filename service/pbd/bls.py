@@ -9,6 +9,11 @@ where they lie (the callee worker's segments, or the callee's arena for an outpu
 input): the caller maps them. The ``InferResult`` stays held, so those blocks stay allocated,
 until the caller sends ``BlsDone`` for the call (or goes away).
 
+A call to a decoupled model (``exec(decoupled=True)``) runs through ``DataPlane.infer_stream``:
+a reply per response as the callee sends it, the last one final; every response's result is
+held until the ``BlsDone`` of the call. ``BlsCancel`` (the model cancelled the iterator) cancels
+the callee's request.
+
 Timeouts (``timeout`` µs on the request) are enforced here: past it the call is answered with
 Triton's queue-timeout error and the callee's result, if it comes later, is dropped. Deadlocks
 (a call no instance can ever take, because every instance of the callee waits on it, directly
@@ -37,7 +42,7 @@ if TYPE_CHECKING:
     from pbd.instances.instance import Instance
 
 log = logging.getLogger("pbd.bls")
-KINDS = frozenset({"bls_call", "bls_done", "bls_control"})
+KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel"})
 TIMEOUT_MESSAGE = "Request timeout expired"
 # Triton's refusal of a non-decoupled BLS call to a decoupled model.
 _NOT_DECOUPLED_CALL = (
@@ -52,7 +57,9 @@ class BlsService:
         self.dp = dataplane
         self.graph = WaitGraph(self._instances_of)
         # (caller, call id) -> the callee's result, held until the caller is done with it
-        self._held: dict[tuple[Instance, int], InferResult] = {}
+        self._held: dict[tuple[Instance, int], list[InferResult]] = {}
+        # (caller, call id) of decoupled calls in progress -> set when the caller cancels
+        self._cancels: dict[tuple[Instance, int], asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._watched: set[Instance] = set()
 
@@ -63,6 +70,11 @@ class BlsService:
         if kind == "bls_done":
             for call_id in message.bls_done.call_ids:
                 self._release(caller, call_id)
+            return
+        if kind == "bls_cancel":
+            cancel = self._cancels.get((caller, message.bls_cancel.call_id))
+            if cancel is not None:
+                cancel.set()
             return
         if caller not in self._watched:
             self._watched.add(caller)
@@ -78,8 +90,7 @@ class BlsService:
         task.add_done_callback(self._tasks.discard)
 
     def _release(self, caller: Instance, call_id: int) -> None:
-        result = self._held.pop((caller, call_id), None)
-        if result is not None:
+        for result in self._held.pop((caller, call_id), ()):
             result.release()
 
     async def _forget_when_gone(self, caller: Instance) -> None:
@@ -109,13 +120,13 @@ class BlsService:
             request.bls_call = waiter.gid
             runtime = self.dp.repository.lookup(request.model_name, request.model_version)
             if runtime.config.decoupled:
-                raise PbdError(
-                    Code.UNSUPPORTED,
-                    _NOT_DECOUPLED_CALL.format(model=call.model_name)
-                    if not call.decoupled
-                    else f"BLS to the decoupled model '{call.model_name}' is not supported by "
-                    "this pbd version: it needs the streaming path (decoupled models)",
-                )
+                if not call.decoupled:
+                    raise PbdError(
+                        Code.UNSUPPORTED, _NOT_DECOUPLED_CALL.format(model=call.model_name)
+                    )
+                self.graph.check()
+                await self._stream(caller, call, request, waiter)
+                return
             traceparent = call.request.traceparent or None
             trace = self.dp.start_trace(request, "BLS", began, lambda: traceparent, "bls")
             request.trace = trace
@@ -125,7 +136,7 @@ class BlsService:
             if caller not in self._watched:  # the caller went away meanwhile
                 result.release()
                 raise PbdError(Code.UNAVAILABLE, f"{caller.describe()} is gone")
-            self._held[(caller, call.call_id)] = result
+            self._held[(caller, call.call_id)] = [result]
             self._describe(result, response)
             if trace is not None:
                 trace.finish()
@@ -140,6 +151,74 @@ class BlsService:
         finally:
             self.graph.remove_call(waiter)
         self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response, final=True))
+
+    async def _stream(
+        self, caller: Instance, call: wpb.BlsCall, request: InferRequest, waiter: Waiter
+    ) -> None:
+        """A decoupled callee: a reply per response as it comes, the last one final. The
+        call ends early, with a final reply, on a deadlock refusal, a timeout, or the
+        caller's ``BlsCancel`` (the callee's request is cancelled)."""
+        key = (caller, call.call_id)
+        cancelled = self._cancels[key] = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call.request.timeout_us / 1e6 if call.request.timeout_us else None
+        stream = self.dp.infer_stream(request)
+        stops = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
+        try:
+            while True:
+                response = wpb.Response()
+                item_future = asyncio.ensure_future(stream.__anext__())
+                timeout = None if deadline is None else max(deadline - loop.time(), 0.0)
+                done, _ = await asyncio.wait({item_future, *stops}, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if item_future not in done:
+                    item_future.cancel()
+                    with contextlib.suppress(BaseException):
+                        await item_future
+                    if waiter.refused in done:
+                        error: PbdError | None = waiter.refused.result()
+                    else:
+                        error = (
+                            None
+                            if cancelled.is_set()
+                            else PbdError(Code.UNAVAILABLE, TIMEOUT_MESSAGE)
+                        )
+                    if error is not None:
+                        response.error.CopyFrom(wpb.Error(code=error.code.value,
+                                                          message=error.message))  # fmt: skip
+                    self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response,
+                                                     final=True))  # fmt: skip
+                    return
+                try:
+                    item = item_future.result()
+                except StopAsyncIteration:
+                    self._reply(caller, wpb.BlsReply(call_id=call.call_id, final=True))
+                    return
+                except PbdError as exc:
+                    response.error.CopyFrom(wpb.Error(code=exc.code.value, message=exc.message))
+                    self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response,
+                                                     final=True))  # fmt: skip
+                    return
+                if item.result is not None:
+                    if caller not in self._watched:  # the caller went away meanwhile
+                        item.result.release()
+                        return
+                    self._held.setdefault(key, []).append(item.result)
+                    self._describe(item.result, response)
+                elif item.error is not None:
+                    response.error.CopyFrom(
+                        wpb.Error(code=item.error.code.value, message=item.error.message)
+                    )
+                self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response,
+                                                 final=item.final))  # fmt: skip
+                if item.final:
+                    return
+        finally:
+            for stop in stops:
+                if stop is not waiter.refused:
+                    stop.cancel()
+            self._cancels.pop(key, None)
+            await stream.aclose()  # cancels the callee's request if it is still running
 
     async def _await(
         self, infer: asyncio.Future[InferResult], waiter: Waiter, timeout_us: int

@@ -33,6 +33,9 @@ BLS_MODELS = [
     "bls_cycle_peer",
     "bls_unknown",
     "bls_control",
+    "bls_repeat",
+    "repeat_decoupled",
+    "cancel_probe_decoupled",
 ]
 
 
@@ -106,6 +109,41 @@ def test_decoupled_exec_of_a_plain_model_yields_its_one_response(
     params = {"model": "sleepy", "decoupled": True}
     result = client.infer("bls_unknown", [int_input("DELAY_MS", 1)], parameters=params)
     assert result.as_numpy("OK").tolist() == [1]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bls_iterates_a_decoupled_models_responses(
+    client: grpcclient.InferenceServerClient, mode: str
+) -> None:
+    values = np.array([3, 1, 4, 1, 5, 9], dtype=np.int32)
+    result = client.infer(
+        "bls_repeat", [infer_input("IN", values, "INT32")], parameters={"mode": mode}
+    )
+    assert result.as_numpy("TOTAL").tolist() == [int(values.sum())]
+    assert result.as_numpy("COUNT").tolist() == [len(values)]
+    # repeat_decoupled sends its final flag alone: the iterator's last response is empty.
+    assert result.as_numpy("EMPTY").tolist() == [1]
+
+
+def test_cancelling_a_decoupled_bls_iterator_cancels_the_callee(
+    client: grpcclient.InferenceServerClient, tmp_path: Path
+) -> None:
+    values = np.array([7], dtype=np.int32)
+    params = {"take": 3, "dir": str(tmp_path)}
+    result = client.infer("bls_repeat", [infer_input("IN", values, "INT32")], parameters=params)
+    assert result.as_numpy("COUNT").tolist() == [3]
+    # The callee streams until it sees is_cancelled(), then leaves its marker.
+    wait_until(lambda: (tmp_path / "cancelled-7").exists(), 30, "the callee's cancel marker")
+
+
+def test_plain_exec_of_a_decoupled_model_gets_tritons_error(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    error = error_of(
+        lambda: client.infer("bls_unknown", [], parameters={"model": "repeat_decoupled"})
+    )
+    assert "Model repeat_decoupled is using the decoupled" in error.message()
+    assert "Please use 'decoupled=True' argument" in error.message()
 
 
 def test_a_model_calls_itself_on_its_other_instance(

@@ -65,10 +65,13 @@ class ResponseIterator:
         return self._client._next_response(self._call)
 
     def cancel(self) -> None:
-        """Stop taking responses; those not read yet are dropped (the callee is not decoupled
-        in this pbd version, so its single response is already complete)."""
+        """Cancel the call: the callee's request is cancelled (its response sender's
+        ``is_cancelled()`` turns True) and responses not read yet are dropped."""
         if not self._cancelled and not self._call.final:
             self._cancelled = True
+            self._client.link.send(
+                wpb.WorkerToDaemon(bls_cancel=wpb.BlsCancel(call_id=self._call.call_id))
+            )
             while not self._call.final:
                 self._client._next_response(self._call)
 

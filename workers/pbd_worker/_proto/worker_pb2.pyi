@@ -392,6 +392,12 @@ class BlsDone(_message.Message):
     call_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, call_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class BlsCancel(_message.Message):
+    __slots__ = ("call_id",)
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    def __init__(self, call_id: _Optional[int] = ...) -> None: ...
+
 class BlsControl(_message.Message):
     __slots__ = ("call_id", "op", "model_name", "config", "files", "version", "unload_dependents")
     class FilesEntry(_message.Message):
@@ -442,7 +448,7 @@ class DaemonToWorker(_message.Message):
     def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -457,6 +463,7 @@ class WorkerToDaemon(_message.Message):
     BLS_CALL_FIELD_NUMBER: _ClassVar[int]
     BLS_DONE_FIELD_NUMBER: _ClassVar[int]
     BLS_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    BLS_CANCEL_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
@@ -471,4 +478,5 @@ class WorkerToDaemon(_message.Message):
     bls_call: BlsCall
     bls_done: BlsDone
     bls_control: BlsControl
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., streamed: _Optional[_Union[StreamedResponse, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ...) -> None: ...
+    bls_cancel: BlsCancel
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., streamed: _Optional[_Union[StreamedResponse, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ..., bls_cancel: _Optional[_Union[BlsCancel, _Mapping]] = ...) -> None: ...
