@@ -6,10 +6,11 @@ are; any other input is written once into this worker's output arena and held un
 The daemon runs the call through its normal path (validation, queue, an instance of the callee)
 and replies with descriptors of the callee's outputs, in the callee's segments. They are mapped
 here (a map of their own, so an output the model returns as its own is copied into our arena,
-never aliased to another instance's block) and handed to the model as read-only arrays.
+never aliased to another instance's block) and handed to the model as arrays over those bytes:
+writable, as Triton's are (the blocks belong to this call alone).
 
 The callee's blocks stay allocated until the model drops every array of the call: each output
-is one read-only uint8 "owner" array that the tensors are views of, and a ``weakref.finalize``
+is one uint8 "owner" array that the tensors are views of, and a ``weakref.finalize``
 on it notes the call as done. Done calls ride ahead of the next frame the worker sends (the
 next BLS call, the batch's result, a heartbeat) as ``BlsDone``. Finalizers may run in any
 thread, even inside a send, so they only append to a deque.
@@ -212,7 +213,6 @@ class BlsClient:
             return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(b""))
         view = self.callee_segments.view(ref.region, ref.offset, ref.nbytes)
         owner = np.frombuffer(view, dtype=np.uint8)
-        owner.flags.writeable = False
         call.live += 1
         weakref.finalize(owner, self._owner_gone, call)
         return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(owner))
