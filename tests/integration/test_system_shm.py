@@ -100,6 +100,22 @@ def test_inputs_and_outputs_in_regions_with_offsets(daemon: Daemon, regions: dic
     assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
 
 
+def test_identity_of_a_region_input_answers_over_the_wire(daemon: Daemon, regions: dict) -> None:
+    """An identity model returns its input, which lies in the client's region; the output is
+    not aimed at a region, so the daemon must read it from there for the reply."""
+    client = daemon.client()
+    client.unregister_system_shared_memory()
+    data = np.arange(32, dtype=np.float32).reshape(2, 16)
+    inp = regions["create"]("ident", data.nbytes)
+    shm.set_shared_memory_region(inp, [data])
+    client.register_system_shared_memory("ident", f"/{PREFIX}ident", data.nbytes)
+    x = grpcclient.InferInput("INPUT0", [2, 16], "FP32")
+    x.set_shared_memory("ident", data.nbytes)
+    result = client.infer("identity_fp32", [x])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+    client.unregister_system_shared_memory()
+
+
 def test_the_model_reads_the_clients_memory(daemon: Daemon, regions: dict, tmp_path: Path) -> None:
     client = daemon.client()
     value = regions["create"]("probe", 4)

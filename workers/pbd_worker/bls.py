@@ -171,8 +171,9 @@ class BlsClient:
         a block of our arena written now."""
         array = tensor._array_or_none()
         if self.inputs is not None and array is not None and array.flags.c_contiguous:
-            found = self.inputs.locate(int(array.__array_interface__["data"][0]), nbytes)
-            if found is not None and "#" not in found[0].name:
+            address = int(array.__array_interface__["data"][0])
+            found = self.inputs.locate(address, nbytes, clients=False)
+            if found is not None:
                 return found[0].name, found[1]
         if self.arena is None:
             raise TritonModelException(_NOT_IN_EXECUTE)

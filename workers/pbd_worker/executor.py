@@ -336,7 +336,10 @@ class BatchExecutor:
             return ref
         array = tensor._array_or_none()
         if array is not None and array.flags.c_contiguous:
-            found = self.inputs.locate(int(array.__array_interface__["data"][0]), nbytes)
+            # In place when it is the daemon's segment; a client's region is not the daemon's
+            # to read a reply from (nor stable: it may be unregistered): copied below.
+            address = int(array.__array_interface__["data"][0])
+            found = self.inputs.locate(address, nbytes, clients=False)
             if found is not None:
                 ref.region, ref.offset = found[0].name, found[1]
                 return ref

@@ -263,9 +263,15 @@ class SegmentMap:
     def view(self, name: str, offset: int, nbytes: int) -> memoryview:
         return self.get(name).view(offset, nbytes)
 
-    def locate(self, address: int, nbytes: int) -> tuple[Segment, int] | None:
-        """The segment and offset holding ``[address, address + nbytes)``, if any."""
-        for segment in self.segments.values():
+    def locate(
+        self, address: int, nbytes: int, *, clients: bool = True
+    ) -> tuple[Segment, int] | None:
+        """The segment and offset holding ``[address, address + nbytes)``, if any; with
+        ``clients=False`` only the daemon's segments count, not clients' registered regions
+        (mapped under ``<file>#<generation>``), which a reply cannot name."""
+        for name, segment in self.segments.items():
+            if not clients and "#" in name:
+                continue
             if segment.address <= address and address + nbytes <= segment.address + segment.size:
                 return segment, address - segment.address
         return None
