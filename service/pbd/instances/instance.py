@@ -23,7 +23,8 @@ from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instances.hub import WorkerConnection, WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
-from pbd.instances.messages import batch_results, initialize_message
+from pbd.instances.messages import batch_results, execute_message
+from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
@@ -32,12 +33,12 @@ from pbd.scheduler import request_batch_size
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
-from pbd.tracing.request import RequestTrace, add_worker_spans
+from pbd.tracing.request import batch_computed
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc import TOKEN_ENV
-from pbd_worker.ipc.shm import Block, ShmExhausted
+from pbd_worker.ipc.shm import Block
 
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.
@@ -150,8 +151,8 @@ class Instance:
                 )
             )
             for attempt in range(2):
-                self.conn = await self._wait_connected(connected)
-                reply = await self._initialize()
+                self.conn = await wait_connected(self, connected)
+                reply = await initialize_worker(self)
                 if not reply.HasField("error"):
                     self.adopted = reply.adopted
                     break
@@ -180,61 +181,6 @@ class Instance:
         )
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader {self.id}")
 
-    async def _initialize(self) -> wpb.Initialized:
-        """Send Initialize; the reply (model metric families it makes come first)."""
-        assert self.conn is not None
-        self.push_runtime_settings()
-        self.conn.send(wpb.DaemonToWorker(initialize=initialize_message(self)))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.model_init_timeout_secs
-        while True:
-            reply = await self._wait_message(
-                max(deadline - loop.time(), 0.0),
-                "initialize()",
-                self.settings.model_init_timeout_secs,
-            )
-            if reply.WhichOneof("kind") != "metrics":
-                break
-            self._on_metrics(reply.metrics)
-        if reply.WhichOneof("kind") != "initialized":
-            raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
-        return reply.initialized
-
-    async def _wait_connected(
-        self, connected: asyncio.Future[WorkerConnection]
-    ) -> WorkerConnection:
-        assert self.handle is not None
-        exited = asyncio.ensure_future(
-            self.launcher.wait(self.handle, self.settings.worker_start_timeout_secs)
-        )
-        done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
-        if connected in done:
-            exited.cancel()
-            conn = connected.result()
-            self.launcher.attached(self.handle, conn.pid)
-            return conn
-        connected.cancel()
-        status = exited.result()
-        how = status.describe() if status else "did not connect in time"
-        error = unavailable(f"worker for {self.describe()} {how} before connecting")
-        error.permanent = status is not None and status.permanent
-        raise error
-
-    async def _wait_message(
-        self, timeout: float, what: str, limit: float | None = None
-    ) -> wpb.WorkerToDaemon:
-        assert self.conn is not None
-        try:
-            message = await asyncio.wait_for(self.conn.recv(), timeout)
-        except TimeoutError:
-            limit = timeout if limit is None else limit
-            raise unavailable(f"{self.describe()}: {what} did not finish in {limit:g}s") from None
-        if message is None:
-            raise unavailable(
-                f"worker for {self.describe()} {await self._exit_text()} during {what}"
-            )
-        return message
-
     # -- running -------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
@@ -259,7 +205,7 @@ class Instance:
             elif kind == "heartbeat":
                 self.executed = message.heartbeat.executed
             elif kind == "metrics":
-                self._on_metrics(message.metrics)
+                self.on_metrics(message.metrics)
             elif kind == "spans" and self.tracing is not None:
                 self.tracing.import_spans(message.spans.otlp)
             elif kind == "exiting":
@@ -271,15 +217,15 @@ class Instance:
             elif kind in BLS_KINDS and self.hub.bls is not None:
                 self.hub.bls.on_message(self, message)
         if self.state is State.READY:
-            await self._lost(f"worker for {self.describe()} {await self._exit_text()}")
+            await self._lost(f"worker for {self.describe()} {await self.exit_text()}")
 
-    def _on_metrics(self, updates: wpb.MetricUpdates) -> None:
+    def on_metrics(self, updates: wpb.MetricUpdates) -> None:
         reply = self.custom_metrics.apply(updates)
         if reply is not None and self.conn is not None:
             with contextlib.suppress(PbdError):
                 self.conn.send(wpb.DaemonToWorker(metric_reply=reply))
 
-    async def _exit_text(self) -> str:
+    async def exit_text(self) -> str:
         if self.handle is None:
             return "is gone"
         status = await self.launcher.wait(self.handle, 2.0)
@@ -325,24 +271,12 @@ class Instance:
         batch_id = next(self._batch_ids)
         blocks: list[Block] = []
         copy_began = time.perf_counter_ns()
-        message = wpb.Execute(batch_id=batch_id)
         request_ids = [self.streams.register(prepared) for prepared in batch]
         try:
-            for request_id, prepared in zip(request_ids, batch, strict=True):
-                trace = prepared.request.trace
-                began = time.time_ns() if trace is not None else 0
-                request = self.memory.request_message(request_id, prepared, blocks)
-                if trace is not None:
-                    request.traceparent = trace.input_copied(began, time.time_ns())
-                message.requests.append(request)
-        except ShmExhausted as exc:
-            self.memory.free(blocks)
+            message = execute_message(self.memory, batch_id, batch, request_ids, blocks)
+        except PbdError:
             self.streams.forget(request_ids)
-            raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
-        except ValueError as exc:  # a value validation let through that protobuf refuses
-            self.memory.free(blocks)
-            self.streams.forget(request_ids)
-            raise PbdError(Code.INVALID_ARG, f"request cannot reach the model: {exc}") from None
+            raise
         future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
         self._pending[batch_id] = (future, blocks)
         message.release.extend(self._to_release)
@@ -370,22 +304,17 @@ class Instance:
         result = await future
         traces = [p.request.trace for p in batch if p.request.trace is not None]
         if traces:
-            self._computed(traces, result, len(batch))
+            if self._span_attributes is None:
+                self._span_attributes = {
+                    "model.name": self.config.name,
+                    "model.version": self.version,
+                    "model.instance": self.plan.name,
+                }
+            batch_computed(traces, result, len(batch), self._span_attributes)
         ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
         self.stats.executed(len(batch), *ns, size)
         return await self.streams.resolve(batch_results(self, batch, result, blocks, request_ids))
-
-    def _computed(self, traces: list[RequestTrace], result: wpb.ExecuteResult, size: int) -> None:
-        if self._span_attributes is None:
-            self._span_attributes = {
-                "model.name": self.config.name,
-                "model.version": self.version,
-                "model.instance": self.plan.name,
-            }
-        add_worker_spans(traces, result.execute_span, result.output_ns, size, self._span_attributes)
-        for trace in traces:
-            trace.computed(result.infer_ns, result.output_ns)
 
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""

@@ -1,23 +1,53 @@
 """The worker protocol's messages as an instance builds and reads them: the Initialize of a
-model instance (Triton's initialize() arguments), and a batch's ExecuteResult turned into one
-result or error per request, with outputs as views into shared memory."""
+model instance (Triton's initialize() arguments), a batch's Execute, and its ExecuteResult
+turned into one result or error per request, with outputs as views into shared memory."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from pbd.errors import Code, PbdError
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.shm import Block
+from pbd_worker.ipc.shm import Block, ShmExhausted
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance
+    from pbd.instances.memory import InstanceMemory
 
 log = logging.getLogger("pbd.instances")
+
+
+def execute_message(
+    memory: InstanceMemory,
+    batch_id: int,
+    batch: list[PreparedRequest],
+    request_ids: list[int],
+    blocks: list[Block],
+) -> wpb.Execute:
+    """The Execute of ``batch``: inputs copied into the instance's arena (their blocks added
+    to ``blocks``), each traced request's input copy recorded. On failure the blocks are freed
+    and a PbdError says why (RESOURCE_EXHAUSTED: no shared memory left)."""
+    message = wpb.Execute(batch_id=batch_id)
+    try:
+        for request_id, prepared in zip(request_ids, batch, strict=True):
+            trace = prepared.request.trace
+            began = time.time_ns() if trace is not None else 0
+            request = memory.request_message(request_id, prepared, blocks)
+            if trace is not None:
+                request.traceparent = trace.input_copied(began, time.time_ns())
+            message.requests.append(request)
+    except ShmExhausted as exc:
+        memory.free(blocks)
+        raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
+    except ValueError as exc:  # a value validation let through that protobuf refuses
+        memory.free(blocks)
+        raise PbdError(Code.INVALID_ARG, f"request cannot reach the model: {exc}") from None
+    return message
 
 
 def initialize_message(instance: Instance) -> wpb.Initialize:

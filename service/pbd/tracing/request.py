@@ -174,3 +174,12 @@ def add_worker_spans(
     start, end = report.end_ns, report.end_ns + output_ns
     for trace in traces:
         trace._add(SpanData("output_copy", new_span_id(), trace.compute_id, start, end, attributes))
+
+
+def batch_computed(
+    traces: list[RequestTrace], result: Any, batch_size: int, attributes: dict[str, Any]
+) -> None:
+    """A batch's ExecuteResult arrived: the worker's spans, then each trace's compute ends."""
+    add_worker_spans(traces, result.execute_span, result.output_ns, batch_size, attributes)
+    for trace in traces:
+        trace.computed(result.infer_ns, result.output_ns)

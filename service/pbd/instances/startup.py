@@ -1,0 +1,75 @@
+"""Bringing an instance's worker up: wait for it to connect (or for it to exit first), then
+Initialize it and read the reply (metric families the model makes in initialize() come
+first). The parameter is the instance being started (``Instance.start`` drives this)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from pbd.errors import Code, PbdError, unavailable
+from pbd.instances.hub import WorkerConnection
+from pbd.instances.messages import initialize_message
+from pbd_worker._proto import worker_pb2 as wpb
+
+if TYPE_CHECKING:
+    from pbd.instances.instance import Instance
+
+
+async def initialize_worker(instance: Instance) -> wpb.Initialized:
+    """Send Initialize; the reply (model metric families it makes come first)."""
+    assert instance.conn is not None
+    instance.push_runtime_settings()
+    instance.conn.send(wpb.DaemonToWorker(initialize=initialize_message(instance)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + instance.settings.model_init_timeout_secs
+    while True:
+        reply = await _wait_message(
+            instance,
+            max(deadline - loop.time(), 0.0),
+            "initialize()",
+            instance.settings.model_init_timeout_secs,
+        )
+        if reply.WhichOneof("kind") != "metrics":
+            break
+        instance.on_metrics(reply.metrics)
+    if reply.WhichOneof("kind") != "initialized":
+        raise PbdError(Code.INTERNAL, f"{instance.describe()}: unexpected first reply")
+    return reply.initialized
+
+
+async def wait_connected(
+    instance: Instance, connected: asyncio.Future[WorkerConnection]
+) -> WorkerConnection:
+    assert instance.handle is not None
+    exited = asyncio.ensure_future(
+        instance.launcher.wait(instance.handle, instance.settings.worker_start_timeout_secs)
+    )
+    done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
+    if connected in done:
+        exited.cancel()
+        conn = connected.result()
+        instance.launcher.attached(instance.handle, conn.pid)
+        return conn
+    connected.cancel()
+    status = exited.result()
+    how = status.describe() if status else "did not connect in time"
+    error = unavailable(f"worker for {instance.describe()} {how} before connecting")
+    error.permanent = status is not None and status.permanent
+    raise error
+
+
+async def _wait_message(
+    instance: Instance, timeout: float, what: str, limit: float | None = None
+) -> wpb.WorkerToDaemon:
+    assert instance.conn is not None
+    try:
+        message = await asyncio.wait_for(instance.conn.recv(), timeout)
+    except TimeoutError:
+        limit = timeout if limit is None else limit
+        raise unavailable(f"{instance.describe()}: {what} did not finish in {limit:g}s") from None
+    if message is None:
+        raise unavailable(
+            f"worker for {instance.describe()} {await instance.exit_text()} during {what}"
+        )
+    return message
