@@ -1,11 +1,13 @@
-"""Finished spans written straight into OTLP protobuf messages, without the SDK's encoder.
+"""Finished spans written straight as OTLP protobuf bytes, without the SDK's encoder; span
+and trace ids; W3C ``traceparent`` text.
 
-pbd's own spans (the daemon's five per request, the worker's ``execute`` and
-``output_copy``) are known in full when they end: ids, times, attributes and events are plain
-values. Building their ``opentelemetry.proto.trace.v1.Span`` messages directly costs a
-fraction of going through ``Tracer.start_span`` / ``end`` and the SDK's ``encode_spans``.
-The encoding follows the SDK's: ids big-endian, kinds and status codes as OTLP numbers, span
-``flags`` telling whether the parent is remote.
+pbd's own spans (per request: the RPC, queue, compute, input_copy, execute, output_copy,
+response) are known in full when they end: ids, times, attributes and events are plain
+values. Writing their ``opentelemetry.proto.trace.v1.Span`` bytes directly (``encode_span``)
+costs a fraction of going through ``Tracer.start_span`` / ``end`` and the SDK's
+``encode_spans``, and a fraction of filling protobuf messages field by field. The encoding
+follows the SDK's: ids big-endian, kinds and status codes as OTLP numbers, span ``flags``
+telling whether the parent is remote.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 # OTLP's SpanKind numbers (the SDK's SpanKind is these minus one).
 KIND_INTERNAL = 1
@@ -80,58 +81,6 @@ def encoded_attributes(attributes: Mapping[str, Any]) -> list[KeyValue]:
                 _encoded.clear()
             _encoded[key] = encoded
     return encoded
-
-
-def add_span(
-    spans: Any,
-    *,
-    trace_id: bytes,
-    span_id: int,
-    parent_id: int,
-    name: str,
-    start_ns: int,
-    end_ns: int,
-    kind: int = KIND_INTERNAL,
-    flags: int = FLAGS_LOCAL_PARENT,
-    attributes: Mapping[str, Any] | None = None,
-    events: Iterable[tuple[str, int, Mapping[str, Any] | None]] = (),
-    links: Iterable[tuple[bytes, int]] = (),
-    error: str | None = None,
-) -> Any:
-    """Append one finished span to ``spans`` (a ScopeSpans' repeated ``spans``); the fields
-    go in with one constructor call (setting them one by one costs half again as much)."""
-    fields: dict[str, Any] = {
-        "trace_id": trace_id,
-        "span_id": span_id.to_bytes(8, "big"),
-        "name": name,
-        "kind": kind,
-        "start_time_unix_nano": start_ns,
-        "end_time_unix_nano": end_ns,
-        "flags": flags,
-    }
-    if parent_id:
-        fields["parent_span_id"] = parent_id.to_bytes(8, "big")
-    if attributes:
-        fields["attributes"] = encoded_attributes(attributes)
-    if events:
-        fields["events"] = [
-            Span.Event(
-                name=event_name,
-                time_unix_nano=stamp,
-                attributes=encoded_attributes(event_attributes) if event_attributes else (),
-            )
-            for event_name, stamp, event_attributes in events
-        ]
-    if links:
-        fields["links"] = [
-            Span.Link(
-                trace_id=link_trace, span_id=link_span.to_bytes(8, "big"), flags=FLAGS_REMOTE_PARENT
-            )
-            for link_trace, link_span in links
-        ]
-    if error is not None:
-        fields["status"] = Status(code=STATUS_ERROR, message=error)  # type: ignore[arg-type]
-    return spans.add(**fields)
 
 
 # -- the same spans as protobuf wire bytes, built directly (the worker's own spans) ----------
@@ -222,8 +171,9 @@ def encode_span(
     links: Iterable[tuple[bytes, int]] = (),
     error: str | None = None,
 ) -> bytes:
-    """What ``add_span`` would add, as the serialized ``Span`` (the same bytes: fields in
-    number order, as protobuf writes them)."""
+    """A finished span as a serialized OTLP ``Span``: the bytes protobuf writes for the same
+    message (fields in number order, defaults left out; a unit test checks them against
+    protobuf's own encoding)."""
     # proto3 leaves out fields that hold their default (0, ""): so do we.
     parts = [b"\x0a\x10", trace_id, b"\x12\x08", span_id.to_bytes(8, "big")]
     if parent_id:

@@ -3,7 +3,7 @@
 ``RequestTrace`` collects the daemon's spans of one request as ``SpanData`` tuples in a
 ``TraceRecord``; ``Tracing.emit`` hands the record to the span processor. With pbd's OTLP
 exporter (``pbd.tracing.export``) the record itself goes through the batch processor's queue
-and is written into the export request on the export thread (``encode_record``); with any
+and is written into the export request by the exporter process (``record_span_bytes``); with any
 other processor (the console exporter, the SDK's in-memory exporter in tests) each span
 becomes an SDK ``ReadableSpan`` first (``readable_spans``). Worker spans arrive
 OTLP-encoded and travel the same two ways (``WorkerSpans`` or ``readable_from_otlp``).
@@ -25,7 +25,6 @@ from pbd_worker.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,
-    add_span,
     encode_span,
 )
 
@@ -69,7 +68,7 @@ class WorkerSpans:
 
 
 def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
-    """``add_span`` / ``encode_span`` arguments for each of the record's spans."""
+    """``encode_span`` arguments for each of the record's spans."""
     trace_id = record.context.trace_id.to_bytes(16, "big")
     parent = record.parent
     top_parent = parent.span_id if parent is not None else 0
@@ -91,15 +90,8 @@ def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
         }
 
 
-def encode_record(record: TraceRecord, spans: Any) -> int:
-    """Write the record's spans into ``spans`` (a ScopeSpans' list); how many."""
-    for fields in _span_fields(record):
-        add_span(spans, **fields)
-    return len(record.spans)
-
-
 def record_span_bytes(record: TraceRecord) -> list[bytes]:
-    """The record's spans as serialized ``Span`` messages (what ``encode_record`` writes)."""
+    """The record's spans as serialized ``Span`` messages."""
     return [encode_span(**fields) for fields in _span_fields(record)]
 
 

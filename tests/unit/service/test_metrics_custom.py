@@ -77,7 +77,7 @@ def test_a_long_buffer_is_sent_without_waiting() -> None:
     assert len(wire.sent) == 2  # the creation, then one full buffer
     wire.flush()
     text = exposition([wire.session.registry]).decode()
-    assert f'sums_count {float(MAX_PENDING + 10)}' in text
+    assert f"sums_count {float(MAX_PENDING + 10)}" in text
 
 
 def test_instances_share_a_series_and_release_it_when_gone() -> None:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import marshal
 import time
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from pbd.tracing.export_process import from_wire
 from pbd.tracing.provider import Tracing
-from pbd.tracing.records import TraceRecord, WorkerSpans, encode_record
+from pbd.tracing.records import TraceRecord, WorkerSpans, record_span_bytes
 from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings, parse_trace_config
 from pbd.tracing.shipper import ProcessSpanProcessor, to_wire
@@ -46,9 +44,7 @@ def _record(traceparent: str | None) -> TraceRecord:
 
 
 def _encoded(record: TraceRecord) -> bytes:
-    request = ExportTraceServiceRequest()
-    encode_record(record, request.resource_spans.add().scope_spans.add().spans)
-    return request.SerializeToString()
+    return b"".join(record_span_bytes(record))
 
 
 def test_records_cross_the_pipe_unchanged() -> None:

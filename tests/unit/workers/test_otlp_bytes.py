@@ -3,13 +3,75 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
-from pbd_worker.otlp import FLAGS_REMOTE_PARENT, KIND_SERVER, add_span, encode_request, encode_span
+from pbd_worker.otlp import (
+    FLAGS_LOCAL_PARENT,
+    FLAGS_REMOTE_PARENT,
+    KIND_INTERNAL,
+    KIND_SERVER,
+    STATUS_ERROR,
+    encode_request,
+    encode_span,
+    encoded_attributes,
+)
+
+
+def add_span(
+    spans: Any,
+    *,
+    trace_id: bytes,
+    span_id: int,
+    parent_id: int,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    kind: int = KIND_INTERNAL,
+    flags: int = FLAGS_LOCAL_PARENT,
+    attributes: Mapping[str, Any] | None = None,
+    events: Iterable[tuple[str, int, Mapping[str, Any] | None]] = (),
+    links: Iterable[tuple[bytes, int]] = (),
+    error: str | None = None,
+) -> Any:
+    """The reference: the same span built with protobuf's runtime, appended to ``spans``."""
+    fields: dict[str, Any] = {
+        "trace_id": trace_id,
+        "span_id": span_id.to_bytes(8, "big"),
+        "name": name,
+        "kind": kind,
+        "start_time_unix_nano": start_ns,
+        "end_time_unix_nano": end_ns,
+        "flags": flags,
+    }
+    if parent_id:
+        fields["parent_span_id"] = parent_id.to_bytes(8, "big")
+    if attributes:
+        fields["attributes"] = encoded_attributes(attributes)
+    if events:
+        fields["events"] = [
+            Span.Event(
+                name=event_name,
+                time_unix_nano=stamp,
+                attributes=encoded_attributes(event_attributes) if event_attributes else (),
+            )
+            for event_name, stamp, event_attributes in events
+        ]
+    if links:
+        fields["links"] = [
+            Span.Link(
+                trace_id=link_trace, span_id=link_span.to_bytes(8, "big"), flags=FLAGS_REMOTE_PARENT
+            )
+            for link_trace, link_span in links
+        ]
+    if error is not None:
+        fields["status"] = Status(code=STATUS_ERROR, message=error)  # type: ignore[arg-type]
+    return spans.add(**fields)
+
 
 CASES: list[dict[str, Any]] = [
     dict(
