@@ -12,8 +12,10 @@ holds and exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
+import os
 import signal
 import sys
 from typing import Any
@@ -23,6 +25,8 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from pbd.tracing.records import SpanData, TraceRecord, WorkerSpans
 from pbd_worker.ipc.framing import HEADER, decode_length
+
+NICE = 10  # added to the daemon's niceness
 
 
 def from_wire(item: Any) -> TraceRecord | WorkerSpans:
@@ -49,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     options: dict[str, list[str]] = json.loads(args[0]) if args else {}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when this ends
+    # Telemetry yields to serving: on a saturated machine the daemon and its workers get the
+    # CPU first; this process catches up when there is room (its queue is bounded: past it,
+    # spans are dropped, as the SDK's batch processor drops them).
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     urls = options.get("url")
     exporter = PbdOTLPSpanExporter(_resource(options), **({"endpoint": urls[-1]} if urls else {}))
     processor = BatchSpanProcessor(exporter, **_bsp_options(options))
