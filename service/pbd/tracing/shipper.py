@@ -6,7 +6,8 @@ request, all of it under the daemon's GIL, next to the event loop that answers c
 ``ProcessSpanProcessor`` is the span processor the daemon's provider gets instead of the SDK's
 ``BatchSpanProcessor``: ``on_end`` only appends to a bounded queue; a thread ships the queue
 every ``SHIP_INTERVAL_S`` (or when a batch is full) as one ``marshal``-ed frame on the stdin of
-``python -m pbd.tracing.export_process``, which rebuilds the records and feeds them to the
+``python -m pbd.tracing.export_process`` (started with the first spans, so a daemon that traces
+nothing runs none), which rebuilds the records and feeds them to the
 SDK's batch processor and pbd's OTLP exporter (``pbd.tracing.export``) with the daemon's
 ``--trace-config`` options and ``OTEL_*`` environment. Worker spans (OTLP bytes already) pass
 through as they are.
@@ -86,7 +87,6 @@ class ProcessSpanProcessor(SpanProcessor):
         self._stopping = False
         self._process: subprocess.Popen[bytes] | None = None
         self._started_at = -RESTART_INTERVAL_S
-        self._start_process()
         self._thread = threading.Thread(target=self._ship_loop, name="span shipper", daemon=True)
         self._thread.start()
 
@@ -164,13 +164,16 @@ class ProcessSpanProcessor(SpanProcessor):
 
     def _ship(self, batch: list[Any]) -> None:
         process = self._process
-        if process is None or process.poll() is not None:
+        if process is None:  # the first spans: a daemon that traces nothing starts no process
+            self._start_process()
+            process = self._process
+        elif process.poll() is not None:
             if time.monotonic() - self._started_at < RESTART_INTERVAL_S:
                 self.dropped += len(batch)
                 return
             log.error(
                 "span exporter exited (%s); %d spans dropped so far; starting a new one",
-                process.returncode if process is not None else "not started",
+                process.returncode,
                 self.dropped,
             )
             self._start_process()

@@ -64,10 +64,10 @@ def test_full_queue_drops_and_shutdown_reaps_the_exporter() -> None:
     processor = ProcessSpanProcessor(
         {"url": ["http://127.0.0.1:9"]}, max_queue_size=4, max_batch=100, ship_interval=600
     )
-    process = processor._process
-    assert process is not None and process.poll() is None
+    assert processor._process is None  # nothing traced yet: no exporter process
     for _ in range(10):
         processor.on_end(WorkerSpans(b""))
     assert processor.dropped == 6
-    processor.shutdown()
-    assert process.poll() is not None
+    processor.shutdown()  # ships the four it kept: that starts the exporter, then reaps it
+    process = processor._process
+    assert process is not None and process.poll() is not None
