@@ -1,5 +1,5 @@
 import sys
 
-from pbd_worker.runtime import main
+from pbd_worker.cli import main
 
 sys.exit(main())

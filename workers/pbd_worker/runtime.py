@@ -16,7 +16,6 @@ This module imports neither ``pbd`` nor grpc: a worker starts in the time numpy 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -25,7 +24,6 @@ import json
 import logging
 import os
 import resource
-import signal
 import threading
 import time
 from typing import Any, NoReturn
@@ -379,39 +377,3 @@ def _exit_code(exc: SystemExit) -> int:
     if exc.code is None:
         return 0
     return exc.code if isinstance(exc.code, int) else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pbd_worker", description="pbd model-instance worker")
-    parser.add_argument("--socket", required=True, help="daemon socket: a path or @abstract-name")
-    parser.add_argument("--instance", required=True, help="instance id given by the daemon")
-    parser.add_argument(
-        "--reconnect-secs",
-        type=float,
-        default=0.0,
-        help="outlive the daemon: reconnect for this long and keep the model (systemd units)",
-    )
-    opts = parser.parse_args(argv)
-    # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    apply_logging(LogConfig(), opts.instance)
-    runtime = WorkerRuntime(opts.socket, opts.instance, opts.reconnect_secs)
-    if opts.reconnect_secs:
-        # A systemd unit: `systemctl stop` is SIGTERM; finalize the model, then go. (Under the
-        # process launcher the daemon finalizes first and SIGTERM keeps its default.)
-        def on_term(signum: int, frame: object) -> None:
-            if not runtime.finalizing:  # else finalize() hangs: the stop timeout ended it
-                runtime.finalize_alone("stopping on SIGTERM")
-            os._exit(0)
-
-        signal.signal(signal.SIGTERM, on_term)
-    try:
-        runtime.link.connect()
-    except OSError as exc:
-        if not (opts.reconnect_secs and runtime._reconnect()):
-            log.error("cannot connect to the daemon at %s: %s", opts.socket, exc)
-            return 2
-    try:
-        return runtime.serve()
-    finally:
-        runtime.close()
