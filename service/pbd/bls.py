@@ -276,20 +276,12 @@ class BlsService:
     def _locate(self, data: memoryview) -> tuple[str, int]:
         """The segment (of any instance: the callee's outputs, or its arena) holding ``data``."""
         address = int(np.frombuffer(data, np.uint8).__array_interface__["data"][0])
-        for instance in self._all_instances():
+        for instance in self.dp.all_instances():
             memory = instance.memory
             for segment in [*memory.arena.segments, *memory.worker_segments.segments.values()]:
                 if segment.address <= address < segment.address + segment.size:
                     return segment.name, address - segment.address
         raise PbdError(Code.INTERNAL, "BLS: an output of the callee lies in no known segment")
-
-    def _all_instances(self) -> list[Instance]:
-        return [
-            instance
-            for entry in self.dp.repository.entries.values()
-            for runtime in entry.versions.values()
-            for instance in runtime.instances()
-        ]
 
     def _instances_of(self, model: str) -> list[Instance]:
         entry = self.dp.repository.entries.get(model)

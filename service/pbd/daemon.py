@@ -26,7 +26,7 @@ from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
 from pbd.instances.supervisor import VersionRuntime
-from pbd.memory.client_shm import SystemShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.metrics.collector import PbdCollector
@@ -90,8 +90,10 @@ class Daemon:
         self.dataplane = DataPlane(
             self.repository,
             settings,
-            SystemShmRegistry(
-                enabled=settings.allow_client_shm, key_prefixes=settings.client_shm_key_prefix
+            ClientShmRegistry(
+                enabled=settings.allow_client_shm,
+                key_prefixes=settings.client_shm_key_prefix,
+                gpus=self.gpus,
             ),
             self.tracing,
         )
@@ -271,6 +273,7 @@ class Daemon:
         await self.hub.bls.close()
         await self.repository.unload_all()
         await self.hub.close()
+        self.dataplane.shm.close()
         remove_segments(
             settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
         )

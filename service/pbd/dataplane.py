@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.instances.hooks import version_ready
 from pbd.logsettings import log_settings_answer, update_log_settings
-from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.settings import Settings
@@ -24,6 +24,9 @@ from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings
 from pbd.types import IndexEntry, InferRequest, InferResult
 from pbd.validation import prepare_request, release_regions
+
+if TYPE_CHECKING:
+    from pbd.instances.instance import Instance
 
 # Only what pbd really implements is advertised.
 EXTENSIONS = (
@@ -42,7 +45,7 @@ class DataPlane:
         self,
         repository: ModelRepository,
         settings: Settings,
-        shm: SystemShmRegistry,
+        shm: ClientShmRegistry,
         tracing: Tracing | None = None,
     ) -> None:
         self.repository = repository
@@ -55,6 +58,16 @@ class DataPlane:
         self.held_bytes = 0  # input bytes of accepted requests not answered yet
         self._idle = asyncio.Event()
         self._idle.set()
+        shm.on_cuda_removed = self._cuda_region_removed
+
+    def all_instances(self) -> list[Instance]:
+        """Every instance of every loaded model version."""
+        return [
+            instance
+            for entry in self.repository.entries.values()
+            for runtime in entry.versions.values()
+            for instance in runtime.instances()
+        ]
 
     # -- server --------------------------------------------------------------------------------
 
@@ -251,10 +264,8 @@ class DataPlane:
         """Update (when ``values``) then answer the log settings; workers follow at once."""
         if values:
             update_log_settings(self.settings, values)
-            for entry in self.repository.entries.values():
-                for runtime in entry.versions.values():
-                    for instance in runtime.instances():
-                        instance.push_runtime_settings()
+            for instance in self.all_instances():
+                instance.push_runtime_settings()
         return log_settings_answer(self.settings)
 
     # -- client shared memory --------------------------------------------------------------------
@@ -268,20 +279,21 @@ class DataPlane:
     def shm_unregister(self, name: str) -> None:
         self.shm.unregister(name)
 
-    # CUDA shared memory: no GPU support in pbd yet; answer as Triton does without GPUs.
-    def cuda_shm_register(self, name: str) -> None:
-        self.shm._check_enabled()
-        raise invalid_arg(
-            f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
-        )
+    async def cuda_shm_register(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        await self.shm.register_cuda(name, raw_handle, device_id, byte_size)
 
-    def cuda_shm_status(self, name: str) -> None:
-        self.shm._check_enabled()
-        if name:
-            raise PbdError(Code.NOT_FOUND, f"Unable to find cuda shared memory region: '{name}'")
+    def cuda_shm_status(self, name: str) -> list[CudaRegion]:
+        return self.shm.status_cuda(name)
 
     def cuda_shm_unregister(self, name: str) -> None:
-        self.shm._check_enabled()
+        self.shm.unregister_cuda(name)
+
+    def _cuda_region_removed(self, region: CudaRegion) -> None:
+        """Workers that opened the region's handle close it (those that did not ignore it)."""
+        for instance in self.all_instances():
+            instance.forget_cuda_region(region.generation)
 
     # -- repository ----------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg
-from pbd.memory.client_shm import SystemRegion, SystemShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, Region
 from pbd.repository.config import ModelConfig, TensorConfig
 from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
 from pbd_worker import dtypes
@@ -26,12 +26,22 @@ _UINT64_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
+class CudaSlice:
+    """Where a client's CUDA region is: the worker opens ``ipc_handle`` once per generation."""
+
+    device_id: int
+    ipc_handle: bytes
+    generation: int
+
+
+@dataclass(frozen=True)
 class ShmSlice:
     """Bytes in a client's registered region: the worker maps ``region`` itself."""
 
-    region: str  # the worker-side name (file name + "#generation")
-    offset: int  # from the start of the file
+    region: str  # the worker-side name (file name + "#generation"); "" for a CUDA region
+    offset: int  # from the start of the file (of the CUDA allocation)
     byte_size: int
+    cuda: CudaSlice | None = None
 
 
 @dataclass
@@ -57,7 +67,7 @@ class PreparedRequest:
     timeout_us: int = 0
     extras: dict[str, ParamValue] = field(default_factory=dict)
     output_targets: dict[str, ShmSlice] = field(default_factory=dict)
-    regions: list[SystemRegion] = field(default_factory=list)  # held until the request ends
+    regions: list[Region] = field(default_factory=list)  # held until the request ends
     # Streaming (pbd.streams): the caller's ResponseStream, for infer_stream; and what to call
     # when the caller gives up (set by the instance that sent the request to its worker).
     stream: Any = None
@@ -222,7 +232,7 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
 
 
 def prepare_request(
-    request: InferRequest, config: ModelConfig, shm: SystemShmRegistry | None = None
+    request: InferRequest, config: ModelConfig, shm: ClientShmRegistry | None = None
 ) -> PreparedRequest:
     """Validate ``request`` for ``config``; raises PbdError(INVALID_ARG) with Triton's text."""
     rid, model = request.log_id, config.name
@@ -256,7 +266,7 @@ def _prepare_tensors(
     request: InferRequest,
     config: ModelConfig,
     prepared: PreparedRequest,
-    shm: SystemShmRegistry | None,
+    shm: ClientShmRegistry | None,
 ) -> None:
     rid, model = request.log_id, config.name
     inputs = []
@@ -335,16 +345,19 @@ def _shm_params(tensor: str, params: dict[str, ParamValue]) -> tuple[str, int, i
 
 
 def _acquire(
-    shm: SystemShmRegistry | None, prepared: PreparedRequest, region: str, offset: int, size: int
+    shm: ClientShmRegistry | None, prepared: PreparedRequest, region: str, offset: int, size: int
 ) -> ShmSlice:
     if shm is None:
         raise PbdError(Code.UNSUPPORTED, _SHM_DISABLED)
-    held, file_offset = shm.acquire(region, offset, size)
+    held, where = shm.acquire(region, offset, size)
     prepared.regions.append(held)
-    return ShmSlice(held.worker_name, file_offset, size)
+    if isinstance(held, CudaRegion):
+        cuda = CudaSlice(held.device_id, held.raw_handle, held.generation)
+        return ShmSlice("", where, size, cuda)
+    return ShmSlice(held.worker_name, where, size)
 
 
-def release_regions(prepared: PreparedRequest, shm: SystemShmRegistry | None) -> None:
+def release_regions(prepared: PreparedRequest, shm: ClientShmRegistry | None) -> None:
     if shm is not None:
         for region in prepared.regions:
             shm.release(region)

@@ -25,7 +25,7 @@ from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.http import tensors
 from pbd.instances.memory import InstanceMemory
-from pbd.memory.client_shm import SystemShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry
 from pbd.repository.config import ModelConfig, model_config_from_json, parse_model_config
 from pbd.settings import Settings
 from pbd.types import InferRequest
@@ -85,7 +85,7 @@ class Sandbox:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="pbd-fuzz-")
         Path(self.dir, REGION_KEY).write_bytes(bytes(REGION_FILE_BYTES))
-        self.shm = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=self.dir)
+        self.shm = ClientShmRegistry(enabled=True, key_prefixes=[], shm_dir=self.dir)
         for name, (offset, size) in REGIONS.items():
             self.shm.register(name, REGION_KEY, offset, size)
         settings = Settings(

@@ -3,6 +3,7 @@ registration, inputs and outputs in regions (offsets, several regions), zero cop
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from pbd_harness import (
     EXAMPLE_MODELS,
@@ -23,6 +25,9 @@ from pbd_harness import (
     running_daemon,
     wait_until,
 )
+from tritonclient.utils import InferenceServerException
+
+from pbd.gpus import visible_gpus
 
 PREFIX = f"pbdclient{os.getpid()}_"
 
@@ -204,3 +209,31 @@ def test_key_allow_list(start_daemon: DaemonFactory, regions: dict, tmp_path: Pa
         refused.status() == "StatusCode.INVALID_ARGUMENT" and "is not allowed" in refused.message()
     )
     assert d.client().is_server_live()
+
+
+@pytest.mark.skipif(bool(visible_gpus()), reason="this machine has a GPU: tests/gpu covers it")
+def test_cuda_shared_memory_without_a_gpu(daemon: Daemon, regions: dict) -> None:
+    """Triton's answers on a machine without GPUs, over gRPC and HTTP; one namespace with the
+    system regions."""
+    client = daemon.client()
+    client.unregister_system_shared_memory()
+    regions["create"]("ns", 16)
+    client.register_system_shared_memory("ns", f"/{PREFIX}ns", 16)
+    handle = base64.b64encode(b"\1" * 64)
+    cuda = error_of(lambda: client.register_cuda_shared_memory("c", handle, 0, 64))
+    assert cuda.status() == "StatusCode.INVALID_ARGUMENT"
+    assert cuda.message() == "failed to register CUDA shared memory region: 'c', GPUs not supported"
+    assert len(client.get_cuda_shared_memory_status().regions) == 0
+    other = error_of(lambda: client.get_cuda_shared_memory_status("ns"))
+    assert other.status() == "StatusCode.NOT_FOUND"
+    assert "registered as system shared memory, not CUDA shared memory" in other.message()
+    client.unregister_cuda_shared_memory("ns")  # another kind's region: OK, and it stays
+    assert list(client.get_system_shared_memory_status().regions) == ["ns"]
+    http = httpclient.InferenceServerClient(daemon.http_url)
+    try:
+        assert http.get_cuda_shared_memory_status() == []
+        with pytest.raises(InferenceServerException, match="GPUs not supported"):
+            http.register_cuda_shared_memory("c", handle, 0, 64)
+    finally:
+        http.close()
+    client.unregister_system_shared_memory()

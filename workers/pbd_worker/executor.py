@@ -20,7 +20,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from pbd_worker import dtypes
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.cuda import CudaRegions, CudaUnavailable
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
 from pbd_worker.model_api.errors import TritonError
@@ -58,6 +60,7 @@ class BatchExecutor:
         outputs: Arena,
         loop: asyncio.AbstractEventLoop,
         live: LiveRequests | None = None,
+        gpu_inputs: bool = False,
     ) -> None:
         self.model = model
         self.instance_name = instance_name
@@ -66,6 +69,8 @@ class BatchExecutor:
         self.inputs = inputs
         self.outputs = outputs
         self.loop = loop
+        self.cuda = CudaRegions()  # clients' CUDA regions, opened on first use
+        self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_worker.ipc.cuda)
         self._held: dict[int, list[Block]] = {}
         self.lock = threading.Lock()
         self._background: BackgroundLoop | None = None  # async decoupled execute
@@ -127,6 +132,8 @@ class BatchExecutor:
                 list(ref.shape),
                 self.inputs.view(ref.region, ref.offset, ref.nbytes) if ref.nbytes else _EMPTY,
             )
+            if not ref.HasField("cuda")
+            else self._cuda_input(ref)
             for ref in msg.inputs
         ]
         which = msg.WhichOneof("correlation")
@@ -156,6 +163,8 @@ class BatchExecutor:
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
             for request_id in ids:
                 self.live.done(request_id)
+            if isinstance(exc, CudaUnavailable):
+                return self._fail_all(result, ids, _error("UNSUPPORTED", str(exc)))
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
         msgs = list(execute.requests)
         for msg, request in zip(msgs, requests, strict=True):
@@ -302,11 +311,27 @@ class BatchExecutor:
         except _OutputTooLarge as exc:
             del out.outputs[:]
             out.error.CopyFrom(_error("INTERNAL", str(exc)))
+        except CudaUnavailable as exc:
+            del out.outputs[:]
+            out.error.CopyFrom(_error("UNSUPPORTED", str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bad output tensor fails its request
             del out.outputs[:]
             text, tb = describe_exception(exc)
             out.error.CopyFrom(_error("INTERNAL", f"invalid output from model: {text}", tb))
         return out
+
+    def _cuda_input(self, ref: wpb.TensorRef) -> Tensor:
+        """An input in a client's CUDA region: on the GPU for a model that takes GPU inputs,
+        else copied once to the host."""
+        dt = dtypes.BY_NAME.get(ref.datatype)
+        if self.gpu_inputs and dt is not None and dt.numpy is not None and not dt.is_bytes:
+            array = self.cuda.array(ref.cuda, ref.offset, ref.nbytes, dt.numpy, list(ref.shape))
+            return Tensor._from_device(ref.name, ref.datatype, array, ref.cuda.device_id)
+        host = self.cuda.to_host(ref.cuda, ref.offset, ref.nbytes)
+        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(host))
+
+    def forget_cuda_regions(self, generations: list[int]) -> None:
+        self.cuda.forget(generations)
 
     def _output_to_client(self, tensor: Tensor, target: wpb.OutputTarget) -> wpb.TensorRef:
         """Write an output straight into the client's registered region."""
@@ -317,7 +342,10 @@ class BatchExecutor:
                 f"({target.byte_size} bytes) should be at least {nbytes} bytes to hold the "
                 "results"
             )
-        if nbytes:
+        if nbytes and target.HasField("cuda"):
+            tensor._write_into_device(self.cuda.bytes_at(target.cuda, target.offset, nbytes))
+            self.cuda.synchronize(target.cuda)
+        elif nbytes:
             tensor._write_into(self.inputs.view(target.region, target.offset, nbytes))
         return wpb.TensorRef(
             name=tensor.name(),

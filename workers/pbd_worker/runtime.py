@@ -32,6 +32,7 @@ from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
+from pbd_worker.ipc.cuda import gpu_inputs
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.inbox import Inbox
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
@@ -184,6 +185,8 @@ class WorkerRuntime:
             self.executor.release(list(message.release.batch_ids))
         elif kind == "settings":
             self._apply_settings(message.settings)
+        elif kind == "cuda_closed" and self.executor is not None:
+            self.executor.forget_cuda_regions(list(message.cuda_closed.generations))
         elif kind == "initialize":
             reply = self._initialize(message.initialize)
             self.send(wpb.WorkerToDaemon(initialized=reply))
@@ -258,6 +261,10 @@ class WorkerRuntime:
         shm_dir = init.shm_dir or SHM_DIR
         self.inputs = SegmentMap(shm_dir)
         try:
+            on_gpu = gpu_inputs(args)
+        except ValueError as exc:
+            return wpb.Initialized(error=wpb.Error(code="INVALID_ARG", message=str(exc)))
+        try:
             cls = load_model_class(init.model_path, init.model_dir, init.version)
             model = cls()
             if hasattr(model, "initialize"):
@@ -286,6 +293,7 @@ class WorkerRuntime:
             outputs=self.outputs,
             loop=self.loop,
             live=self.live,
+            gpu_inputs=on_gpu,
         )
         self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.
@@ -351,6 +359,8 @@ class WorkerRuntime:
         self._finalize()
 
     def close(self) -> None:
+        if self.executor is not None:
+            self.executor.cuda.close()
         self.inputs.close()
         self.bls.callee_segments.close()
         if self.outputs is not None:

@@ -173,12 +173,20 @@ class InferenceServicer:
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.dp.cuda_shm_register(request.name)
+        await self.dp.cuda_shm_register(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        self.dp.cuda_shm_status(request.name)
-        return pb.CudaSharedMemoryStatusResponse()
+        response = pb.CudaSharedMemoryStatusResponse()
+        for r in self.dp.cuda_shm_status(request.name):
+            response.regions[r.name].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, device_id=r.device_id, byte_size=r.byte_size
+                )
+            )
+        return response
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         self.dp.cuda_shm_unregister(request.name)

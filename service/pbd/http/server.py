@@ -7,6 +7,8 @@ Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same mess
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -247,7 +249,7 @@ class HttpFrontend:
         await self.dp.unload_model("", request.match_info["model"], params)
         return web.Response(status=200)
 
-    # -- absent extensions ---------------------------------------------------------------------
+    # -- shared memory (system and CUDA) ------------------------------------------------------
 
     @staticmethod
     def _cuda(request: web.Request) -> bool:
@@ -256,8 +258,11 @@ class HttpFrontend:
     async def shm_status(self, request: web.Request) -> web.Response:
         name = request.match_info.get("region", "")
         if self._cuda(request):
-            self.dp.cuda_shm_status(name)
-            return _json([], request)
+            cuda = [
+                {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
+                for r in self.dp.cuda_shm_status(name)
+            ]
+            return _json(cuda, request)
         rows = [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
             for r in self.dp.shm_status(name)
@@ -268,7 +273,17 @@ class HttpFrontend:
         name = request.match_info["region"]
         body = await _json_body(request)
         if self._cuda(request):
-            self.dp.cuda_shm_register(name)
+            try:
+                handle = base64.b64decode(body["raw_handle"]["b64"], validate=True)
+                device, size = int(body["device_id"]), int(body["byte_size"])
+            except (KeyError, TypeError, ValueError, binascii.Error):
+                raise PbdError(
+                    Code.INVALID_ARG,
+                    "register needs 'raw_handle' ({\"b64\": <base64>}), 'device_id' and "
+                    "'byte_size'",
+                ) from None
+            await self.dp.cuda_shm_register(name, handle, device, size)
+            return web.Response(status=200)
         try:
             key, offset, size = str(body["key"]), int(body.get("offset", 0)), int(body["byte_size"])
         except (KeyError, TypeError, ValueError):
@@ -283,6 +298,8 @@ class HttpFrontend:
         else:
             self.dp.shm_unregister(name)
         return web.Response(status=200)
+
+    # -- absent extensions ---------------------------------------------------------------------
 
     def absent(self, what: str) -> Handler:
         async def handler(request: web.Request) -> web.Response:

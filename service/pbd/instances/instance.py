@@ -258,6 +258,13 @@ class Instance:
             with contextlib.suppress(PbdError, ConnectionError):
                 self.conn.send(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
 
+    def forget_cuda_region(self, generation: int) -> None:
+        """A client's CUDA region is gone: the worker closes its handle if it opened it."""
+        if self.conn is not None and self.state is not State.DEAD:
+            with contextlib.suppress(PbdError, ConnectionError):
+                closed = wpb.CudaRegionsClosed(generations=[generation])
+                self.conn.send(wpb.DaemonToWorker(cuda_closed=closed))
+
     def heartbeat_overdue(self, now: float) -> bool:
         return self.state is State.READY and now - self.last_seen > (
             self.settings.worker_heartbeat_timeout_secs

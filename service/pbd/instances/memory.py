@@ -13,11 +13,16 @@ from pathlib import Path
 
 from pbd.settings import Settings
 from pbd.types import OutputTensor
-from pbd.validation import PreparedRequest
+from pbd.validation import CudaSlice, PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
+
+
+def _cuda_ref(ref: wpb.CudaRef, where: CudaSlice) -> None:
+    ref.device_id, ref.ipc_handle = where.device_id, where.ipc_handle
+    ref.generation = where.generation
 
 
 class InstanceMemory:
@@ -51,9 +56,11 @@ class InstanceMemory:
         else:
             msg.correlation_id = prepared.correlation_id
         for name, target in prepared.output_targets.items():
-            msg.output_targets.add(
+            out = msg.output_targets.add(
                 name=name, region=target.region, offset=target.offset, byte_size=target.byte_size
             )
+            if target.cuda is not None:
+                _cuda_ref(out.cuda, target.cuda)
         for tensor in prepared.inputs:
             ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             if tensor.shm is not None:  # the worker maps the client's region: no copy
@@ -62,6 +69,8 @@ class InstanceMemory:
                     tensor.shm.offset,
                     tensor.shm.byte_size,
                 )
+                if tensor.shm.cuda is not None:
+                    _cuda_ref(ref.cuda, tensor.shm.cuda)
                 continue
             assert tensor.data is not None
             nbytes = len(tensor.data)

@@ -155,8 +155,19 @@ class PbdCollector:
         region_bytes = _family(
             "pbd_client_shm_bytes", "Bytes of the registered client regions", "gauge"
         )
-        registered = list(self.dp.shm.regions.values())
+        registered = self.dp.shm.system_regions()
         regions.add_sample(regions.name, {}, len(registered))
         region_bytes.add_sample(region_bytes.name, {}, sum(r.byte_size for r in registered))
         yield regions
         yield region_bytes
+        cuda = self.dp.shm.cuda_regions()
+        cuda_regions = _family(
+            "pbd_client_cuda_shm_regions", "CUDA shared-memory regions clients registered", "gauge"
+        )
+        cuda_bytes = _family(
+            "pbd_client_cuda_shm_bytes", "Bytes of the registered client CUDA regions", "gauge"
+        )
+        cuda_regions.add_sample(cuda_regions.name, {}, len(cuda))
+        cuda_bytes.add_sample(cuda_bytes.name, {}, sum(r.byte_size for r in cuda))
+        yield cuda_regions
+        yield cuda_bytes

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pbd.errors import Code, PbdError
-from pbd.memory.client_shm import SystemShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry
 from pbd.repository.config import parse_model_config
 from pbd.types import InferRequest, InputTensor, RequestedOutput, Uint64
 from pbd.validation import SEQUENCE_END, SEQUENCE_START, prepare_request, release_regions
@@ -170,14 +170,14 @@ def test_shared_memory_parameters_follow_triton(tmp_path):
     def shm_input(params):
         return InputTensor("INPUT0", "FP32", (4,), None, params)
 
-    off = SystemShmRegistry(enabled=False, key_prefixes=[], shm_dir=str(tmp_path))
+    off = ClientShmRegistry(enabled=False, key_prefixes=[], shm_dir=str(tmp_path))
     err = _error_with(
         _request(shm_input({"shared_memory_region": "r", "shared_memory_byte_size": 16}), other),
         cfg,
         off,
     )
     assert err.code is Code.UNSUPPORTED and "--allow-client-shm" in err.message
-    on = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
+    on = ClientShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
     (tmp_path / "key").write_bytes(bytes(64))
     on.register("r", "/key", 16, 32)
     cases = [
@@ -231,7 +231,7 @@ def test_shared_memory_parameters_follow_triton(tmp_path):
 # bad one left the region held for good (in_use never back to 0: unregister deferred forever).
 def test_a_bad_request_parameter_releases_the_regions_already_acquired(tmp_path):
     cfg = _config(ADD_SUB, "add_sub")
-    shm = SystemShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
+    shm = ClientShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path))
     (tmp_path / "key").write_bytes(bytes(64))
     shm.register("r", "/key", 0, 64)
     region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}

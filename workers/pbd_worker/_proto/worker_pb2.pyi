@@ -7,20 +7,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TensorRef(_message.Message):
-    __slots__ = ("name", "datatype", "shape", "region", "offset", "nbytes")
+    __slots__ = ("name", "datatype", "shape", "region", "offset", "nbytes", "cuda")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DATATYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
+    CUDA_FIELD_NUMBER: _ClassVar[int]
     name: str
     datatype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     region: str
     offset: int
     nbytes: int
-    def __init__(self, name: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ...) -> None: ...
+    cuda: CudaRef
+    def __init__(self, name: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ..., cuda: _Optional[_Union[CudaRef, _Mapping]] = ...) -> None: ...
+
+class CudaRef(_message.Message):
+    __slots__ = ("device_id", "ipc_handle", "generation")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    IPC_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    device_id: int
+    ipc_handle: bytes
+    generation: int
+    def __init__(self, device_id: _Optional[int] = ..., ipc_handle: _Optional[bytes] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class CudaRegionsClosed(_message.Message):
+    __slots__ = ("generations",)
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    generations: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, generations: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message", "traceback")
@@ -61,16 +79,18 @@ class Request(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ..., bls_call: _Optional[int] = ...) -> None: ...
 
 class OutputTarget(_message.Message):
-    __slots__ = ("name", "region", "offset", "byte_size")
+    __slots__ = ("name", "region", "offset", "byte_size", "cuda")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CUDA_FIELD_NUMBER: _ClassVar[int]
     name: str
     region: str
     offset: int
     byte_size: int
-    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
+    cuda: CudaRef
+    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ..., cuda: _Optional[_Union[CudaRef, _Mapping]] = ...) -> None: ...
 
 class Execute(_message.Message):
     __slots__ = ("batch_id", "requests", "release")
@@ -424,7 +444,7 @@ class BlsControl(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
 
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +455,7 @@ class DaemonToWorker(_message.Message):
     AUTO_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     READY_QUERY_FIELD_NUMBER: _ClassVar[int]
     BLS_REPLY_FIELD_NUMBER: _ClassVar[int]
+    CUDA_CLOSED_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
@@ -445,7 +466,8 @@ class DaemonToWorker(_message.Message):
     auto_complete: AutoComplete
     ready_query: ReadyQuery
     bls_reply: BlsReply
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ...) -> None: ...
+    cuda_closed: CudaRegionsClosed
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
     __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel")

@@ -7,7 +7,8 @@ A tensor holds exactly one of:
   raw bits). For BYTES it is the element array, given by the model or decoded on first use.
 * ``_serialized``: a BYTES tensor's wire form (see ``serialization``), kept for inputs and made
   once for outputs, so a tensor is never encoded twice.
-* ``_device_array``: a CUDA array (CuPy), only for ``from_dlpack`` of GPU memory.
+* ``_device_array``: a CUDA array (CuPy): ``from_dlpack`` of GPU memory, or an input in a
+  client's CUDA region handed to a KIND_GPU model on the GPU.
 
 The underscore methods at the bottom are the worker runtime's contract; models don't call them.
 """
@@ -202,6 +203,33 @@ class Tensor:
         if self._dt.is_bytes:
             return len(self._wire_bytes())
         return math.prod(self._shape) * self._dt.itemsize
+
+    @classmethod
+    def _from_device(cls, name: str, datatype: str, device_array: Any, device_id: int) -> Tensor:
+        """An input that stays in device memory (a CuPy array over a client's CUDA region)."""
+        dt = dtypes.BY_NAME[datatype]
+        return cls._new(
+            name, dt, device_array.shape, device_array=device_array, device_id=device_id
+        )
+
+    def _write_into_device(self, dest: Any) -> None:
+        """Write the wire form into ``dest``, a flat uint8 CuPy array at least as large: device
+        to device for a GPU tensor, host to device otherwise. The copy may still be running
+        on return; the caller synchronizes before anyone reads ``dest``."""
+        nbytes = self._wire_nbytes()
+        if dest.nbytes < nbytes:
+            raise ValueError(f"tensor '{self._name}' needs {nbytes} bytes, dest has {dest.nbytes}")
+        if nbytes == 0:
+            return
+        if self._device_array is not None:
+            dest.data.copy_from_device(self._device_array.data, nbytes)
+            return
+        if self._dt.is_bytes:
+            host = np.frombuffer(self._wire_bytes(), dtype=np.uint8)
+        else:
+            assert self._array is not None
+            host = np.ascontiguousarray(self._array)
+        dest.data.copy_from_host(host.ctypes.data, nbytes)
 
     def _write_into(self, dest: memoryview) -> None:
         """Write the wire form (C-order values, or the BYTES encoding) at the start of ``dest``."""

@@ -1,0 +1,127 @@
+"""Clients' CUDA shared-memory regions, as this worker sees them.
+
+A request names a registered CUDA region by its IPC handle and registration generation
+(``CudaRef``). The worker opens the handle on first use and keeps it open until the daemon says
+the registration is gone (``CudaRegionsClosed``), so a model's GPU input is a CuPy array over the
+client's own device memory, and an output aimed at a CUDA region is copied once, on the device,
+straight into it. Nothing here runs, and CuPy is never imported, until a request uses CUDA
+memory: CPU-only workers do not need it.
+
+Which inputs stay on the GPU is Triton's model parameter ``FORCE_CPU_ONLY_INPUT_TENSORS``:
+``"yes"`` (the default, as in Triton: unmodified models call ``as_numpy()``) copies CUDA inputs
+to host memory once; ``"no"`` hands a KIND_GPU instance its CUDA inputs as GPU tensors
+(``is_cpu() == False``, ``to_dlpack()``) without a host round trip. BYTES and BF16 inputs are
+always copied to the host (CuPy has neither type).
+
+Arrays over a client's region are valid while the request runs; a model must not keep them
+past ``execute()``, since the region's handle is closed once the client unregisters it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import numpy as np
+
+from pbd_worker._proto import worker_pb2 as wpb
+
+_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
+FORCE_CPU_KEY = "FORCE_CPU_ONLY_INPUT_TENSORS"
+
+
+class CudaUnavailable(Exception):
+    """A request uses CUDA memory and this worker cannot (no CuPy, no driver)."""
+
+
+def _cupy() -> Any:
+    try:
+        import cupy  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise CudaUnavailable(
+            "the request uses CUDA shared memory, and this worker's environment has no CuPy "
+            f"(pip install 'pbd[gpu]', or cupy-cuda12x in the model's environment): {exc}"
+        ) from None
+    return cupy
+
+
+def gpu_inputs(args: dict[str, str]) -> bool:
+    """Whether CUDA inputs reach this instance's model on the GPU (see the module text).
+    Raises ValueError with Triton's rule for a value other than yes/no."""
+    if args.get("model_instance_kind") != "GPU":
+        return False
+    try:
+        parameters = json.loads(args.get("model_config", "{}")).get("parameters", {})
+    except (ValueError, AttributeError):
+        return False
+    value = (parameters.get(FORCE_CPU_KEY) or {}).get("string_value", "yes")
+    if value not in ("yes", "no"):
+        raise ValueError(f"parameter '{FORCE_CPU_KEY}' can only be 'yes' or 'no', got {value!r}")
+    return value == "no"
+
+
+class CudaRegions:
+    """Opened client handles, by registration generation. Thread-safe (outputs may be written
+    from a response sender's thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[int, int]] = {}  # generation -> (pointer, device id)
+
+    def _pointer(self, ref: wpb.CudaRef) -> int:
+        with self._lock:
+            opened = self._open.get(ref.generation)
+            if opened is None:
+                cupy = _cupy()
+                with cupy.cuda.Device(ref.device_id):
+                    pointer = int(
+                        cupy.cuda.runtime.ipcOpenMemHandle(
+                            bytes(ref.ipc_handle), _LAZY_ENABLE_PEER_ACCESS
+                        )
+                    )
+                opened = self._open[ref.generation] = (pointer, ref.device_id)
+            return opened[0]
+
+    def array(
+        self, ref: wpb.CudaRef, offset: int, nbytes: int, dtype: Any, shape: list[int]
+    ) -> Any:
+        """A CuPy array over ``[offset, offset + nbytes)`` of the region (no copy)."""
+        cupy = _cupy()
+        with cupy.cuda.Device(ref.device_id):
+            if nbytes == 0:
+                return cupy.empty(shape, dtype=dtype)
+            memory = cupy.cuda.UnownedMemory(
+                self._pointer(ref) + offset, nbytes, self, device_id=ref.device_id
+            )
+            return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
+
+    def to_host(self, ref: wpb.CudaRef, offset: int, nbytes: int) -> np.ndarray:
+        """The bytes copied once into host memory (for CPU inputs)."""
+        return self.array(ref, offset, nbytes, np.uint8, [nbytes]).get()
+
+    def bytes_at(self, ref: wpb.CudaRef, offset: int, nbytes: int) -> Any:
+        """A flat uint8 CuPy array over the region's bytes, to write an output into."""
+        return self.array(ref, offset, nbytes, np.uint8, [nbytes])
+
+    @staticmethod
+    def synchronize(ref: wpb.CudaRef) -> None:
+        """Wait for copies into the region: the client reads it once the response is out."""
+        cupy = _cupy()
+        with cupy.cuda.Device(ref.device_id):
+            cupy.cuda.runtime.deviceSynchronize()
+
+    def forget(self, generations: list[int]) -> None:
+        with self._lock:
+            closing = [self._open.pop(g) for g in generations if g in self._open]
+        if not closing:
+            return
+        cupy = _cupy()
+        for pointer, device_id in closing:
+            with cupy.cuda.Device(device_id):
+                cupy.cuda.runtime.ipcCloseMemHandle(pointer)
+
+    def close(self) -> None:
+        with self._lock:
+            generations = list(self._open)
+        self.forget(generations)
