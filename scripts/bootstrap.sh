@@ -2,6 +2,7 @@
 # Create .venv (Python >= 3.11) in the checkout and install pbd into it.
 #   scripts/bootstrap.sh          runtime only
 #   scripts/bootstrap.sh test     with the test extra
+#   scripts/bootstrap.sh test,gpu,gpu-test   extras, comma-separated (GPU: CuPy, cuda-python)
 # On a fresh Debian machine run as root it installs python3-venv when venv is missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,8 +33,8 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-if [ "$extra" = test ]; then
-  .venv/bin/python -m pip install -q -e ".[test]"
+if [ -n "$extra" ]; then
+  .venv/bin/python -m pip install -q -e ".[$extra]"
 else
   .venv/bin/python -m pip install -q -e .
 fi

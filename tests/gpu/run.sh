@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
-# Every GPU check in one go: the tests marked `gpu`, run where an NVIDIA GPU is visible.
-# Without a GPU they are skipped, each with its reason. Prints pytest's summary table.
+# Every GPU check in one go: the tests marked `gpu` (tests/gpu and the GPU cases elsewhere),
+# then, where a GPU is visible, the CUDA shared-memory benchmark (256 MiB identity against a
+# device-to-device copy). Without a GPU the tests are skipped, each with its reason.
+# Prints pytest's per-test table (-rA), then the benchmark's table.
+#   tests/gpu/run.sh [pytest args...]
+# Installs the gpu and gpu-test extras (CuPy, cuda-python) into .venv when a GPU is visible and
+# they are missing; on a machine without network, have them installed beforehand.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-[ -x .venv/bin/python ] || scripts/bootstrap.sh test
+gpu=0
+if [ -n "$(ls /proc/driver/nvidia/gpus 2>/dev/null)" ]; then gpu=1; fi
+if [ ! -x .venv/bin/python ]; then
+  if [ "$gpu" = 1 ]; then scripts/bootstrap.sh test,gpu,gpu-test; else scripts/bootstrap.sh test; fi
+elif [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import cupy, cuda.bindings.runtime' 2>/dev/null; then
+  .venv/bin/python -m pip install -q -e ".[test,gpu,gpu-test]"
+fi
 nvidia-smi -L 2>/dev/null || echo "gpu/run.sh: no nvidia-smi; GPU tests will skip"
-exec .venv/bin/python -m pytest -m gpu -rA -q tests "$@"
+status=0
+.venv/bin/python -m pytest -m gpu -rA -q -p no:cacheprovider tests "$@" || status=$?
+if [ "$gpu" = 1 ] && [ "$status" = 0 ]; then
+  .venv/bin/python -m bench.cuda_shm --seconds 3 || status=$?
+fi
+exit "$status"
