@@ -14,6 +14,9 @@ a reply per response as the callee sends it, the last one final; every response'
 held until the ``BlsDone`` of the call. ``BlsCancel`` (the model cancelled the iterator) cancels
 the callee's request.
 
+GPU inputs of a call travel through the daemon's CUDA memory pool (``pbd.bls_pool``): the caller
+copies them into blocks it was granted, the callee's worker reads them on the device.
+
 Timeouts (``timeout`` µs on the request) are enforced here: past it the call is answered with
 Triton's queue-timeout error and the callee's result, if it comes later, is dropped. Deadlocks
 (a call no instance can ever take, because every instance of the callee waits on it, directly
@@ -33,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pbd.bls_deadlock import Waiter, WaitGraph
+from pbd.bls_pool import BlsPool
 from pbd.errors import Code, PbdError
+from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
 from pbd_worker._proto import worker_pb2 as wpb
 
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
     from pbd.instances.instance import Instance
 
 log = logging.getLogger("pbd.bls")
-KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel"})
+KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
 TIMEOUT_MESSAGE = "Request timeout expired"
 # Triton's refusal of a non-decoupled BLS call to a decoupled model.
 _NOT_DECOUPLED_CALL = (
@@ -53,8 +58,9 @@ _NOT_DECOUPLED_CALL = (
 
 
 class BlsService:
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, pools: CudaPools | None = None) -> None:
         self.dp = dataplane
+        self.pool = BlsPool(pools or CudaPools({}))
         self.graph = WaitGraph(self._instances_of)
         # (caller, call id) -> the callee's result, held until the caller is done with it
         self._held: dict[tuple[Instance, int], list[InferResult]] = {}
@@ -81,6 +87,8 @@ class BlsService:
             self._spawn(self._forget_when_gone(caller))
         if kind == "bls_call":
             self._spawn(self._call(caller, message.bls_call))
+        elif kind == "pool_alloc":
+            self._spawn(self.pool.grant(caller, message.pool_alloc))
         elif kind == "bls_control":
             self._spawn(self._control(caller, message.bls_control))
 
@@ -100,6 +108,7 @@ class BlsService:
                 await asyncio.wait_for(caller.died.wait(), 1.0)
         self._watched.discard(caller)
         self.graph.forget_instance(caller)
+        self.pool.forget(caller)
         for key in [k for k in self._held if k[0] is caller]:
             self._release(*key)
 
@@ -150,6 +159,9 @@ class BlsService:
             response.error.CopyFrom(wpb.Error(code="INTERNAL", message=f"BLS call failed: {exc}"))
         finally:
             self.graph.remove_call(waiter)
+            # The callee's request is over (answered, or cancelled and awaited): its GPU
+            # inputs' pool blocks go back.
+            self.pool.call_ended(caller, call)
         self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response, final=True))
 
     async def _stream(
@@ -258,6 +270,14 @@ class BlsService:
             id=msg.id,
             inputs=[
                 InputTensor(ref.name, ref.datatype, tuple(ref.shape), _caller_view(caller, ref))
+                if not ref.HasField("cuda")
+                else InputTensor(
+                    ref.name,
+                    ref.datatype,
+                    tuple(ref.shape),
+                    None,
+                    device=self.pool.input_slice(caller, ref),
+                )  # fmt: skip
                 for ref in msg.inputs
             ],
             outputs=[RequestedOutput(name) for name in msg.requested_outputs],

@@ -27,6 +27,7 @@ from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
 from pbd.instances.supervisor import VersionRuntime
 from pbd.memory.client_shm import ClientShmRegistry
+from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.metrics.collector import PbdCollector
@@ -97,7 +98,8 @@ class Daemon:
             ),
             self.tracing,
         )
-        self.hub.bls = BlsService(self.dataplane)
+        self.cuda_pools = CudaPools(pool_sizes(settings.cuda_memory_pool_byte_size, self.gpus))
+        self.hub.bls = BlsService(self.dataplane, self.cuda_pools)
         self.port = 0
         self._stop = asyncio.Event()
 
@@ -274,6 +276,7 @@ class Daemon:
         await self.repository.unload_all()
         await self.hub.close()
         self.dataplane.shm.close()
+        self.cuda_pools.close()
         remove_segments(
             settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
         )

@@ -83,6 +83,11 @@ class Settings:
     client_shm_key_prefix: list[str] = _opt(
         [], "only shm keys starting with this may be registered (repeat; default: any)"
     )
+    cuda_memory_pool_byte_size: list[str] = _opt(
+        [],
+        "<gpu>:<bytes>: the CUDA memory pool on that GPU, for GPU tensors passed between "
+        "workers (BLS); repeat; default 64 MiB per GPU, allocated on first use; 0 = none",
+    )
     shm_dir: Path = _opt(Path("/dev/shm"), "tmpfs directory for shared-memory segments")
     shm_default_byte_size: int = _opt(4 * MIB, "first shared-memory segment of each worker arena")
     shm_growth_byte_size: int = _opt(16 * MIB, "size of each further segment when an arena grows")
@@ -225,4 +230,7 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     from pbd.tracing.settings import parse_trace_config
 
     parse_trace_config(settings.trace_config)  # report a bad --trace-config at the start
+    from pbd.memory.cuda_pool import pool_sizes
+
+    pool_sizes(settings.cuda_memory_pool_byte_size, [])
     return settings

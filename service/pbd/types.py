@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from pbd.validation import ShmSlice
 
 # Request/response parameter values. ``Uint64`` marks the protocol's uint64_param, which Triton
 # accepts for ``priority`` only.
@@ -23,6 +26,8 @@ class InputTensor:
     shape: tuple[int, ...]
     data: memoryview | None  # the raw (wire-form) bytes
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    # In device memory instead (a BLS call's GPU input in a CUDA pool block): data is None.
+    device: ShmSlice | None = None
 
 
 @dataclass

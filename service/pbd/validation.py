@@ -18,6 +18,7 @@ from pbd.repository.config import ModelConfig, TensorConfig
 from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
 from pbd_worker import dtypes
 
+_NO_BYTES = memoryview(b"")
 SEQUENCE_START = 1
 SEQUENCE_END = 2
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
@@ -274,16 +275,19 @@ def _prepare_tensors(
         cfg = config.input(tensor.name)
         assert cfg is not None
         where = _shm_params(tensor.name, tensor.parameters)
-        if where is None:
+        if where is not None:
+            if tensor.data is not None:
+                raise invalid_arg(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{tensor.name}' for model '{model}'"
+                )
+            slice_ = _acquire(shm, prepared, *where)
+        elif tensor.device is not None:  # a BLS call's GPU input, in a CUDA pool block
+            slice_ = tensor.device
+        else:
             inputs.append(_prepare_input(request, tensor, cfg, config))
             continue
-        if tensor.data is not None:
-            raise invalid_arg(
-                "unexpected 'content' provided when using shared memory for input tensor "
-                f"'{tensor.name}' for model '{model}'"
-            )
-        slice_ = _acquire(shm, prepared, *where)
-        placeholder = InputTensor(tensor.name, tensor.datatype, tensor.shape, memoryview(b""))
+        placeholder = InputTensor(tensor.name, tensor.datatype, tensor.shape, _NO_BYTES)
         checked = _prepare_input(request, placeholder, cfg, config, nbytes=slice_.byte_size)
         checked.data, checked.shm = None, slice_
         inputs.append(checked)

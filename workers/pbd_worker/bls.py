@@ -14,6 +14,12 @@ is one uint8 "owner" array that the tensors are views of, and a ``weakref.finali
 on it notes the call as done. Done calls ride ahead of the next frame the worker sends (the
 next BLS call, the batch's result, a heartbeat) as ``BlsDone``. Finalizers may run in any
 thread, even inside a send, so they only append to a deque.
+
+GPU inputs go through the daemon's CUDA memory pool instead of the arena: one ``PoolAlloc`` per
+call for all of them (all granted or none), a device-to-device copy into each block, and the
+call names the blocks; the daemon frees them when the call ends. A full pool fails the call
+with the daemon's message (``--cuda-memory-pool-byte-size``). The callee's outputs come back in
+host memory.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.cuda import CudaRegions
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap
 from pbd_worker.model_api.errors import TritonError, TritonModelException
@@ -91,6 +98,7 @@ class BlsClient:
         self._parents: list[int] = []
         self._traceparent = ""
         self.executing = False
+        self.cuda = CudaRegions()  # the daemon's pools (shared with the executor)
         link.pending_frames.append(self._take_done)
 
     # -- hooks the runtime calls -------------------------------------------------------------
@@ -156,14 +164,37 @@ class BlsClient:
         out.flags = request.flags()
         out.timeout_us = request.timeout()
         out.traceparent = _traceparent(request.trace().get_context()) or self._traceparent
+        on_device: list[tuple[wpb.TensorRef, Tensor]] = []
         for tensor in request.inputs():
             ref = out.inputs.add(
                 name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape()
             )
             nbytes = tensor._wire_nbytes()
             ref.nbytes = nbytes
-            if nbytes:
+            if nbytes and not tensor.is_cpu():
+                on_device.append((ref, tensor))
+            elif nbytes:
                 ref.region, ref.offset = self._place(tensor, nbytes, call)
+        if on_device:
+            self._place_in_pool(on_device)
+
+    def _place_in_pool(self, inputs: list[tuple[wpb.TensorRef, Tensor]]) -> None:
+        """GPU inputs into blocks of the daemon's CUDA pools, copied on the device."""
+        ask = wpb.PoolAlloc(
+            query=next(self._ids),
+            device_ids=[tensor._device_id for _, tensor in inputs],
+            nbytes=[ref.nbytes for ref, _ in inputs],
+        )
+        self.link.send(wpb.WorkerToDaemon(pool_alloc=ask))
+        grant = self.link.wait_reply(("pool_grant", ask.query)).pool_grant
+        if grant.HasField("error"):
+            raise TritonModelException(grant.error.message)
+        for (ref, tensor), pool, offset in zip(inputs, grant.pools, grant.offsets, strict=True):
+            tensor._write_into_device(self.cuda.bytes_at(pool, offset, ref.nbytes))
+            ref.cuda.CopyFrom(pool)
+            ref.offset = offset
+        for pool in {p.device_id: p for p in grant.pools}.values():
+            self.cuda.synchronize(pool)
 
     def _place(self, tensor: Tensor, nbytes: int, call: _Call) -> tuple[str, int]:
         """Where the daemon finds the input's bytes: in place when they lie in one of the

@@ -61,6 +61,7 @@ class BatchExecutor:
         loop: asyncio.AbstractEventLoop,
         live: LiveRequests | None = None,
         gpu_inputs: bool = False,
+        cuda: CudaRegions | None = None,
     ) -> None:
         self.model = model
         self.instance_name = instance_name
@@ -69,7 +70,7 @@ class BatchExecutor:
         self.inputs = inputs
         self.outputs = outputs
         self.loop = loop
-        self.cuda = CudaRegions()  # clients' CUDA regions, opened on first use
+        self.cuda = cuda or CudaRegions()  # clients' CUDA regions and pools, opened on use
         self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_worker.ipc.cuda)
         self._held: dict[int, list[Block]] = {}
         self.lock = threading.Lock()

@@ -294,6 +294,7 @@ class WorkerRuntime:
             loop=self.loop,
             live=self.live,
             gpu_inputs=on_gpu,
+            cuda=self.bls.cuda,
         )
         self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.
@@ -323,6 +324,7 @@ class WorkerRuntime:
         self.inputs = SegmentMap(shm_dir)
         self.outputs = self._output_arena(init, shm_dir)
         self.executor.rebind(self.inputs, self.outputs)
+        self.bls.cuda.close()  # the old daemon's pools and its clients' registrations
         self.bls.bind(self.inputs, self.outputs)
         log.info("re-attached to a new daemon without re-initializing the model")
         return wpb.Initialized(adopted=True)
@@ -359,8 +361,7 @@ class WorkerRuntime:
         self._finalize()
 
     def close(self) -> None:
-        if self.executor is not None:
-            self.executor.cuda.close()
+        self.bls.cuda.close()
         self.inputs.close()
         self.bls.callee_segments.close()
         if self.outputs is not None:

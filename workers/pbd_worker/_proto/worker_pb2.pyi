@@ -40,6 +40,28 @@ class CudaRegionsClosed(_message.Message):
     generations: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, generations: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class PoolAlloc(_message.Message):
+    __slots__ = ("query", "device_ids", "nbytes")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    query: int
+    device_ids: _containers.RepeatedScalarFieldContainer[int]
+    nbytes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, query: _Optional[int] = ..., device_ids: _Optional[_Iterable[int]] = ..., nbytes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PoolGrant(_message.Message):
+    __slots__ = ("query", "pools", "offsets", "error")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    query: int
+    pools: _containers.RepeatedCompositeFieldContainer[CudaRef]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    error: Error
+    def __init__(self, query: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[CudaRef, _Mapping]]] = ..., offsets: _Optional[_Iterable[int]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
 class Error(_message.Message):
     __slots__ = ("code", "message", "traceback")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -444,7 +466,7 @@ class BlsControl(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
 
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed", "pool_grant")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +478,7 @@ class DaemonToWorker(_message.Message):
     READY_QUERY_FIELD_NUMBER: _ClassVar[int]
     BLS_REPLY_FIELD_NUMBER: _ClassVar[int]
     CUDA_CLOSED_FIELD_NUMBER: _ClassVar[int]
+    POOL_GRANT_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
@@ -467,10 +490,11 @@ class DaemonToWorker(_message.Message):
     ready_query: ReadyQuery
     bls_reply: BlsReply
     cuda_closed: CudaRegionsClosed
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ...) -> None: ...
+    pool_grant: PoolGrant
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ..., pool_grant: _Optional[_Union[PoolGrant, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
-    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel")
+    __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -486,6 +510,7 @@ class WorkerToDaemon(_message.Message):
     BLS_DONE_FIELD_NUMBER: _ClassVar[int]
     BLS_CONTROL_FIELD_NUMBER: _ClassVar[int]
     BLS_CANCEL_FIELD_NUMBER: _ClassVar[int]
+    POOL_ALLOC_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     initialized: Initialized
     result: ExecuteResult
@@ -501,4 +526,5 @@ class WorkerToDaemon(_message.Message):
     bls_done: BlsDone
     bls_control: BlsControl
     bls_cancel: BlsCancel
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., streamed: _Optional[_Union[StreamedResponse, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ..., bls_cancel: _Optional[_Union[BlsCancel, _Mapping]] = ...) -> None: ...
+    pool_alloc: PoolAlloc
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., initialized: _Optional[_Union[Initialized, _Mapping]] = ..., result: _Optional[_Union[ExecuteResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., finalized: _Optional[_Union[Finalized, _Mapping]] = ..., spans: _Optional[_Union[SpanBatch, _Mapping]] = ..., metrics: _Optional[_Union[MetricUpdates, _Mapping]] = ..., exiting: _Optional[_Union[Exiting, _Mapping]] = ..., streamed: _Optional[_Union[StreamedResponse, _Mapping]] = ..., auto_completed: _Optional[_Union[AutoCompleted, _Mapping]] = ..., ready_reply: _Optional[_Union[ReadyReply, _Mapping]] = ..., bls_call: _Optional[_Union[BlsCall, _Mapping]] = ..., bls_done: _Optional[_Union[BlsDone, _Mapping]] = ..., bls_control: _Optional[_Union[BlsControl, _Mapping]] = ..., bls_cancel: _Optional[_Union[BlsCancel, _Mapping]] = ..., pool_alloc: _Optional[_Union[PoolAlloc, _Mapping]] = ...) -> None: ...

@@ -1,11 +1,12 @@
-"""Clients' CUDA shared-memory regions, as this worker sees them.
+"""Clients' CUDA shared-memory regions and the daemon's CUDA pools, as this worker sees them.
 
 A request names a registered CUDA region by its IPC handle and registration generation
 (``CudaRef``). The worker opens the handle on first use and keeps it open until the daemon says
 the registration is gone (``CudaRegionsClosed``), so a model's GPU input is a CuPy array over the
 client's own device memory, and an output aimed at a CUDA region is copied once, on the device,
-straight into it. Nothing here runs, and CuPy is never imported, until a request uses CUDA
-memory: CPU-only workers do not need it.
+straight into it. The daemon's CUDA memory pools (GPU tensors of BLS calls) are named the same
+way and opened once per worker. Nothing here runs, and CuPy is never imported, until a request
+uses CUDA memory: CPU-only workers do not need it.
 
 Which inputs stay on the GPU is Triton's model parameter ``FORCE_CPU_ONLY_INPUT_TENSORS``:
 ``"yes"`` (the default, as in Triton: unmodified models call ``as_numpy()``) copies CUDA inputs
@@ -67,11 +68,14 @@ class CudaRegions:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[int, tuple[int, int]] = {}  # generation -> (pointer, device id)
+        # (generation, handle) -> (pointer, device id); the handle too, because generations
+        # start again in a new daemon that a worker re-attaches to.
+        self._open: dict[tuple[int, bytes], tuple[int, int]] = {}
 
     def _pointer(self, ref: wpb.CudaRef) -> int:
+        key = (ref.generation, bytes(ref.ipc_handle))
         with self._lock:
-            opened = self._open.get(ref.generation)
+            opened = self._open.get(key)
             if opened is None:
                 cupy = _cupy()
                 with cupy.cuda.Device(ref.device_id):
@@ -80,7 +84,7 @@ class CudaRegions:
                             bytes(ref.ipc_handle), _LAZY_ENABLE_PEER_ACCESS
                         )
                     )
-                opened = self._open[ref.generation] = (pointer, ref.device_id)
+                opened = self._open[key] = (pointer, ref.device_id)
             return opened[0]
 
     def array(
@@ -112,8 +116,9 @@ class CudaRegions:
             cupy.cuda.runtime.deviceSynchronize()
 
     def forget(self, generations: list[int]) -> None:
+        gone = set(generations)
         with self._lock:
-            closing = [self._open.pop(g) for g in generations if g in self._open]
+            closing = [self._open.pop(k) for k in list(self._open) if k[0] in gone]
         if not closing:
             return
         cupy = _cupy()
@@ -123,5 +128,5 @@ class CudaRegions:
 
     def close(self) -> None:
         with self._lock:
-            generations = list(self._open)
+            generations = [k[0] for k in self._open]
         self.forget(generations)

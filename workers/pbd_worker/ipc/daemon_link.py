@@ -159,4 +159,6 @@ def _reply_key(message: wpb.DaemonToWorker) -> tuple[str, int] | None:
         return kind, message.metric_reply.query
     if kind == "bls_reply":
         return kind, message.bls_reply.call_id
+    if kind == "pool_grant":
+        return kind, message.pool_grant.query
     return None

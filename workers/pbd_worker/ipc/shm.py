@@ -140,7 +140,7 @@ class Block:
         return self.segment.view(self.offset, self.nbytes)
 
 
-class _FreeList:
+class FreeList:
     """First-fit free list over one segment, coalescing neighbours on free."""
 
     def __init__(self, size: int) -> None:
@@ -183,7 +183,7 @@ class Arena:
         self.growth_bytes = align(max(growth_bytes, ALIGNMENT))
         self.shm_dir = shm_dir
         self.segments: list[Segment] = []
-        self._free: dict[str, _FreeList] = {}
+        self._free: dict[str, FreeList] = {}
         self._next = 0
 
     def find(self, name: str) -> Segment | None:
@@ -207,7 +207,7 @@ class Arena:
         segment = Segment.create(f"{self.prefix}{self._next}", size, self.shm_dir)
         self._next += 1
         self.segments.append(segment)
-        self._free[segment.name] = _FreeList(size)
+        self._free[segment.name] = FreeList(size)
         return segment
 
     def allocate(self, nbytes: int) -> Block:
