@@ -142,7 +142,11 @@ class BlsClient:
             decoupled=decoupled,
             parents=self._parents,
         )
-        self._describe(request, message.request, call)
+        try:
+            self._describe(request, message.request, call)
+        except BaseException:
+            self._free_inputs(call)  # never sent: the blocks written so far go back now
+            raise
         self._calls[call.call_id] = call
         self.link.send(wpb.WorkerToDaemon(bls_call=message))
         if decoupled:

@@ -174,8 +174,9 @@ class Tensor:
         assert self._array is not None
         return dlpack.export(self._array, self._dt, self)
 
-    def __dlpack__(self, stream: Any = None) -> Any:
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
         # Data is complete when a model holds the tensor: there is no pending work to order.
+        # Newer consumers pass max_version/dl_device/copy; a legacy capsule answers them all.
         return self.to_dlpack()
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -266,7 +267,7 @@ class _CapsuleSource:
     def __init__(self, capsule: Any) -> None:
         self._capsule = capsule
 
-    def __dlpack__(self, stream: Any = None) -> Any:
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
         return self._capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
