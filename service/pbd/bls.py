@@ -134,11 +134,12 @@ class BlsService:
                         Code.UNSUPPORTED, _NOT_DECOUPLED_CALL.format(model=call.model_name)
                     )
                 self.graph.check()
+                trace = request.trace = self._trace(call, request, began)
                 await self._stream(caller, call, request, waiter)
+                if trace is not None:
+                    trace.finish()
                 return
-            traceparent = call.request.traceparent or None
-            trace = self.dp.start_trace(request, "BLS", began, lambda: traceparent, "bls")
-            request.trace = trace
+            trace = request.trace = self._trace(call, request, began)
             self.graph.check()
             infer = asyncio.ensure_future(self.dp.infer(request))
             result = await self._await(infer, waiter, call.request.timeout_us)
@@ -163,6 +164,12 @@ class BlsService:
             # inputs' pool blocks go back.
             self.pool.call_ended(caller, call)
         self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response, final=True))
+
+    def _trace(self, call: wpb.BlsCall, request: InferRequest, began: int) -> Any:
+        """The call's trace, when the trace settings pick it: the caller's context is its
+        parent."""
+        traceparent = call.request.traceparent or None
+        return self.dp.start_trace(request, "BLS", began, lambda: traceparent, "bls")
 
     async def _stream(
         self, caller: Instance, call: wpb.BlsCall, request: InferRequest, waiter: Waiter
@@ -201,6 +208,7 @@ class BlsService:
                     self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response,
                                                      final=True))  # fmt: skip
                     return
+                replying = time.time_ns()
                 try:
                     item = item_future.result()
                 except StopAsyncIteration:
@@ -223,6 +231,8 @@ class BlsService:
                     )
                 self._reply(caller, wpb.BlsReply(call_id=call.call_id, response=response,
                                                  final=item.final))  # fmt: skip
+                if request.trace is not None:
+                    request.trace.responded(replying)
                 if item.final:
                     return
         finally:

@@ -55,14 +55,16 @@ class Traced:
 @pytest.fixture(scope="module")
 def traced_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     repository = make_repository(
-        tmp_path_factory.mktemp("tracing"), {"traced": TEST_MODELS / "traced"}
+        tmp_path_factory.mktemp("tracing"),
+        {"traced": TEST_MODELS / "traced", "repeat_decoupled": TEST_MODELS / "repeat_decoupled"},
     )
     exporter = InMemorySpanExporter()
     config = parse_trace_config(["level=TIMESTAMPS", "rate=1"])
     from pbd.tracing.settings import TraceSettings
 
     tracing = Tracing(TraceSettings(config), SimpleSpanProcessor(exporter))
-    with inprocess_daemon(repository, f"pbdtrace{os.getpid()}", tracing, ["traced"]) as url:
+    settle = ["traced", "repeat_decoupled"]
+    with inprocess_daemon(repository, f"pbdtrace{os.getpid()}", tracing, settle) as url:
         yield Traced(url, exporter)
 
 
@@ -184,3 +186,45 @@ def test_model_errors_mark_the_server_span(traced: Traced, tmp_path: Path) -> No
     assert server.name == SERVER
     assert server.status.status_code is StatusCode.ERROR
     assert server.attributes is not None and server.attributes["rpc.grpc.status_code"] == 3
+
+
+def test_a_decoupled_request_is_traced_to_its_final_response(traced: Traced) -> None:
+    """ModelStreamInfer to a decoupled model: the client's traceparent is the parent, a
+    response span per response sent, and the server span ends with the final one."""
+    got: list[object] = []
+    headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    with grpcclient.InferenceServerClient(traced.url) as client:
+        client.start_stream(
+            callback=lambda result, error: got.append(error or result), headers=headers
+        )
+        inputs = [
+            infer_input("IN", np.array([5, 6, 7], dtype=np.int32), "INT32"),
+            infer_input("DELAY", np.zeros(3, dtype=np.uint32), "UINT32"),
+            infer_input("WAIT", np.zeros(1, dtype=np.uint32), "UINT32"),
+        ]
+        client.async_stream_infer("repeat_decoupled", inputs)
+        wait_until(lambda: len(got) >= 3, 30, "three responses")
+        client.stop_stream()
+    assert all(not isinstance(g, Exception) for g in got), got
+    stream_server = "inference.GRPCInferenceService/ModelStreamInfer"
+    wait_until(
+        lambda: any(s.name == stream_server for s in traced.exporter.get_finished_spans()),
+        30,
+        "the server span",
+    )
+    spans = [
+        s for s in traced.exporter.get_finished_spans() if s.context.trace_id == int(TRACE_ID, 16)
+    ]
+    (server,) = [s for s in spans if s.name == stream_server]
+    assert server.parent is not None and server.parent.span_id == int(PARENT_ID, 16)
+    assert server.attributes is not None
+    assert server.attributes["rpc.method"] == "ModelStreamInfer"
+    assert server.attributes["model.name"] == "repeat_decoupled"
+    assert server.attributes["rpc.grpc.status_code"] == 0
+    responses = [s for s in spans if s.name == "response"]
+    assert len(responses) == 3
+    for child in [*responses, *[s for s in spans if s.name in ("queue", "compute")]]:
+        assert _parent_of(child) == server.context.span_id, child.name
+    assert {"queue", "compute", "input_copy", "execute"} <= {s.name for s in spans}
+    assert server.end_time is not None
+    assert max(r.end_time or 0 for r in responses) <= server.end_time

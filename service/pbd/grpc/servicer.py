@@ -8,11 +8,10 @@ converts, calls the dataplane, converts back. ModelInfer works on raw bytes both
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -23,9 +22,8 @@ from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
-from pbd.grpc.status import GRPC_STATUS
+from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.streams import StreamSession
-from pbd.tracing.request import RequestTrace
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
@@ -106,7 +104,7 @@ class InferenceServicer:
             with await infer(request) as result:
                 return to_wire(result)
         request.trace = trace
-        with _finishing(trace):
+        with finishing(trace):
             with await infer(request) as result:
                 replying = time.time_ns()
                 response = to_wire(result)
@@ -118,7 +116,13 @@ class InferenceServicer:
     ) -> AsyncIterator[bytes]:
         """See ``pbd.grpc.streams``: in-band errors, request order for non-decoupled models,
         decoupled responses as produced, OK once all is answered after the half-close."""
-        session = StreamSession(self.dp, lambda raw: self._stream_one(raw, context))
+        session = StreamSession(
+            self.dp,
+            lambda raw: self._stream_one(raw, context),
+            lambda request, began: self.dp.start_trace(
+                request, "ModelStreamInfer", began, lambda: _traceparent(context)
+            ),
+        )
         async for data in session.run(requests):
             yield data
 
@@ -215,20 +219,6 @@ def _traceparent(context: Any) -> str | None:
         if key == "traceparent":
             return str(value)
     return None
-
-
-@contextlib.contextmanager
-def _finishing(trace: RequestTrace) -> Iterator[None]:
-    """End the RPC span with the status the call ends with."""
-    try:
-        yield
-    except PbdError as exc:
-        trace.finish(GRPC_STATUS[exc.code].value[0], exc.message)
-        raise
-    except BaseException as exc:
-        trace.finish(grpc.StatusCode.UNKNOWN.value[0], repr(exc))
-        raise
-    trace.finish()
 
 
 def _identity(data: bytes) -> bytes:

@@ -1,10 +1,18 @@
-"""The one table from pbd error codes to gRPC status codes (Triton's mapping)."""
+"""The one table from pbd error codes to gRPC status codes (Triton's mapping), and the end of
+a traced RPC's server span with the status the call ends with."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import grpc
 
-from pbd.errors import Code
+from pbd.errors import Code, PbdError
+
+if TYPE_CHECKING:
+    from pbd.tracing.request import RequestTrace
 
 GRPC_STATUS: dict[Code, grpc.StatusCode] = {
     Code.UNKNOWN: grpc.StatusCode.UNKNOWN,
@@ -17,3 +25,17 @@ GRPC_STATUS: dict[Code, grpc.StatusCode] = {
     Code.CANCELLED: grpc.StatusCode.CANCELLED,
     Code.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+
+
+@contextlib.contextmanager
+def finishing(trace: RequestTrace) -> Iterator[None]:
+    """End the RPC span with the status the call (or the streamed request) ends with."""
+    try:
+        yield
+    except PbdError as exc:
+        trace.finish(GRPC_STATUS[exc.code].value[0], exc.message)
+        raise
+    except BaseException as exc:
+        trace.finish(grpc.StatusCode.UNKNOWN.value[0], repr(exc))
+        raise
+    trace.finish()

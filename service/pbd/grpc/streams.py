@@ -9,29 +9,42 @@
 - After the client half-closes, the call ends (OK) once every request is answered. A client
   that cancels or drops the call cancels what is still queued or running (the worker sees
   ``is_cancelled()``).
+- Each request is traced as a ModelInfer is, when the trace settings pick it: a decoupled
+  request's server span has a ``response`` span per response sent and ends with its final one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
+from pbd.grpc.status import finishing
 from pbd.streams import StreamResult
+from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
 
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
 # Answers one non-decoupled request (traced when picked), as bytes to write.
 OrderedAnswer = Callable[[bytes], Awaitable[bytes]]
+# The trace of a decoupled request (started at the given ns) when the settings pick it.
+StartTrace = Callable[[InferRequest, int], RequestTrace | None]
 
 
 class StreamSession:
-    def __init__(self, dataplane: DataPlane, answer_ordered: OrderedAnswer) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        answer_ordered: OrderedAnswer,
+        start_trace: StartTrace = lambda request, began: None,
+    ) -> None:
         self.dp = dataplane
         self.answer_ordered = answer_ordered
+        self.start_trace = start_trace
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_ordered: asyncio.Future[None] | None = None
@@ -67,7 +80,7 @@ class StreamSession:
         except (ValueError, TypeError):
             request = None  # answered in order, with the parse error
         if request is not None and self.dp.is_decoupled(request):
-            task = asyncio.create_task(self._decoupled(request))
+            task = asyncio.create_task(self._decoupled(request, time.time_ns()))
         else:
             previous = self._last_ordered
             mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -88,18 +101,30 @@ class StreamSession:
             if not mine.done():
                 mine.set_result(None)
 
-    async def _decoupled(self, request: InferRequest) -> None:
-        empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
+    async def _decoupled(self, request: InferRequest, began: int) -> None:
         try:
-            async for item in self.dp.infer_stream(request):
-                data = self._encode(request, item, empty_final)
-                if data is not None:
-                    self._out.put_nowait(data)
+            trace = self.start_trace(request, began)
+            if trace is None:
+                await self._responses(request, None)
+            else:
+                request.trace = trace
+                with finishing(trace):
+                    await self._responses(request, trace)
         except PbdError as exc:
             self._out.put_nowait(convert.stream_error_to_wire(request, exc.message))
         except (ValueError, TypeError) as exc:
             message = f"malformed request: {exc}"
             self._out.put_nowait(convert.stream_error_to_wire(request, message))
+
+    async def _responses(self, request: InferRequest, trace: RequestTrace | None) -> None:
+        empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
+        async for item in self.dp.infer_stream(request):
+            replying = time.time_ns()
+            data = self._encode(request, item, empty_final)
+            if data is not None:
+                self._out.put_nowait(data)
+                if trace is not None:
+                    trace.responded(replying)
 
     @staticmethod
     def _encode(request: InferRequest, item: StreamResult, empty_final: bool) -> bytes | None:
