@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pbd.errors import Code, PbdError
-from pbd.memory.client_shm import ClientShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -101,3 +101,24 @@ def test_cuda_modules_do_not_import_cupy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_cuda_region_in_use_goes_when_its_last_request_ends(tmp_path: Path) -> None:
+    """Deferred unregister, as for system regions; workers are told only once it is gone.
+    (The region is put in place as registration leaves it: opening a handle needs a GPU.)"""
+    registry = _registry(tmp_path, gpus=[0])
+    removed: list[int] = []
+    registry.on_cuda_removed = lambda region: removed.append(region.generation)
+    registry.regions["c"] = CudaRegion("c", b"\1" * 64, 0, 256, generation=41, pointer=0)
+    held, offset = registry.acquire("c", 64, 128)
+    assert (held.name, offset) == ("c", 64)  # offsets in a CUDA region are from its start
+    bad = _error(lambda: registry.acquire("c", 200, 128))
+    assert bad.message == "Invalid offset + byte size for shared memory region: 'c'"
+    registry.unregister_cuda("c")
+    assert removed == []  # in use: still there, and a new request may not take it
+    assert _error(lambda: registry.acquire("c", 0, 8)).code is Code.NOT_FOUND
+    again = _error(lambda: asyncio.run(registry.register_cuda("c", b"\1" * 64, 0, 64)))
+    assert again.code is Code.ALREADY_EXISTS
+    registry.release(held)
+    assert removed == [41]
+    assert registry.status_cuda("") == []
