@@ -16,23 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from bench.servers import ROOT, start_pbd
+from bench.shm import rate
 
 MODEL = "gpu_identity"
-
-
-def _rate(fn, seconds: float) -> float:  # noqa: ANN001 - a zero-argument callable
-    fn()
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn()
-        count += 1
-    return count / (time.perf_counter() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 b.data.copy_from_device(a.data, nbytes)
                 cupy.cuda.runtime.deviceSynchronize()
 
-            copies = _rate(d2d, args.seconds)
-        served = _rate(via_cuda_shm, args.seconds)
+            copies = rate(d2d, args.seconds)
+        served = rate(via_cuda_shm, args.seconds)
         client.unregister_cuda_shared_memory()
         client.close()
     finally:

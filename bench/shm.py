@@ -22,7 +22,8 @@ from bench.servers import ROOT, start_pbd
 MODEL = "identity_fp32"
 
 
-def _rate(fn, seconds: float) -> float:  # noqa: ANN001 - a zero-argument callable
+def rate(fn, seconds: float) -> float:  # noqa: ANN001 - a zero-argument callable
+    """Calls of ``fn`` per second over ``seconds`` (after one warm-up call)."""
     fn()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -69,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         if not np.array_equal(out, data):
             raise AssertionError("shared-memory output differs from the input")
         target = np.empty_like(data)
-        memcpy = _rate(lambda: np.copyto(target, data), args.seconds)
-        wire = _rate(over_wire, args.seconds)
-        via_shm = _rate(over_shm, args.seconds)
+        memcpy = rate(lambda: np.copyto(target, data), args.seconds)
+        wire = rate(over_wire, args.seconds)
+        via_shm = rate(over_shm, args.seconds)
         client.unregister_system_shared_memory()
     finally:
         shm.destroy_shared_memory_region(region)

@@ -22,6 +22,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found
 from pbd.memory.cuda import IPC_HANDLE_SIZE, CudaIpc, CudaUnavailable
@@ -118,15 +119,21 @@ class ClientShmRegistry:
         self.regions[name] = SystemRegion(name, key, offset, byte_size, next(self._generations))
 
     def status(self, name: str) -> list[SystemRegion]:
+        return self._status(name, SystemRegion)
+
+    def _status(self, name: str, kind: type[Region]) -> list[Any]:
+        """Regions of ``kind`` (all of them for ``name`` ""), with Triton's errors for an
+        unknown name and for a name of the other kind."""
         self._check_enabled()
         if not name:
-            return self.system_regions()
+            return [r for r in self.regions.values() if isinstance(r, kind)]
         region = self.regions.get(name)
+        this, other = ("system", "CUDA") if kind is SystemRegion else ("CUDA", "system")
         if region is None:
-            raise not_found(f"Unable to find system shared memory region: '{name}'")
-        if not isinstance(region, SystemRegion):
+            raise not_found(f"Unable to find {this.lower()} shared memory region: '{name}'")
+        if not isinstance(region, kind):
             raise not_found(
-                f"The region named '{name}' is registered as CUDA shared memory, not system "
+                f"The region named '{name}' is registered as {other} shared memory, not {this} "
                 "shared memory"
             )
         return [region]
@@ -198,18 +205,7 @@ class ClientShmRegistry:
         )
 
     def status_cuda(self, name: str) -> list[CudaRegion]:
-        self._check_enabled()
-        if not name:
-            return self.cuda_regions()
-        region = self.regions.get(name)
-        if region is None:
-            raise not_found(f"Unable to find cuda shared memory region: '{name}'")
-        if not isinstance(region, CudaRegion):
-            raise not_found(
-                f"The region named '{name}' is registered as system shared memory, not CUDA "
-                "shared memory"
-            )
-        return [region]
+        return self._status(name, CudaRegion)
 
     def unregister_cuda(self, name: str) -> None:
         self._check_enabled()

@@ -17,23 +17,20 @@ import ctypes
 import threading
 from typing import Any
 
+from pbd_worker.ipc.cuda import CudaUnavailable
+from pbd_worker.ipc.cuda import import_cupy as import_worker_cupy
+
+__all__ = ["IPC_HANDLE_SIZE", "CudaIpc", "CudaUnavailable", "import_cupy"]
+
 IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 _LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 
 
-class CudaUnavailable(Exception):
-    """CUDA cannot be used in this process; ``str()`` says why and what to install."""
+_NO_CUPY = "CUDA memory needs CuPy in the daemon's environment (pip install 'pbd[gpu]')"
 
 
 def import_cupy() -> Any:
-    try:
-        import cupy  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise CudaUnavailable(
-            "CUDA shared memory needs CuPy in the daemon's environment "
-            "(pip install 'pbd[gpu]'): " + str(exc)
-        ) from None
-    return cupy
+    return import_worker_cupy(_NO_CUPY)
 
 
 class CudaIpc:

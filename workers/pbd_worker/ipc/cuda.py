@@ -33,17 +33,21 @@ FORCE_CPU_KEY = "FORCE_CPU_ONLY_INPUT_TENSORS"
 
 
 class CudaUnavailable(Exception):
-    """A request uses CUDA memory and this worker cannot (no CuPy, no driver)."""
+    """CUDA memory was asked for and this process cannot use it (no CuPy); says what to do."""
 
 
-def _cupy() -> Any:
+_NO_CUPY = (
+    "the request uses CUDA memory, and this worker's environment has no CuPy "
+    "(pip install 'pbd[gpu]', or cupy-cuda12x in the model's environment)"
+)
+
+
+def import_cupy(missing: str = _NO_CUPY) -> Any:
+    """CuPy, imported on first use; ``missing`` is the message when it is not installed."""
     try:
         import cupy  # type: ignore[import-not-found]
     except ImportError as exc:
-        raise CudaUnavailable(
-            "the request uses CUDA shared memory, and this worker's environment has no CuPy "
-            f"(pip install 'pbd[gpu]', or cupy-cuda12x in the model's environment): {exc}"
-        ) from None
+        raise CudaUnavailable(f"{missing}: {exc}") from None
     return cupy
 
 
@@ -77,7 +81,7 @@ class CudaRegions:
         with self._lock:
             opened = self._open.get(key)
             if opened is None:
-                cupy = _cupy()
+                cupy = import_cupy()
                 with cupy.cuda.Device(ref.device_id):
                     pointer = int(
                         cupy.cuda.runtime.ipcOpenMemHandle(
@@ -91,7 +95,7 @@ class CudaRegions:
         self, ref: wpb.CudaRef, offset: int, nbytes: int, dtype: Any, shape: list[int]
     ) -> Any:
         """A CuPy array over ``[offset, offset + nbytes)`` of the region (no copy)."""
-        cupy = _cupy()
+        cupy = import_cupy()
         with cupy.cuda.Device(ref.device_id):
             if nbytes == 0:
                 return cupy.empty(shape, dtype=dtype)
@@ -111,7 +115,7 @@ class CudaRegions:
     @staticmethod
     def synchronize(ref: wpb.CudaRef) -> None:
         """Wait for copies into the region: the client reads it once the response is out."""
-        cupy = _cupy()
+        cupy = import_cupy()
         with cupy.cuda.Device(ref.device_id):
             cupy.cuda.runtime.deviceSynchronize()
 
@@ -121,7 +125,7 @@ class CudaRegions:
             closing = [self._open.pop(k) for k in list(self._open) if k[0] in gone]
         if not closing:
             return
-        cupy = _cupy()
+        cupy = import_cupy()
         for pointer, device_id in closing:
             with cupy.cuda.Device(device_id):
                 cupy.cuda.runtime.ipcCloseMemHandle(pointer)
