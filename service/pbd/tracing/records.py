@@ -11,6 +11,7 @@ OTLP-encoded and travel the same two ways (``WorkerSpans`` or ``readable_from_ot
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -25,6 +26,9 @@ from pbd_worker.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,
+    _attribute_bytes,
+    _field,
+    _varint,
     encode_span,
 )
 
@@ -48,11 +52,14 @@ class SpanData(NamedTuple):
 class TraceRecord:
     """The daemon's spans of one sampled request: one item in the processor's queue."""
 
-    __slots__ = ("context", "parent", "spans")
+    __slots__ = ("trace_id", "span_id", "parent", "spans")
+    # The batch processor drops items whose context is not sampled; every record is (only
+    # sampled requests make one), so one context serves them all.
+    context = SpanContext(1, 1, False, _SAMPLED)
 
     def __init__(self, trace_id: int, server_id: int, parent: SpanContext | None) -> None:
-        # The batch processor drops items whose context is not sampled; this one is.
-        self.context = SpanContext(trace_id, server_id, False, _SAMPLED)
+        self.trace_id = trace_id
+        self.span_id = server_id  # the request's server span
         self.parent = parent
         self.spans: list[SpanData] = []
 
@@ -69,7 +76,7 @@ class WorkerSpans:
 
 def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
     """``encode_span`` arguments for each of the record's spans."""
-    trace_id = record.context.trace_id.to_bytes(16, "big")
+    trace_id = record.trace_id.to_bytes(16, "big")
     parent = record.parent
     top_parent = parent.span_id if parent is not None else 0
     top_flags = FLAGS_REMOTE_PARENT if parent is not None else FLAGS_LOCAL_PARENT
@@ -91,12 +98,95 @@ def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
 
 
 def record_span_bytes(record: TraceRecord) -> list[bytes]:
-    """The record's spans as serialized ``Span`` messages."""
-    return [encode_span(**fields) for fields in _span_fields(record)]
+    """The record's spans as serialized ``Span`` messages: ``encode_span``'s bytes (a unit test
+    checks them), written from pieces kept per name, event name and attribute set, since a
+    daemon's spans repeat those; a span with links, an error or event attributes goes through
+    ``encode_span`` itself."""
+    trace_head = b"\x0a\x10" + record.trace_id.to_bytes(16, "big") + b"\x12\x08"
+    parent = record.parent
+    top_parent = b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent is not None else b""
+    top_flags = _FLAGS_REMOTE if parent is not None else _FLAGS_LOCAL
+    out = []
+    for data in record.spans:
+        name, kind, start, end, attributes, events = (
+            data.name, data.kind, data.start_ns, data.end_ns, data.attributes, data.events,
+        )  # fmt: skip
+        if data.links or data.error is not None or not (name and kind and start and end):
+            out.append(_slow_span(record, data))
+            continue
+        if data.parent_id:
+            parts = [trace_head, data.span_id.to_bytes(8, "big"), b"\x22\x08",
+                     data.parent_id.to_bytes(8, "big")]  # fmt: skip
+            flags = _FLAGS_LOCAL
+        else:
+            parts = [trace_head, data.span_id.to_bytes(8, "big"), top_parent]
+            flags = top_flags
+        head = _NAME_KIND.get((name, kind))
+        if head is None:
+            head = _NAME_KIND[(name, kind)] = (
+                _field(b"\x2a", name.encode()) + b"\x30" + _varint(kind)
+            )
+        parts += (head, _TIMES.pack(0x39, start, 0x41, end))
+        if attributes:
+            parts.append(_attributes_of(attributes))
+        for event_name, stamp, event_attributes in events:
+            if event_attributes or not stamp or not event_name:
+                break
+            pieces = _EVENT[event_name]
+            parts += (pieces[0], _STAMP.pack(0x09, stamp), pieces[1])
+        else:
+            parts.append(flags)
+            out.append(b"".join(parts))
+            continue
+        out.append(_slow_span(record, data))
+    return out
+
+
+def _slow_span(record: TraceRecord, data: SpanData) -> bytes:
+    one = TraceRecord(record.trace_id, record.span_id, record.parent)
+    one.spans = [data]
+    (fields,) = _span_fields(one)
+    return encode_span(**fields)
+
+
+def _attributes_of(attributes: dict[str, Any]) -> bytes:
+    """Span attributes' bytes, kept per attribute set (the value types are part of the key:
+    True and 1 are equal keys, not equal attributes)."""
+    try:
+        key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
+        found = _ATTRIBUTES.get(key)
+    except TypeError:  # an unhashable value
+        return _attribute_bytes(attributes, b"\x4a")
+    if found is None:
+        found = _attribute_bytes(attributes, b"\x4a")
+        if len(_ATTRIBUTES) >= _CACHE_MAX:
+            _ATTRIBUTES.clear()
+        _ATTRIBUTES[key] = found
+    return found
+
+
+class _EventPieces(dict[str, tuple[bytes, bytes]]):
+    """Event name -> (the Event field's tag and length, its name field): what surrounds the
+    timestamp in an event without attributes."""
+
+    def __missing__(self, name: str) -> tuple[bytes, bytes]:
+        tail = _field(b"\x12", name.encode())
+        pieces = self[name] = (b"\x5a" + _varint(9 + len(tail)), tail)
+        return pieces
+
+
+_TIMES = struct.Struct("<BQBQ")  # start_time_unix_nano (7) and end_time_unix_nano (8)
+_STAMP = struct.Struct("<BQ")  # Event.time_unix_nano (1)
+_FLAGS_LOCAL = b"\x85\x01" + FLAGS_LOCAL_PARENT.to_bytes(4, "little")
+_FLAGS_REMOTE = b"\x85\x01" + FLAGS_REMOTE_PARENT.to_bytes(4, "little")
+_NAME_KIND: dict[tuple[str, int], bytes] = {}
+_EVENT = _EventPieces()
+_ATTRIBUTES: dict[tuple[tuple[Any, ...], tuple[type, ...]], bytes] = {}
+_CACHE_MAX = 4096
 
 
 def readable_spans(record: TraceRecord, resource: Resource) -> list[ReadableSpan]:
-    trace_id = record.context.trace_id
+    trace_id = record.trace_id
     out = []
     for data in record.spans:
         parent = (

@@ -91,9 +91,7 @@ class RequestTrace:
         """Record the input copy; the traceparent the worker's spans take as parent."""
         assert self.compute_id
         self._add(SpanData("input_copy", new_span_id(), self.compute_id, start_ns, end_ns))
-        return format_traceparent(
-            self.record.context.trace_id, self.compute_id, 1 if self.sampled else 0
-        )
+        return format_traceparent(self.record.trace_id, self.compute_id, 1 if self.sampled else 0)
 
     def _end_compute(
         self, end: int, events: tuple[tuple[str, int, None], ...], error: str | None
@@ -169,7 +167,7 @@ def add_worker_spans(
     first._add(
         SpanData("execute", report.span_id, first.compute_id, report.start_ns, report.end_ns,
                  {**attributes, "pbd.batch_size": batch_size}, events, error=error,
-                 links=tuple((t.record.context.trace_id, t.compute_id) for t in traces[1:]))
+                 links=tuple((t.record.trace_id, t.compute_id) for t in traces[1:]))
     )  # fmt: skip
     start, end = report.end_ns, report.end_ns + output_ns
     for trace in traces:

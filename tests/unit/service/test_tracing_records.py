@@ -128,3 +128,33 @@ def test_default_sampler_shortcut_decides_as_the_sdk(traceparent: str | None) ->
     ours = tracing.decide(parent, trace_id, "x", {})
     assert ours is (sdk.decision is Decision.RECORD_AND_SAMPLE)
     assert ours is (traceparent != PARENT[:-2] + "00")
+
+
+def test_record_bytes_are_encode_spans_bytes() -> None:
+    """The exporter's fast path writes what ``encode_span`` writes, span by span, for the
+    shapes it handles itself and those it hands back (links, errors, event attributes)."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from pbd.tracing.records import SpanData, TraceRecord, _span_fields, record_span_bytes
+    from pbd_worker.otlp import KIND_SERVER, encode_span
+
+    now = time.time_ns()
+    spans = [
+        SpanData("queue", 11, 7, now, now + 5, None, (("QUEUE_START", now, None),)),
+        SpanData("compute", 12, 7, now, now + 9, {"model.instance": "m_0", "pbd.batch_size": 2},
+                 (("COMPUTE_START", now, None), ("COMPUTE_END", now + 9, None))),
+        SpanData("flags", 13, 7, now, now + 1, {"ok": True, "n": 1}),
+        SpanData("same keys, int", 14, 7, now, now + 1, {"ok": 1, "n": 1}),
+        SpanData("execute", 15, 12, now, now + 3, None, (("exception", now, {"a": "b"}),),
+                 error="boom"),
+        SpanData("linked", 16, 7, now, now + 2, None, (), links=((5, 6),)),
+        SpanData("unnamed event", 17, 7, now, now + 2, None, (("", now, None),)),
+        SpanData("server", 7, 0, now, now + 20, {"rpc.method": "ModelInfer"},
+                 (("REQUEST_START", now, None), ("REQUEST_END", now + 20, None)), KIND_SERVER),
+    ]  # fmt: skip
+    for parent in (None, SpanContext(99, 98, True, TraceFlags(1))):
+        record = TraceRecord(0x4BF92F3577B34DA6A3CE929D0E0E4736, 7, parent)
+        record.spans = spans
+        expected = [encode_span(**fields) for fields in _span_fields(record)]
+        assert record_span_bytes(record) == expected
+        assert record_span_bytes(record) == expected  # again, from the caches
