@@ -55,8 +55,8 @@ def to_wire(item: Any) -> Any:
         return encode_spans([item]).SerializeToString()
     parent = item.parent
     return (
-        item.context.trace_id,
-        item.context.span_id,
+        item.trace_id,
+        item.span_id,
         None if parent is None else (parent.trace_id, parent.span_id, int(parent.trace_flags)),
         [tuple(span) for span in item.spans],
     )
