@@ -26,7 +26,7 @@ from pbd_worker.ipc.cuda import CudaRegions, CudaUnavailable
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
 from pbd_worker.model_api.errors import TritonError
-from pbd_worker.model_api.request import InferenceRequest, InferenceTrace
+from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
 from pbd_worker.returns import check_returned
@@ -184,10 +184,10 @@ class BatchExecutor:
             else contextlib.nullcontext(None)
         )
         try:
-            with span as contexts:
-                for request, context in zip(requests, contexts or (), strict=False):
-                    if context:
-                        request._trace = InferenceTrace(context)
+            with span as traces:
+                for request, request_trace in zip(requests, traces or (), strict=False):
+                    if request_trace is not None:
+                        request._trace = request_trace
                 responses = self._call_execute(requests)
         except MemoryError:
             raise  # the process is out of memory: the worker exits and is replaced

@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -29,7 +29,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.otlp import format_traceparent, new_span_id, parse_traceparent
+from pbd_worker.model_api.request import InferenceTrace
+from pbd_worker.otlp import new_span_id, parse_traceparent
 
 
 class _Collector(SpanProcessor):
@@ -61,36 +62,10 @@ class WorkerTracing:
         provider.add_span_processor(self.collector)
         trace.set_tracer_provider(provider)
 
-    @contextmanager
-    def execute_span(
-        self, traceparents: Sequence[str], report: wpb.ExecuteSpan
-    ) -> Iterator[list[str]]:
-        """The ``execute`` span, current for the block; yields each request's trace context
-        as ``InferenceTrace.get_context()`` returns it (JSON with a ``traceparent``; "" for a
-        request that is not traced). A batch of several traced requests is one span, child of
-        the first. While the block runs a non-recording span with its context is current, so
-        spans the model opens are its children; when it ends, ``report`` (the result's
-        ``execute_span``) says when it ran and what it raised, and the daemon writes the span."""
-        parents = [parse_traceparent(tp) if tp else None for tp in traceparents]
-        trace_id, _parent_id, flags = next(p for p in parents if p is not None)
-        span_id = new_span_id()
-        context = SpanContext(trace_id, span_id, False, TraceFlags(flags & 0xFF))
-        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
-        # What json.dumps({"traceparent": ...}) gives, without its encoder.
-        mine = f'{{"traceparent": "{format_traceparent(trace_id, span_id, flags & 0xFF)}"}}'
-        start = time.time_ns()
-        try:
-            yield [mine if p is not None else "" for p in parents]
-        except BaseException as exc:
-            report.exception_ns = time.time_ns()
-            report.exception_type = type(exc).__qualname__
-            report.exception_message = str(exc)
-            report.exception_stacktrace = "".join(traceback.format_exception(exc))
-            raise
-        finally:
-            otel_context.detach(token)
-            if flags & 1:
-                report.span_id, report.start_ns, report.end_ns = span_id, start, time.time_ns()
+    def execute_span(self, traceparents: Sequence[str], report: wpb.ExecuteSpan) -> ExecuteSpan:
+        """The ``execute`` span of a batch (``traceparents``: its requests', "" for one that is
+        not traced), current while the ``with`` block runs; see ``ExecuteSpan``."""
+        return ExecuteSpan(traceparents, report)
 
     def pending(self) -> bool:
         """Spans the model opened wait to be taken."""
@@ -100,3 +75,54 @@ class WorkerTracing:
         """Spans the model finished, as a serialized OTLP ``ExportTraceServiceRequest``."""
         model_spans = self.collector.take()
         return encode_spans(model_spans).SerializeToString() if model_spans else b""
+
+
+class ExecuteSpan:
+    """``with`` yields each request's ``InferenceTrace`` (None for a request that is not
+    traced), whose ``get_context()`` is the span's context as Triton gives it (JSON with a
+    ``traceparent``). A batch of several traced requests is one span, child of the first.
+    While the block runs a non-recording span with the span's context is current, so spans the
+    model opens are its children; when it ends, ``report`` (the result's ``execute_span``) says
+    when it ran and what it raised, and the daemon writes the span."""
+
+    __slots__ = ("trace_id", "traces", "report", "span_id", "flags", "token", "start")
+
+    def __init__(self, traceparents: Sequence[str], report: wpb.ExecuteSpan) -> None:
+        parents = [_parse(tp) if tp else None for tp in traceparents]
+        trace_id, _parent_id, flags = next(p for p in parents if p is not None)
+        self.report, self.trace_id, self.flags = report, trace_id, flags
+        self.span_id = span_id = new_span_id()
+        self.traces = [InferenceTrace._of(trace_id, span_id, flags) if p is not None else None
+                       for p in parents]  # fmt: skip
+        self.token: object = None
+        self.start = 0
+
+    def __enter__(self) -> list[InferenceTrace | None]:
+        context = SpanContext(self.trace_id, self.span_id, False, TraceFlags(self.flags & 0xFF))
+        self.token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
+        self.start = time.time_ns()
+        return self.traces
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        report = self.report
+        if exc is not None:
+            report.exception_ns = time.time_ns()
+            report.exception_type = type(exc).__qualname__
+            report.exception_message = str(exc)
+            report.exception_stacktrace = "".join(traceback.format_exception(exc))
+        otel_context.detach(self.token)
+        if self.flags & 1:
+            report.span_id, report.start_ns = self.span_id, self.start
+            report.end_ns = time.time_ns()
+
+
+def _parse(traceparent: str) -> tuple[int, int, int] | None:
+    """The daemon's traceparent (always version 00, lowercase) read by position; anything
+    else by ``parse_traceparent``."""
+    if len(traceparent) == 55 and traceparent[:3] == "00-":
+        try:
+            trace_id, span_id = int(traceparent[3:35], 16), int(traceparent[36:52], 16)
+            return trace_id, span_id, int(traceparent[53:], 16)
+        except ValueError:
+            pass
+    return parse_traceparent(traceparent)

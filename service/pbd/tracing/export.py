@@ -1,11 +1,12 @@
 """pbd's OTLP gRPC span exporter: the SDK's, fed pbd's span records without re-encoding.
 
-The batch processor's queue holds ``TraceRecord`` (the daemon's spans of one request) and
-``WorkerSpans`` (a worker's spans, already OTLP bytes) next to any SDK ``ReadableSpan``.
-``_translate_data`` builds the export request from them directly, as protobuf bytes parsed
-once: records are written into one ResourceSpans under the daemon's resource, a worker's
-ScopeSpans are copied over as they are, and SDK spans go through the SDK's encoder.
-Transport, retries, headers, TLS and compression stay the SDK exporter's.
+The batch processor's queue holds ``TraceRecord`` (the daemon's spans of one request; or the
+record's tuple, expanded here) and ``WorkerSpans`` (a worker's spans, already OTLP bytes) next
+to any SDK ``ReadableSpan``. ``_translate_data`` writes the export request's bytes from them
+directly: records into one ResourceSpans under the daemon's resource, a worker's ScopeSpans
+copied over as they are, SDK spans through the SDK's encoder. The bytes go out as they are
+(the stub's Export takes bytes: no message is built, parsed or serialized again). Transport,
+retries, headers, TLS and compression stay the SDK exporter's.
 """
 
 from __future__ import annotations
@@ -16,18 +17,32 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourceProto
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 
-from pbd.tracing.records import SCOPE, TraceRecord, WorkerSpans, record_span_bytes
+from pbd.tracing.records import SCOPE, TraceRecord, WorkerSpans, expand, record_span_bytes
 from pbd_worker.otlp import field_bytes, length_delimited_fields
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+class _BytesTraceServiceStub:
+    """TraceService's Export, sending a serialized ExportTraceServiceRequest as it is."""
+
+    def __init__(self, channel: Any) -> None:
+        self.Export = channel.unary_unary(
+            EXPORT_METHOD, response_deserializer=ExportTraceServiceResponse.FromString
+        )
 
 
 class PbdOTLPSpanExporter(OTLPSpanExporter):
     def __init__(self, resource: Resource, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # The SDK made its stub on the channel; this one (also after a reconnect) takes bytes.
+        self._stub = _BytesTraceServiceStub
+        self._client = _BytesTraceServiceStub(self._channel)
         # ResourceSpans' resource and schema_url fields, serialized once.
         self._resource_fields = ResourceSpans(
             resource=ResourceProto(attributes=_encode_attributes(resource.attributes)),
@@ -35,14 +50,15 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         ).SerializeToString()
         self._own_scope = field_bytes(1, field_bytes(1, SCOPE.name.encode()))
 
-    def _translate_data(self, data: Sequence[Any]) -> ExportTraceServiceRequest:
-        """One ResourceSpans under the daemon's resource: pbd's spans in one ScopeSpans, then
-        the workers' ScopeSpans. Built as protobuf bytes and parsed once (protobuf's C code)
-        instead of filled field by field."""
+    def _translate_data(self, data: Sequence[Any]) -> bytes:  # type: ignore[override]
+        """The serialized ExportTraceServiceRequest: one ResourceSpans under the daemon's
+        resource, pbd's spans in one ScopeSpans, then the workers' ScopeSpans."""
         own: list[bytes] = []
         scopes: list[bytes] = []
         sdk_spans = []
         for item in data:
+            if isinstance(item, tuple):
+                item = expand(item)
             if isinstance(item, TraceRecord):
                 own += record_span_bytes(item)
             elif isinstance(item, WorkerSpans):
@@ -54,9 +70,9 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         own_scope = self._own_scope + b"".join([field_bytes(2, span) for span in own])
         body = [self._resource_fields, field_bytes(2, own_scope)]
         body += [field_bytes(2, scope) for scope in scopes]
-        request = ExportTraceServiceRequest.FromString(field_bytes(1, b"".join(body)))
-        if sdk_spans:
-            request.MergeFrom(encode_spans(sdk_spans))
+        request = field_bytes(1, b"".join(body))
+        if sdk_spans:  # a message's bytes followed by another's: the two merged
+            request += encode_spans(sdk_spans).SerializeToString()
         return request
 
     def _count_data(self, data: Sequence[Any]) -> int:
@@ -64,6 +80,8 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         for item in data:
             if isinstance(item, TraceRecord):
                 count += len(item.spans)
+            elif isinstance(item, tuple):
+                count += len(expand(item).spans)
             else:
                 count += 1
         return count

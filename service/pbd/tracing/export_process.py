@@ -4,10 +4,10 @@ OTLP endpoint from here.
     python -m pbd.tracing.export_process '<--trace-config options as JSON>'
 
 Reads length-prefixed ``marshal`` frames from stdin, each a list of items ``shipper.to_wire``
-made: OTLP bytes (worker spans) or a request's span record. They go to the SDK's
-``BatchSpanProcessor`` with pbd's OTLP exporter, configured as the daemon would have been
-(``bsp_*`` and ``url`` options, ``OTEL_*`` environment). At EOF on stdin it exports what it
-holds and exits.
+made: OTLP bytes (worker spans) or a request's record, expanded into its spans here. They go
+to the SDK's ``BatchSpanProcessor`` with pbd's OTLP exporter, configured as the daemon would
+have been (``bsp_*`` and ``url`` options, ``OTEL_*`` environment). At EOF on stdin it exports
+what it holds and exits.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import sys
 from typing import Any
 
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanContext, TraceFlags
 
-from pbd.tracing.records import SpanData, TraceRecord, WorkerSpans
+from pbd.tracing.records import TraceRecord, WorkerSpans, expand
 from pbd_worker.ipc.framing import HEADER, decode_length
 
 NICE = 10  # added to the daemon's niceness
@@ -32,13 +31,7 @@ NICE = 10  # added to the daemon's niceness
 def from_wire(item: Any) -> TraceRecord | WorkerSpans:
     if isinstance(item, bytes):
         return WorkerSpans(item)
-    trace_id, server_id, parent, spans = item
-    context = None
-    if parent is not None:
-        context = SpanContext(parent[0], parent[1], True, TraceFlags(parent[2]))
-    record = TraceRecord(trace_id, server_id, context)
-    record.spans = [SpanData(*span) for span in spans]
-    return record
+    return expand(item)
 
 
 def _read_exact(stream: Any, n: int) -> bytes | None:

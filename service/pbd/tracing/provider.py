@@ -26,17 +26,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler
+from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from pbd.tracing.records import (
-    TraceRecord,
-    WorkerSpans,
-    readable_from_otlp,
-    readable_spans,
-)
+from pbd.tracing.records import WorkerSpans, expand, readable_from_otlp, readable_spans
 from pbd.tracing.settings import TraceConfig, TraceSettings
-from pbd_worker.otlp import parse_traceparent
 
 log = logging.getLogger("pbd.tracing")
 
@@ -73,37 +67,46 @@ class Tracing:
         """Whether to trace this request; false without an exporter (no span is created)."""
         return self.processor is not None and self.settings.sample(model)
 
-    @staticmethod
-    def parent_context(traceparent: str) -> SpanContext | None:
-        parsed = parse_traceparent(traceparent)
-        if parsed is None:
-            return None
-        trace_id, span_id, flags = parsed
-        return SpanContext(trace_id, span_id, True, TraceFlags(flags & 0xFF))
-
     def decide(
-        self, parent: SpanContext | None, trace_id: int, name: str, attributes: dict[str, Any]
-    ) -> bool:
-        """The sampler's decision for a request's RPC span (SERVER, ``parent`` remote)."""
+        self,
+        parent: tuple[int, int, int] | None,
+        trace_id: int,
+        name: str,
+        model: str,
+        version: str,
+        system: str,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """The sampler's decision for a request's RPC span (SERVER; ``parent``: the client's
+        (trace id, span id, flags), remote), and the attributes it adds."""
         assert self.sampler is not None
-        if self.sampler is DEFAULT_ON:
-            # The SDK's default, parentbased_always_on, decided without building a context
-            # (a third of tracing's cost per request): a remote parent's flag, else sampled.
-            return parent is None or parent.trace_flags.sampled
-        context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
+        context = None
+        if parent is not None:
+            remote = SpanContext(parent[0], parent[1], True, TraceFlags(parent[2] & 0xFF))
+            context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+        attributes = {
+            "rpc.system": system,
+            "rpc.service": name.rpartition("/")[0],
+            "rpc.method": name.rpartition("/")[2],
+            "model.name": model,
+            "model.version": version or "-1",
+        }
         result = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER, attributes)
-        if result.attributes:
-            attributes.update(result.attributes)
-        return result.decision is Decision.RECORD_AND_SAMPLE
+        sampled = result.decision is Decision.RECORD_AND_SAMPLE
+        # The SDK's samplers hand back the attributes they were given; keep what they add.
+        extra = {
+            k: v for k, v in (result.attributes or {}).items()
+            if k not in attributes or attributes[k] != v
+        }  # fmt: skip
+        return sampled, extra or None
 
-    def emit(self, record: TraceRecord) -> None:
-        """A sampled request's finished spans, to the processor."""
+    def emit(self, record: tuple[Any, ...]) -> None:
+        """A sampled request's record (``records.RECORD_FIELDS``), to the processor."""
         if self.processor is None:
             return
         if self.queues_records:
             self.processor.on_end(record)  # type: ignore[arg-type]
             return
-        for span in readable_spans(record, self.resource):
+        for span in readable_spans(expand(record), self.resource):
             self.processor.on_end(span)
 
     def import_spans(self, otlp: bytes) -> None:

@@ -1,12 +1,13 @@
 """A traced request's finished spans as plain values, and the two ways they leave.
 
-``RequestTrace`` collects the daemon's spans of one request as ``SpanData`` tuples in a
-``TraceRecord``; ``Tracing.emit`` hands the record to the span processor. With pbd's OTLP
-exporter (``pbd.tracing.export``) the record itself goes through the batch processor's queue
-and is written into the export request by the exporter process (``record_span_bytes``); with any
-other processor (the console exporter, the SDK's in-memory exporter in tests) each span
-becomes an SDK ``ReadableSpan`` first (``readable_spans``). Worker spans arrive
-OTLP-encoded and travel the same two ways (``WorkerSpans`` or ``readable_from_otlp``).
+``RequestTrace`` notes a request's times and ids and hands ``Tracing.emit`` one flat tuple
+(``RECORD_FIELDS``); ``expand`` turns it into a ``TraceRecord``, its spans as ``SpanData``
+tuples. With pbd's OTLP exporter (``pbd.tracing.export``) the tuple crosses to the exporter
+process as it is, is expanded there and written into the export request
+(``record_span_bytes``); with any other processor (the console exporter, the SDK's in-memory
+exporter in tests) each span becomes an SDK ``ReadableSpan`` (``readable_spans``). Worker
+spans arrive OTLP-encoded and travel the same two ways (``WorkerSpans`` or
+``readable_from_otlp``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pbd_worker.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,
+    KIND_SERVER,
     _attribute_bytes,
     _field,
     _varint,
@@ -33,7 +35,24 @@ from pbd_worker.otlp import (
 )
 
 SCOPE = InstrumentationScope("pbd")
+RPC_SERVICE = "inference.GRPCInferenceService"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+# What ``RequestTrace.finish`` emits, in this order: a tuple of plain values (``marshal`` takes
+# it as it is). parent: (trace id, span id, W3C flags) of the client's span, or None; extra:
+# the sampler's attributes, or None; times in ns, 0 where the request never got there;
+# infer_ns -1: the worker never answered; input_copy, output_copy: (start, end) or None;
+# execute: (span id, start, end, batch size, exception, links) from the worker's report, in
+# the batch's first traced request only, exception (time, type, message, stack trace) or
+# None, links ((trace id, compute span id), ...) of the batch's other traced requests;
+# attributes: the instance's (model.name, model.version, model.instance); responses:
+# [(start, end), ...].
+RECORD_FIELDS = (
+    "trace_id", "server_id", "parent", "extra", "system", "method", "model", "version",
+    "start_ns", "end_ns", "status_code", "error", "queued_ns", "dispatched_ns", "instance",
+    "batch_size", "compute_id", "compute_end", "infer_ns", "output_ns", "compute_error",
+    "input_copy", "execute", "output_copy", "attributes", "responses",
+)  # fmt: skip
 
 
 class SpanData(NamedTuple):
@@ -72,6 +91,90 @@ class WorkerSpans:
 
     def __init__(self, otlp: bytes) -> None:
         self.otlp = otlp
+
+
+_MASK = (1 << 64) - 1
+
+
+def derived_span_id(server_id: int, n: int) -> int:
+    """The ``n``-th span id of a request after its RPC span's (splitmix64 of the two): as
+    random as the RPC span's id, and the same each time the record is expanded."""
+    z = (server_id + n * 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return (z ^ (z >> 31)) or 1
+
+
+def expand(wire: tuple[Any, ...]) -> TraceRecord:
+    """The spans of one request's record (``RECORD_FIELDS``), in the order they ended."""
+    (trace_id, server_id, parent, extra, system, method, model, version, start, end, status,
+     error, queued, dispatched, instance, batch_size, compute_id, compute_end, infer_ns,
+     output_ns, compute_error, input_copy, execute, output_copy, attributes,
+     responses) = wire  # fmt: skip
+    context = None
+    if parent is not None:
+        context = SpanContext(parent[0], parent[1], True, TraceFlags(parent[2] & 0xFF))
+    record = TraceRecord(trace_id, server_id, context)
+    spans = record.spans
+    if dispatched and queued:
+        spans.append(SpanData("queue", derived_span_id(server_id, 1), server_id, queued,
+                              dispatched, None, (("QUEUE_START", queued, None),)))  # fmt: skip
+    if input_copy is not None:
+        spans.append(SpanData("input_copy", derived_span_id(server_id, 2), compute_id,
+                              *input_copy))  # fmt: skip
+    if execute is not None:
+        span_id, exec_start, exec_end, exec_batch, exception, links = execute
+        events: tuple[tuple[str, int, dict[str, Any] | None], ...] = ()
+        exec_error = None
+        if exception is not None:
+            stamp, kind, message, stack = exception
+            exec_error = message
+            events = (("exception", stamp, {
+                "exception.type": kind,
+                "exception.message": message,
+                "exception.stacktrace": stack,
+                "exception.escaped": "False",
+            }),)  # fmt: skip
+        spans.append(SpanData(
+            "execute", span_id, compute_id, exec_start, exec_end,
+            {**(attributes or {}), "pbd.batch_size": exec_batch}, events, error=exec_error,
+            links=tuple((t, s) for t, s in links),
+        ))  # fmt: skip
+    if output_copy is not None:
+        spans.append(SpanData("output_copy", derived_span_id(server_id, 3), compute_id,
+                              *output_copy, attributes))  # fmt: skip
+    if compute_id and compute_end:
+        compute_events: tuple[tuple[str, int, None], ...] = (("COMPUTE_START", dispatched, None),)
+        if infer_ns >= 0:
+            output_start = compute_end - output_ns
+            compute_events += (
+                ("COMPUTE_INPUT_END", output_start - infer_ns, None),
+                ("COMPUTE_OUTPUT_START", output_start, None),
+                ("COMPUTE_END", compute_end, None),
+            )
+        spans.append(SpanData(
+            "compute", compute_id, server_id, dispatched, compute_end,
+            {"model.instance": instance, "pbd.batch_size": batch_size}, compute_events,
+            error=compute_error,
+        ))  # fmt: skip
+    for n, (response_start, response_end) in enumerate(responses):
+        spans.append(SpanData("response", derived_span_id(server_id, 4 + n), server_id,
+                              response_start, response_end))  # fmt: skip
+    server_attributes: dict[str, Any] = {
+        "rpc.system": system,
+        "rpc.service": RPC_SERVICE,
+        "rpc.method": method,
+        "model.name": model,
+        "model.version": version or "-1",
+    }
+    if extra:
+        server_attributes.update(extra)
+    server_attributes["rpc.grpc.status_code"] = status
+    spans.append(SpanData(
+        f"{RPC_SERVICE}/{method}", server_id, 0, start, end, server_attributes,
+        (("REQUEST_START", start, None), ("REQUEST_END", end, None)), KIND_SERVER, error,
+    ))  # fmt: skip
+    return record
 
 
 def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:

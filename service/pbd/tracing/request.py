@@ -12,17 +12,20 @@
      │   │    └─ ...        model opens with the OpenTelemetry API are its children
      │   └─ output_copy    in the worker: outputs written into shared memory
      │                     (both written here from the times the worker's result reports)
-     └─ response       the response message built from the outputs
+     └─ response       the response message built from the outputs (one per response of a
+                        decoupled request)
 
 Only requests ``Tracing.sample`` picked get a ``RequestTrace``; the rest carry ``None`` and
-touch no OpenTelemetry code. Times are wall-clock nanoseconds (``time.time_ns``), which is
-what spans carry; COMPUTE_INPUT_END and COMPUTE_OUTPUT_START come from the worker's measured
-input and output durations.
+touch no tracing code. Times are wall-clock nanoseconds (``time.time_ns``), which is what
+spans carry; COMPUTE_INPUT_END and COMPUTE_OUTPUT_START come from the worker's measured input
+and output durations.
 
-The spans are not SDK spans: ids come from ``pbd_worker.otlp``, the tracer provider's sampler
-decides once for the request (as it would for the RPC span), and the finished spans are plain
-``SpanData`` handed to ``Tracing.emit`` together when the RPC span ends. Going through
-``Tracer.start_span``/``end`` for each of them cost more than the request itself.
+A ``RequestTrace`` notes times and ids only: when the RPC ends it hands ``Tracing.emit`` one
+flat tuple (``records.RECORD_FIELDS``), and the spans are built from it where they are
+exported (``records.expand``: in the exporter process, for OTLP). The daemon itself makes two
+ids per request: the RPC span's, and the compute span's, which the worker's spans take as
+their parent; the others are derived from the RPC span's id when the record is expanded.
+Building the spans here cost the event loop more than the request itself.
 """
 
 from __future__ import annotations
@@ -30,14 +33,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pbd.tracing.provider import Tracing
-from pbd.tracing.records import SpanData, TraceRecord
-from pbd_worker.otlp import KIND_SERVER, format_traceparent, new_span_id, new_trace_id
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
-RPC_SERVICE = "inference.GRPCInferenceService"
+from pbd.tracing.provider import Tracing
+from pbd.tracing.records import RPC_SERVICE
+from pbd_worker.otlp import new_span_id, new_trace_id, parse_traceparent
 
 
 class RequestTrace:
+    __slots__ = (
+        "tracing", "trace_id", "server_id", "parent", "sampled", "extra", "system", "method",
+        "model", "version", "start_ns", "queued_ns", "dispatched_ns", "instance", "batch_size",
+        "compute_id", "compute_end", "infer_ns", "output_ns", "compute_error", "input_copy",
+        "execute", "output_copy", "attributes", "responses",
+    )  # fmt: skip
+
     def __init__(
         self,
         tracing: Tracing,
@@ -50,92 +60,71 @@ class RequestTrace:
         system: str = "grpc",
     ) -> None:
         self.tracing = tracing
-        self.name = f"{RPC_SERVICE}/{method}"
-        self.attributes: dict[str, Any] = {
-            "rpc.system": system,
-            "rpc.service": RPC_SERVICE,
-            "rpc.method": method,
-            "model.name": model,
-            "model.version": version or "-1",
-        }
-        parent = tracing.parent_context(traceparent) if traceparent else None
-        trace_id = parent.trace_id if parent is not None else new_trace_id()
-        self.sampled = tracing.decide(parent, trace_id, self.name, self.attributes)
+        parent = parse_traceparent(traceparent) if traceparent else None
+        self.parent = parent
+        self.trace_id = parent[0] if parent is not None else new_trace_id()
+        self.system, self.method, self.model, self.version = system, method, model, version
+        self.extra: dict[str, Any] | None = None
+        if tracing.sampler is DEFAULT_ON:
+            # The SDK's default, parentbased_always_on, decided without building a context:
+            # a remote parent's flag, else sampled.
+            self.sampled = parent is None or bool(parent[2] & 1)
+        else:
+            self.sampled, self.extra = tracing.decide(
+                parent, self.trace_id, f"{RPC_SERVICE}/{method}", model, version, system
+            )
         self.server_id = new_span_id()
-        self.record = TraceRecord(trace_id, self.server_id, parent)
         self.start_ns = start_ns
-        self.queued_ns = 0
-        self.compute_id = 0
-        self.compute_start = 0
-        self.compute_attributes: dict[str, Any] | None = None
-
-    def _add(self, span: SpanData) -> None:
-        self.record.spans.append(span)
+        self.queued_ns = self.dispatched_ns = self.batch_size = 0
+        self.compute_id = self.compute_end = self.infer_ns = self.output_ns = 0
+        self.instance = ""
+        self.compute_error: str | None = None
+        self.input_copy: tuple[int, int] | None = None
+        self.execute: tuple[Any, ...] | None = None
+        self.output_copy: tuple[int, int] | None = None
+        self.attributes: dict[str, Any] | None = None
+        self.responses: list[tuple[int, int]] = []
 
     def queued(self) -> None:
-        self.queued_ns = time.time_ns()
+        if not self.queued_ns:  # sent back to the queue (its instance died): waits on
+            self.queued_ns = time.time_ns()
 
     def dispatched(self, instance: str, batch_size: int) -> None:
         """The queue span ends; the compute span starts."""
-        now = time.time_ns()
-        queued = self.queued_ns
-        self._add(
-            SpanData("queue", new_span_id(), self.server_id, queued, now,
-                     events=(("QUEUE_START", queued, None),))
-        )  # fmt: skip
+        self.dispatched_ns = time.time_ns()
+        self.instance, self.batch_size = instance, batch_size
         self.compute_id = new_span_id()
-        self.compute_start = now
-        self.compute_attributes = {"model.instance": instance, "pbd.batch_size": batch_size}
 
     def input_copied(self, start_ns: int, end_ns: int) -> str:
         """Record the input copy; the traceparent the worker's spans take as parent."""
         assert self.compute_id
-        self._add(SpanData("input_copy", new_span_id(), self.compute_id, start_ns, end_ns))
-        return format_traceparent(self.record.trace_id, self.compute_id, 1 if self.sampled else 0)
-
-    def _end_compute(
-        self, end: int, events: tuple[tuple[str, int, None], ...], error: str | None
-    ) -> None:
-        start = self.compute_start
-        self._add(
-            SpanData("compute", self.compute_id, self.server_id, start, end,
-                     self.compute_attributes, (("COMPUTE_START", start, None), *events),
-                     error=error)
-        )  # fmt: skip
-        self.compute_id = 0
+        self.input_copy = (start_ns, end_ns)
+        return f"00-{self.trace_id:032x}-{self.compute_id:016x}-{'01' if self.sampled else '00'}"
 
     def computed(self, infer_ns: int, output_ns: int, error: str | None = None) -> None:
-        """The worker answered: derive its timestamps from its durations, end compute."""
-        if not self.compute_id:
-            return
-        end = time.time_ns()
-        output_start = end - output_ns
-        self._end_compute(
-            end,
-            (
-                ("COMPUTE_INPUT_END", output_start - infer_ns, None),
-                ("COMPUTE_OUTPUT_START", output_start, None),
-                ("COMPUTE_END", end, None),
-            ),
-            error,
-        )
+        """The worker answered: the compute span ends (its events come from the worker's
+        durations)."""
+        if self.compute_id and not self.compute_end:
+            self.compute_end = time.time_ns()
+            self.infer_ns, self.output_ns, self.compute_error = infer_ns, output_ns, error
 
     def responded(self, start_ns: int) -> None:
-        self._add(SpanData("response", new_span_id(), self.server_id, start_ns, time.time_ns()))
+        self.responses.append((start_ns, time.time_ns()))
 
     def finish(self, status_code: int = 0, error: str | None = None) -> None:
         """End the RPC span (``status_code``: the gRPC status number)."""
-        if self.compute_id:  # failed before the worker answered
-            self._end_compute(time.time_ns(), (), error or "")
-        now = time.time_ns()
-        self.attributes["rpc.grpc.status_code"] = status_code
-        self._add(
-            SpanData(self.name, self.server_id, 0, self.start_ns, now, self.attributes,
-                     (("REQUEST_START", self.start_ns, None), ("REQUEST_END", now, None)),
-                     KIND_SERVER, error)
-        )  # fmt: skip
+        end = time.time_ns()
+        if self.compute_id and not self.compute_end:  # failed before the worker answered
+            self.compute_end, self.infer_ns, self.compute_error = end, -1, error or ""
         if self.sampled:
-            self.tracing.emit(self.record)
+            self.tracing.emit((
+                self.trace_id, self.server_id, self.parent, self.extra, self.system,
+                self.method, self.model, self.version, self.start_ns, end, status_code, error,
+                self.queued_ns, self.dispatched_ns, self.instance, self.batch_size,
+                self.compute_id, self.compute_end, self.infer_ns, self.output_ns,
+                self.compute_error, self.input_copy, self.execute, self.output_copy,
+                self.attributes, self.responses,
+            ))  # fmt: skip
 
 
 def add_worker_spans(
@@ -149,29 +138,21 @@ def add_worker_spans(
     ``worker_pb2.ExecuteSpan``; in the first traced request's trace, linked to the other
     traced requests' compute spans) and each traced request's ``output_copy``. Call before
     ``computed``."""
-    if not report.span_id or not traces:
+    span_id = report.span_id
+    if not span_id or not traces:
         return
-    first = traces[0]
-    events: tuple[tuple[str, int, dict[str, Any] | None], ...] = ()
-    error = None
+    end = report.end_ns
+    exception = None
     if report.exception_type:
-        error = report.exception_message
-        events = (
-            ("exception", report.exception_ns, {
-                "exception.type": report.exception_type,
-                "exception.message": report.exception_message,
-                "exception.stacktrace": report.exception_stacktrace,
-                "exception.escaped": "False",
-            }),
-        )  # fmt: skip
-    first._add(
-        SpanData("execute", report.span_id, first.compute_id, report.start_ns, report.end_ns,
-                 {**attributes, "pbd.batch_size": batch_size}, events, error=error,
-                 links=tuple((t.record.trace_id, t.compute_id) for t in traces[1:]))
-    )  # fmt: skip
-    start, end = report.end_ns, report.end_ns + output_ns
+        exception = (report.exception_ns, report.exception_type, report.exception_message,
+                     report.exception_stacktrace)  # fmt: skip
+    first = traces[0]
+    links = tuple((t.trace_id, t.compute_id) for t in traces[1:]) if len(traces) > 1 else ()
+    first.execute = (span_id, report.start_ns, end, batch_size, exception, links)
+    output_copy = (end, end + output_ns)
     for trace in traces:
-        trace._add(SpanData("output_copy", new_span_id(), trace.compute_id, start, end, attributes))
+        trace.output_copy = output_copy
+        trace.attributes = attributes
 
 
 def batch_computed(
@@ -179,5 +160,6 @@ def batch_computed(
 ) -> None:
     """A batch's ExecuteResult arrived: the worker's spans, then each trace's compute ends."""
     add_worker_spans(traces, result.execute_span, result.output_ns, batch_size, attributes)
+    infer_ns, output_ns = result.infer_ns, result.output_ns
     for trace in traces:
-        trace.computed(result.infer_ns, result.output_ns)
+        trace.computed(infer_ns, output_ns)

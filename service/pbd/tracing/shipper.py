@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from pbd.tracing.records import TraceRecord, WorkerSpans
+from pbd.tracing.records import WorkerSpans
 from pbd_worker.ipc.framing import encode_frame
 
 log = logging.getLogger("pbd.tracing")
@@ -46,20 +46,15 @@ DEFAULT_MAX_BATCH = 512
 
 
 def to_wire(item: Any) -> Any:
-    """A queued item as plain values ``marshal`` takes (``export_process.from_wire`` inverts)."""
+    """A queued item as plain values ``marshal`` takes (``export_process.from_wire`` inverts):
+    a request's record is one already."""
+    if isinstance(item, tuple):
+        return item
     if isinstance(item, WorkerSpans):
         return item.otlp
-    if not isinstance(item, TraceRecord):  # an SDK span: OTLP bytes too
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-        return encode_spans([item]).SerializeToString()
-    parent = item.parent
-    return (
-        item.trace_id,
-        item.span_id,
-        None if parent is None else (parent.trace_id, parent.span_id, int(parent.trace_flags)),
-        [tuple(span) for span in item.spans],
-    )
+    return encode_spans([item]).SerializeToString()  # an SDK span: OTLP bytes too
 
 
 class ProcessSpanProcessor(SpanProcessor):
@@ -95,7 +90,7 @@ class ProcessSpanProcessor(SpanProcessor):
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         pass
 
-    def on_end(self, span: ReadableSpan | TraceRecord | WorkerSpans) -> None:  # type: ignore[override]
+    def on_end(self, span: ReadableSpan | tuple[Any, ...] | WorkerSpans) -> None:  # type: ignore[override]
         if len(self._queue) >= self.max_queue_size:
             self.dropped += 1
             if self.dropped in (1, 100) or self.dropped % 10000 == 0:

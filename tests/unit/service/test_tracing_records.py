@@ -23,6 +23,7 @@ from pbd.tracing.records import readable_from_otlp
 from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.tracing.settings import TraceSettings, parse_trace_config
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.otlp import parse_traceparent
 from pbd_worker.tracing import WorkerTracing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -46,7 +47,7 @@ def _one_request(tracing: Tracing, worker: WorkerTracing) -> None:
     traceparent = request.input_copied(time.time_ns(), time.time_ns())
     result = wpb.ExecuteResult(output_ns=1000)
     with pytest.raises(ValueError), worker.execute_span([traceparent], result.execute_span) as ctx:
-        carrier = json.loads(ctx[0])
+        carrier = json.loads(ctx[0].get_context())
         assert carrier["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
         with trace.get_tracer("model").start_as_current_span("model.work"):
             pass
@@ -87,8 +88,8 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
         request = exporter._translate_data(direct_way.items)
     finally:
         exporter.shutdown()
-    wire = ExportTraceServiceRequest.FromString(request.SerializeToString())
-    sent = readable_from_otlp(wire.SerializeToString(), direct.resource)
+    wire = ExportTraceServiceRequest.FromString(request)
+    sent = readable_from_otlp(request, direct.resource)
     names = [s.name for s in sent]
     assert sorted(names) == sorted(
         ["inference.GRPCInferenceService/ModelInfer", "queue", "compute", "input_copy",
@@ -115,19 +116,25 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
     ids=["no parent", "sampled parent", "unsampled parent"],
 )
 def test_default_sampler_shortcut_decides_as_the_sdk(traceparent: str | None) -> None:
-    """``Tracing.decide`` skips the SDK for its default sampler (parentbased_always_on);
-    the answer must be the SDK's own."""
+    """``RequestTrace`` skips the SDK for its default sampler (parentbased_always_on); the
+    answer must be the SDK's own, as must ``Tracing.decide``'s, which asks the sampler."""
     from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 
     tracing = Tracing(TraceSettings(parse_trace_config([])), Keep())
     assert tracing.sampler is DEFAULT_ON
-    parent = tracing.parent_context(traceparent) if traceparent else None
+    parsed = parse_traceparent(traceparent) if traceparent else None
+    parent = None
+    if parsed is not None:
+        parent = trace.SpanContext(parsed[0], parsed[1], True, trace.TraceFlags(parsed[2]))
     trace_id = parent.trace_id if parent is not None else 0x1234
     context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
     sdk = DEFAULT_ON.should_sample(context, trace_id, "x", trace.SpanKind.SERVER, {})
-    ours = tracing.decide(parent, trace_id, "x", {})
-    assert ours is (sdk.decision is Decision.RECORD_AND_SAMPLE)
+    ours = RequestTrace(tracing, method="ModelInfer", model="m", version="",
+                        traceparent=traceparent, start_ns=1).sampled  # fmt: skip
+    asked, extra = tracing.decide(parsed, trace_id, "s/ModelInfer", "m", "", "grpc")
+    assert ours is asked is (sdk.decision is Decision.RECORD_AND_SAMPLE)
     assert ours is (traceparent != PARENT[:-2] + "00")
+    assert extra is None
 
 
 def test_record_bytes_are_encode_spans_bytes() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import marshal
 import time
+from typing import Any
 
 from pbd.tracing.export_process import from_wire
 from pbd.tracing.provider import Tracing
-from pbd.tracing.records import TraceRecord, WorkerSpans, record_span_bytes
+from pbd.tracing.records import RECORD_FIELDS, TraceRecord, WorkerSpans, expand, record_span_bytes
 from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings, parse_trace_config
 from pbd.tracing.shipper import ProcessSpanProcessor, to_wire
@@ -18,16 +19,16 @@ PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 class _Keep:
     def __init__(self) -> None:
-        self.records: list[TraceRecord] = []
+        self.records: list[tuple[Any, ...]] = []
 
-    def emit(self, record: TraceRecord) -> None:
+    def emit(self, record: tuple[Any, ...]) -> None:
         self.records.append(record)
 
 
-def _record(traceparent: str | None) -> TraceRecord:
+def _record(traceparent: str | None) -> tuple[Any, ...]:
     tracing = Tracing(TraceSettings(parse_trace_config([])), None)
     tracing.sampler = object()  # type: ignore[assignment] # decide() is replaced below
-    tracing.decide = lambda *a: True  # type: ignore[method-assign]
+    tracing.decide = lambda *a: (True, {"sampler.says": "yes"})  # type: ignore[method-assign]
     keep = _Keep()
     trace = RequestTrace(
         tracing, method="ModelInfer", model="m", version="2", traceparent=traceparent,
@@ -50,10 +51,20 @@ def _encoded(record: TraceRecord) -> bytes:
 def test_records_cross_the_pipe_unchanged() -> None:
     for traceparent in (None, PARENT):
         record = _record(traceparent)
+        assert len(record) == len(RECORD_FIELDS)
         back = from_wire(marshal.loads(marshal.dumps([to_wire(record)]))[0])
         assert isinstance(back, TraceRecord)
-        assert _encoded(back) == _encoded(record)
-        assert (back.trace_id, back.span_id) == (record.trace_id, record.span_id)
+        here = expand(record)
+        assert _encoded(back) == _encoded(here)
+        assert (back.trace_id, back.span_id) == (here.trace_id, here.span_id)
+        assert [s.name for s in back.spans] == [
+            "queue", "input_copy", "compute", "response",
+            "inference.GRPCInferenceService/ModelInfer",
+        ]  # fmt: skip
+        ids = {s.span_id for s in back.spans}
+        assert len(ids) == len(back.spans) and 0 not in ids
+        assert back.spans[-1].attributes["sampler.says"] == "yes"
+        assert (back.parent is not None) is (traceparent is not None)
     spans = from_wire(marshal.loads(marshal.dumps([to_wire(WorkerSpans(b"\x01\x02"))]))[0])
     assert isinstance(spans, WorkerSpans) and spans.otlp == b"\x01\x02"
 

@@ -52,12 +52,30 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """The request's trace; ``get_context()`` is its W3C ``traceparent`` text, or ``None``."""
+    """The request's trace; ``get_context()`` is its W3C trace context as Triton gives it
+    (JSON: ``{"traceparent": "00-..."}``), or ``None``."""
+
+    __slots__ = ("_context", "_ids")
 
     def __init__(self, context: str | None = None) -> None:
         self._context = context or None
+        self._ids: tuple[int, int, int] | None = None
+
+    @classmethod
+    def _of(cls, trace_id: int, span_id: int, flags: int) -> InferenceTrace:
+        """A traced request's (the worker runtime makes it); the text is written only when
+        a model asks for it."""
+        made = cls()
+        made._ids = (trace_id, span_id, flags)
+        return made
 
     def get_context(self) -> str | None:
+        if self._ids is not None:
+            trace_id, span_id, flags = self._ids
+            # What json.dumps({"traceparent": ...}) gives, without its encoder.
+            traceparent = f"00-{trace_id:032x}-{span_id:016x}-{flags & 0xFF:02x}"
+            self._context = f'{{"traceparent": "{traceparent}"}}'
+            self._ids = None
         return self._context
 
 
