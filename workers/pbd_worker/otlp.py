@@ -93,6 +93,8 @@ _FIXED32 = struct.Struct("<I")
 def _varint(n: int) -> bytes:
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:  # a span's length, mostly
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -1,7 +1,8 @@
 """pbd's OTLP gRPC span exporter: the SDK's, fed pbd's span records without re-encoding.
 
-The batch processor's queue holds ``TraceRecord`` (the daemon's spans of one request; or the
-record's tuple, expanded here) and ``WorkerSpans`` (a worker's spans, already OTLP bytes) next
+The batch processor's queue holds ``EncodedSpans`` (the daemon's spans of one request, written
+by ``encode.encode_record``; or the record's tuple, written here; or a ``TraceRecord``) and
+``WorkerSpans`` (a worker's spans, already OTLP bytes) next
 to any SDK ``ReadableSpan``. ``_translate_data`` writes the export request's bytes from them
 directly: records into one ResourceSpans under the daemon's resource, a worker's ScopeSpans
 copied over as they are, SDK spans through the SDK's encoder. The bytes go out as they are
@@ -22,7 +23,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourcePro
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 
-from pbd.tracing.records import SCOPE, TraceRecord, WorkerSpans, expand, record_span_bytes
+from pbd.tracing.encode import encode_record, record_span_bytes
+from pbd.tracing.records import SCOPE, EncodedSpans, TraceRecord, WorkerSpans
 from pbd_worker.otlp import field_bytes, length_delimited_fields
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -53,21 +55,23 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
     def _translate_data(self, data: Sequence[Any]) -> bytes:  # type: ignore[override]
         """The serialized ExportTraceServiceRequest: one ResourceSpans under the daemon's
         resource, pbd's spans in one ScopeSpans, then the workers' ScopeSpans."""
-        own: list[bytes] = []
+        own: list[bytes] = []  # ScopeSpans.spans fields
         scopes: list[bytes] = []
         sdk_spans = []
         for item in data:
-            if isinstance(item, tuple):
-                item = expand(item)
-            if isinstance(item, TraceRecord):
-                own += record_span_bytes(item)
+            if isinstance(item, EncodedSpans):
+                own.append(item.spans)
+            elif isinstance(item, tuple):
+                own.append(encode_record(item)[0])
+            elif isinstance(item, TraceRecord):
+                own += [field_bytes(2, span) for span in record_span_bytes(item)]
             elif isinstance(item, WorkerSpans):
                 for number, resource_spans in length_delimited_fields(item.otlp):
                     if number == 1:  # ExportTraceServiceRequest.resource_spans
                         scopes += [p for n, p in length_delimited_fields(resource_spans) if n == 2]
             else:
                 sdk_spans.append(item)
-        own_scope = self._own_scope + b"".join([field_bytes(2, span) for span in own])
+        own_scope = self._own_scope + b"".join(own)
         body = [self._resource_fields, field_bytes(2, own_scope)]
         body += [field_bytes(2, scope) for scope in scopes]
         request = field_bytes(1, b"".join(body))
@@ -78,10 +82,12 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
     def _count_data(self, data: Sequence[Any]) -> int:
         count = 0
         for item in data:
-            if isinstance(item, TraceRecord):
+            if isinstance(item, EncodedSpans):
+                count += item.count
+            elif isinstance(item, TraceRecord):
                 count += len(item.spans)
             elif isinstance(item, tuple):
-                count += len(expand(item).spans)
+                count += encode_record(item)[1]
             else:
                 count += 1
         return count

@@ -4,7 +4,7 @@ OTLP endpoint from here.
     python -m pbd.tracing.export_process '<--trace-config options as JSON>'
 
 Reads length-prefixed ``marshal`` frames from stdin, each a list of items ``shipper.to_wire``
-made: OTLP bytes (worker spans) or a request's record, expanded into its spans here. They go
+made: OTLP bytes (worker spans) or a request's record, written as OTLP bytes here. They go
 to the SDK's ``BatchSpanProcessor`` with pbd's OTLP exporter, configured as the daemon would
 have been (``bsp_*`` and ``url`` options, ``OTEL_*`` environment). At EOF on stdin it exports
 what it holds and exits.
@@ -22,16 +22,17 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from pbd.tracing.records import TraceRecord, WorkerSpans, expand
+from pbd.tracing.encode import encode_record
+from pbd.tracing.records import EncodedSpans, WorkerSpans
 from pbd_worker.ipc.framing import HEADER, decode_length
 
 NICE = 10  # added to the daemon's niceness
 
 
-def from_wire(item: Any) -> TraceRecord | WorkerSpans:
+def from_wire(item: Any) -> EncodedSpans | WorkerSpans:
     if isinstance(item, bytes):
         return WorkerSpans(item)
-    return expand(item)
+    return EncodedSpans(*encode_record(item))
 
 
 def _read_exact(stream: Any, n: int) -> bytes | None:

@@ -12,8 +12,6 @@ spans arrive OTLP-encoded and travel the same two ways (``WorkerSpans`` or
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -24,14 +22,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from pbd_worker.otlp import (
-    FLAGS_LOCAL_PARENT,
-    FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,
     KIND_SERVER,
-    _attribute_bytes,
-    _field,
-    _varint,
-    encode_span,
 )
 
 SCOPE = InstrumentationScope("pbd")
@@ -93,16 +85,36 @@ class WorkerSpans:
         self.otlp = otlp
 
 
-_MASK = (1 << 64) - 1
+class EncodedSpans:
+    """A request's spans as a ScopeSpans' ``spans`` fields (``encode.encode_record``), queued
+    in the exporter process: one bytes object per request, which the garbage collector does
+    not walk while the batch processor holds it."""
+
+    __slots__ = ("spans", "count")
+    context = SpanContext(1, 1, False, _SAMPLED)
+
+    def __init__(self, spans: bytes, count: int) -> None:
+        self.spans = spans
+        self.count = count
 
 
 def derived_span_id(server_id: int, n: int) -> int:
-    """The ``n``-th span id of a request after its RPC span's (splitmix64 of the two): as
-    random as the RPC span's id, and the same each time the record is expanded."""
-    z = (server_id + n * 0x9E3779B97F4A7C15) & _MASK
+    """The ``n``-th span id of a request after its RPC span's (n >= 1): the RPC span's
+    (random) id with a fixed salt of its own xor-ed in, so a request's ids differ from one
+    another, are as random as the RPC span's, and are the same each time the record is
+    expanded."""
+    return (server_id ^ (_SALTS[n] if n < len(_SALTS) else _splitmix64(n))) or 1
+
+
+def _splitmix64(n: int) -> int:
+    z = (n * 0x9E3779B97F4A7C15) & _MASK
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return (z ^ (z >> 31)) or 1
+    return z ^ (z >> 31)
+
+
+_MASK = (1 << 64) - 1
+_SALTS = [_splitmix64(n) for n in range(64)]
 
 
 def expand(wire: tuple[Any, ...]) -> TraceRecord:
@@ -175,117 +187,6 @@ def expand(wire: tuple[Any, ...]) -> TraceRecord:
         (("REQUEST_START", start, None), ("REQUEST_END", end, None)), KIND_SERVER, error,
     ))  # fmt: skip
     return record
-
-
-def _span_fields(record: TraceRecord) -> Iterator[dict[str, Any]]:
-    """``encode_span`` arguments for each of the record's spans."""
-    trace_id = record.trace_id.to_bytes(16, "big")
-    parent = record.parent
-    top_parent = parent.span_id if parent is not None else 0
-    top_flags = FLAGS_REMOTE_PARENT if parent is not None else FLAGS_LOCAL_PARENT
-    for data in record.spans:
-        yield {
-            "trace_id": trace_id,
-            "span_id": data.span_id,
-            "parent_id": data.parent_id or top_parent,
-            "name": data.name,
-            "start_ns": data.start_ns,
-            "end_ns": data.end_ns,
-            "kind": data.kind,
-            "flags": FLAGS_LOCAL_PARENT if data.parent_id else top_flags,
-            "attributes": data.attributes,
-            "events": data.events,
-            "links": [(t.to_bytes(16, "big"), span) for t, span in data.links],
-            "error": data.error,
-        }
-
-
-def record_span_bytes(record: TraceRecord) -> list[bytes]:
-    """The record's spans as serialized ``Span`` messages: ``encode_span``'s bytes (a unit test
-    checks them), written from pieces kept per name, event name and attribute set, since a
-    daemon's spans repeat those; a span with links, an error or event attributes goes through
-    ``encode_span`` itself."""
-    trace_head = b"\x0a\x10" + record.trace_id.to_bytes(16, "big") + b"\x12\x08"
-    parent = record.parent
-    top_parent = b"\x22\x08" + parent.span_id.to_bytes(8, "big") if parent is not None else b""
-    top_flags = _FLAGS_REMOTE if parent is not None else _FLAGS_LOCAL
-    out = []
-    for data in record.spans:
-        name, kind, start, end, attributes, events = (
-            data.name, data.kind, data.start_ns, data.end_ns, data.attributes, data.events,
-        )  # fmt: skip
-        if data.links or data.error is not None or not (name and kind and start and end):
-            out.append(_slow_span(record, data))
-            continue
-        if data.parent_id:
-            parts = [trace_head, data.span_id.to_bytes(8, "big"), b"\x22\x08",
-                     data.parent_id.to_bytes(8, "big")]  # fmt: skip
-            flags = _FLAGS_LOCAL
-        else:
-            parts = [trace_head, data.span_id.to_bytes(8, "big"), top_parent]
-            flags = top_flags
-        head = _NAME_KIND.get((name, kind))
-        if head is None:
-            head = _NAME_KIND[(name, kind)] = (
-                _field(b"\x2a", name.encode()) + b"\x30" + _varint(kind)
-            )
-        parts += (head, _TIMES.pack(0x39, start, 0x41, end))
-        if attributes:
-            parts.append(_attributes_of(attributes))
-        for event_name, stamp, event_attributes in events:
-            if event_attributes or not stamp or not event_name:
-                break
-            pieces = _EVENT[event_name]
-            parts += (pieces[0], _STAMP.pack(0x09, stamp), pieces[1])
-        else:
-            parts.append(flags)
-            out.append(b"".join(parts))
-            continue
-        out.append(_slow_span(record, data))
-    return out
-
-
-def _slow_span(record: TraceRecord, data: SpanData) -> bytes:
-    one = TraceRecord(record.trace_id, record.span_id, record.parent)
-    one.spans = [data]
-    (fields,) = _span_fields(one)
-    return encode_span(**fields)
-
-
-def _attributes_of(attributes: dict[str, Any]) -> bytes:
-    """Span attributes' bytes, kept per attribute set (the value types are part of the key:
-    True and 1 are equal keys, not equal attributes)."""
-    try:
-        key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
-        found = _ATTRIBUTES.get(key)
-    except TypeError:  # an unhashable value
-        return _attribute_bytes(attributes, b"\x4a")
-    if found is None:
-        found = _attribute_bytes(attributes, b"\x4a")
-        if len(_ATTRIBUTES) >= _CACHE_MAX:
-            _ATTRIBUTES.clear()
-        _ATTRIBUTES[key] = found
-    return found
-
-
-class _EventPieces(dict[str, tuple[bytes, bytes]]):
-    """Event name -> (the Event field's tag and length, its name field): what surrounds the
-    timestamp in an event without attributes."""
-
-    def __missing__(self, name: str) -> tuple[bytes, bytes]:
-        tail = _field(b"\x12", name.encode())
-        pieces = self[name] = (b"\x5a" + _varint(9 + len(tail)), tail)
-        return pieces
-
-
-_TIMES = struct.Struct("<BQBQ")  # start_time_unix_nano (7) and end_time_unix_nano (8)
-_STAMP = struct.Struct("<BQ")  # Event.time_unix_nano (1)
-_FLAGS_LOCAL = b"\x85\x01" + FLAGS_LOCAL_PARENT.to_bytes(4, "little")
-_FLAGS_REMOTE = b"\x85\x01" + FLAGS_REMOTE_PARENT.to_bytes(4, "little")
-_NAME_KIND: dict[tuple[str, int], bytes] = {}
-_EVENT = _EventPieces()
-_ATTRIBUTES: dict[tuple[tuple[Any, ...], tuple[type, ...]], bytes] = {}
-_CACHE_MAX = 4096
 
 
 def readable_spans(record: TraceRecord, resource: Resource) -> list[ReadableSpan]:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from pbd.tracing.export import PbdOTLPSpanExporter
 from pbd.tracing.provider import Tracing
-from pbd.tracing.records import readable_from_otlp
+from pbd.tracing.records import RECORD_FIELDS, readable_from_otlp
 from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.tracing.settings import TraceSettings, parse_trace_config
 from pbd_worker._proto import worker_pb2 as wpb
@@ -142,7 +142,8 @@ def test_record_bytes_are_encode_spans_bytes() -> None:
     shapes it handles itself and those it hands back (links, errors, event attributes)."""
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    from pbd.tracing.records import SpanData, TraceRecord, _span_fields, record_span_bytes
+    from pbd.tracing.encode import _span_fields, record_span_bytes
+    from pbd.tracing.records import SpanData, TraceRecord
     from pbd_worker.otlp import KIND_SERVER, encode_span
 
     now = time.time_ns()
@@ -165,3 +166,80 @@ def test_record_bytes_are_encode_spans_bytes() -> None:
         expected = [encode_span(**fields) for fields in _span_fields(record)]
         assert record_span_bytes(record) == expected
         assert record_span_bytes(record) == expected  # again, from the caches
+
+
+def _wire(**changes: Any) -> tuple[Any, ...]:
+    """A record as ``RequestTrace.finish`` emits it: a request through one instance."""
+    now = time.time_ns()
+    values = {
+        "trace_id": 0x4BF92F3577B34DA6A3CE929D0E0E4736, "server_id": 0x1111, "parent": None,
+        "extra": None, "system": "grpc", "method": "ModelInfer", "model": "m", "version": "",
+        "start_ns": now, "end_ns": now + 900, "status_code": 0, "error": None,
+        "queued_ns": now + 10, "dispatched_ns": now + 20, "instance": "m_0_0", "batch_size": 1,
+        "compute_id": 0x2222, "compute_end": now + 800, "infer_ns": 500, "output_ns": 100,
+        "compute_error": None, "input_copy": (now + 30, now + 40),
+        "execute": (0x3333, now + 100, now + 600, 1, None, ()),
+        "output_copy": (now + 600, now + 700),
+        "attributes": {"model.name": "m", "model.version": 1, "model.instance": "m_0_0"},
+        "responses": [(now + 810, now + 850)],
+    }  # fmt: skip
+    values.update(changes)
+    return tuple(values[name] for name in RECORD_FIELDS)
+
+
+_DIRECT = {"plain", "remote parent", "decoupled", "untraced worker"}  # written without expand
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param(
+            {"parent": (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, 1)},
+            id="remote parent",
+        ),
+        pytest.param(
+            {"method": "ModelStreamInfer", "version": "3", "batch_size": 4,
+             "responses": [(1, 2), (3, 4), (5, 6)]},
+            id="decoupled",
+        ),
+        pytest.param(
+            {"execute": None, "output_copy": None, "attributes": None}, id="untraced worker"
+        ),
+        pytest.param({"responses": [], "status_code": 14, "error": "unavailable"}, id="error"),
+        pytest.param(
+            {"infer_ns": -1, "compute_error": "", "execute": None, "output_copy": None},
+            id="worker never answered",
+        ),
+        pytest.param(
+            {"execute": (0x3333, 1, 2, 1, (3, "ValueError", "bad", "Traceback..."), ())},
+            id="exception",
+        ),
+        pytest.param({"execute": (0x3333, 1, 2, 2, None, ((0x99, 0x98),))}, id="links"),
+        pytest.param({"extra": {"sampler.rule": "r1"}}, id="sampler attributes"),
+        pytest.param(
+            {"queued_ns": 0, "dispatched_ns": 0, "compute_id": 0, "compute_end": 0,
+             "input_copy": None, "execute": None, "output_copy": None, "responses": [],
+             "status_code": 5, "error": "Request for unknown model"},
+            id="never queued",
+        ),
+    ],
+)  # fmt: skip
+def test_encoded_record_is_its_expanded_spans(
+    changes: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``encode_record`` writes, for every shape of record, exactly the spans ``expand``
+    makes of it, as ``encode_span`` writes them; the usual shapes without expanding."""
+    from pbd.tracing import encode
+    from pbd.tracing.encode import _span_fields, encode_record
+    from pbd.tracing.records import expand
+    from pbd_worker.otlp import encode_span, field_bytes
+
+    if request.node.callspec.id in _DIRECT:
+        monkeypatch.setattr(encode, "_expanded", None)  # calling it fails the test
+    wire = _wire(**changes)
+    record = expand(wire)
+    expected = b"".join(field_bytes(2, encode_span(**f)) for f in _span_fields(record))
+    assert encode_record(wire) == (expected, len(record.spans))
+    assert encode_record(wire) == (expected, len(record.spans))  # again, from the caches
+    assert len({span.span_id for span in record.spans}) == len(record.spans)
