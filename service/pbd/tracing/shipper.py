@@ -7,10 +7,10 @@ request, all of it under the daemon's GIL, next to the event loop that answers c
 ``BatchSpanProcessor``: ``on_end`` only appends to a bounded queue; a thread ships the queue
 every ``SHIP_INTERVAL_S`` (or when a batch is full) as one ``marshal``-ed frame on the stdin of
 ``python -m pbd.tracing.export_process`` (started with the first spans, so a daemon that traces
-nothing runs none), which rebuilds the records and feeds them to the
-SDK's batch processor and pbd's OTLP exporter (``pbd.tracing.export``) with the daemon's
-``--trace-config`` options and ``OTEL_*`` environment. Worker spans (OTLP bytes already) pass
-through as they are.
+nothing runs none), which writes the requests' records (plain tuples, ``records.RECORD_FIELDS``)
+as OTLP bytes and feeds them to the SDK's batch processor and pbd's OTLP exporter
+(``pbd.tracing.export``) with the daemon's ``--trace-config`` options and ``OTEL_*``
+environment. Worker spans (OTLP bytes already) pass through as they are.
 
 The queue holds at most ``max_queue_size`` items (``bsp_max_queue_size``, as the SDK's
 processor): past that, spans are dropped and counted, never waited for. The exporter process
