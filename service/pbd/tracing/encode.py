@@ -193,15 +193,9 @@ def _attributes_of(attributes: dict[str, Any]) -> bytes:
     True and 1 are equal keys, not equal attributes)."""
     try:
         key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
-        found = _ATTRIBUTES.get(key)
+        return _cached(_ATTRIBUTES, key, attributes)
     except TypeError:  # an unhashable value
         return _attribute_bytes(attributes, b"\x4a")
-    if found is None:
-        found = _attribute_bytes(attributes, b"\x4a")
-        if len(_ATTRIBUTES) >= _CACHE_MAX:
-            _ATTRIBUTES.clear()
-        _ATTRIBUTES[key] = found
-    return found
 
 
 class _EventPieces(dict[str, tuple[bytes, bytes]]):
@@ -225,6 +219,7 @@ _CACHE_MAX = 4096
 
 
 def _cached(cache: dict[Any, bytes], key: Any, attributes: dict[str, Any]) -> bytes:
+    """``attributes``' bytes, kept in ``cache`` under ``key`` (what they are made of)."""
     found = cache.get(key)
     if found is None:
         found = _attribute_bytes(attributes, b"\x4a")
