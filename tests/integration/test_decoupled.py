@@ -291,6 +291,9 @@ def test_unload_waits_for_an_open_stream(start_daemon: DaemonFactory, tmp_path: 
         client.async_stream_infer(
             "async_decoupled", async_inputs(1, 2, gate), enable_empty_final_response=True
         )
+        # Unload once the request is in execute(): sent earlier, the unload finds no work.
+        reached = tmp_path / "gate.reached"
+        wait_until(reached.exists, 60, "the request to reach execute()")
         unloading = pool.submit(control.unload_model, "async_decoupled")
         wait_until(lambda: not control.is_model_ready("async_decoupled"), 60, "unloading")
         # Give an unload that would not wait the time to stop the instance (a slow machine can
