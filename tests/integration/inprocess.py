@@ -27,14 +27,14 @@ START_TIMEOUT_S = 120.0
 def inprocess_daemon(
     repository: Path, shm_prefix: str, tracing: Tracing, models: list[str], **fields: object
 ) -> Iterator[str]:
-    """Serve ``repository``; yields the gRPC url once every model in ``models`` is ready."""
+    """Serve ``repository``; yields the gRPC url once every model in ``models`` is ready.
+    No HTTP or metrics server unless ``fields`` (Settings') ask for one."""
     port = free_port()
     settings = Settings(
         model_repository=repository,
         grpc_port=port,
-        allow_http=False,
         shm_prefix=shm_prefix,
-        **fields,  # type: ignore[arg-type]
+        **{"allow_http": False, "allow_metrics": False, **fields},  # type: ignore[arg-type]
     )
     loop = asyncio.new_event_loop()
     daemon = Daemon(settings, tracing)

@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from inprocess import inprocess_daemon
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from pbd_harness import TEST_MODELS, infer_input, make_repository, wait_until
+from pbd_harness import TEST_MODELS, free_port, infer_input, make_repository, wait_until
 
 from pbd.tracing.provider import Tracing
 from pbd.tracing.settings import parse_trace_config
@@ -35,8 +36,9 @@ SPAN_COUNT = len(SPAN_NAMES)
 
 
 class Traced:
-    def __init__(self, url: str, exporter: InMemorySpanExporter) -> None:
+    def __init__(self, url: str, http_url: str, exporter: InMemorySpanExporter) -> None:
         self.url = url
+        self.http_url = http_url
         self.exporter = exporter
 
     def infer(self, headers: dict[str, str] | None = None, model: str = "traced") -> str:
@@ -64,8 +66,12 @@ def traced_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
 
     tracing = Tracing(TraceSettings(config), SimpleSpanProcessor(exporter))
     settle = ["traced", "repeat_decoupled"]
-    with inprocess_daemon(repository, f"pbdtrace{os.getpid()}", tracing, settle) as url:
-        yield Traced(url, exporter)
+    http_port = free_port()
+    prefix = f"pbdtrace{os.getpid()}"
+    with inprocess_daemon(
+        repository, prefix, tracing, settle, allow_http=True, http_port=http_port
+    ) as url:
+        yield Traced(url, f"127.0.0.1:{http_port}", exporter)
 
 
 @pytest.fixture
@@ -228,3 +234,47 @@ def test_a_decoupled_request_is_traced_to_its_final_response(traced: Traced) -> 
     assert {"queue", "compute", "input_copy", "execute"} <= {s.name for s in spans}
     assert server.end_time is not None
     assert max(r.end_time or 0 for r in responses) <= server.end_time
+
+
+HTTP_SERVER = "POST /v2/models/{model}/infer"
+
+
+def test_an_http_inference_is_traced_under_an_http_server_span(traced: Traced) -> None:
+    """KServe v2 over HTTP: the ``traceparent`` header is the parent, the server span follows
+    the HTTP server conventions, the rest of the tree is gRPC's."""
+    data = np.arange(4, dtype=np.float32)
+    with httpclient.InferenceServerClient(traced.http_url) as client:
+        tensor = httpclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(data)
+        headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+        result = client.infer("traced", [tensor], headers=headers)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+        bad = httpclient.InferInput("INPUT0", [2], "INT32")
+        bad.set_data_from_numpy(np.zeros(2, dtype=np.int32))
+        with pytest.raises(Exception, match="INPUT0"):
+            client.infer("traced", [bad])
+    names = (SPAN_NAMES - {SERVER}) | {HTTP_SERVER}
+    spans = traced.spans(len(names) + 1)
+    ok = _by_name([s for s in spans if s.context.trace_id == int(TRACE_ID, 16)])
+    assert set(ok) == names
+    server = ok[HTTP_SERVER]
+    assert server.kind is SpanKind.SERVER
+    assert server.parent is not None and f"{server.parent.span_id:016x}" == PARENT_ID
+    assert dict(server.attributes or {}) == {
+        "http.request.method": "POST",
+        "http.route": "/v2/models/{model}/infer",
+        "url.scheme": "http",
+        "model.name": "traced",
+        "model.version": "-1",
+        "http.response.status_code": 200,
+    }
+    assert server.status.status_code is StatusCode.UNSET
+    for name in ("queue", "compute", "response"):
+        assert _parent_of(ok[name]) == server.context.span_id, name
+    assert _parent_of(ok["model.work"]) == ok["execute"].context.span_id
+    (refused,) = [s for s in spans if s.context.trace_id != int(TRACE_ID, 16)]
+    assert refused.name == HTTP_SERVER
+    assert refused.attributes is not None
+    assert refused.attributes["http.response.status_code"] == 400
+    assert refused.attributes["error.type"] == "400"
+    assert refused.status.status_code is StatusCode.UNSET  # a client's error, not the server's

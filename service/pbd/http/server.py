@@ -3,6 +3,8 @@
 aiohttp runs on the daemon's event loop (no second thread or process), parses HTTP in C,
 decompresses gzip/deflate request bodies itself and compresses responses on request.
 Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
+Inference requests are traced as gRPC ones are (the ``traceparent`` header honoured), under an
+HTTP server span.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -19,6 +22,10 @@ from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.http.tensors import HEADER_LENGTH, build_infer_response, parse_infer_request
 from pbd.settings import Settings
+
+if TYPE_CHECKING:
+    from pbd.http.tensors import HttpInferRequest
+    from pbd.tracing.request import RequestTrace
 
 # Triton's HttpCodeFromError; RESOURCE_EXHAUSTED (pbd's own) is retryable: 503.
 HTTP_STATUS = {
@@ -165,12 +172,22 @@ class HttpFrontend:
     # -- inference -----------------------------------------------------------------------------
 
     async def infer(self, request: web.Request) -> web.Response:
+        began = time.time_ns()
         body = await request.read()
         parsed = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), *self._target(request)
         )
-        with await self.dp.infer(parsed.request) as result:
-            payload, json_length = build_infer_response(result, parsed)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        trace = self.dp.start_trace(
+            parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
+        )
+        if trace is None:
+            with await self.dp.infer(parsed.request) as result:
+                payload, json_length = build_infer_response(result, parsed)
+        else:
+            parsed.request.trace = trace
+            payload, json_length = await self._traced_infer(parsed, trace)
         if json_length is None:
             response = web.Response(body=payload, content_type="application/json")
         else:
@@ -181,6 +198,26 @@ class HttpFrontend:
             )
         _compress(request, response)
         return response
+
+    async def _traced_infer(
+        self, parsed: HttpInferRequest, trace: RequestTrace
+    ) -> tuple[bytes, int | None]:
+        """The HTTP server span ends with the status the response will carry; as the
+        semantic conventions for HTTP servers say, only a 5xx marks it an error."""
+        try:
+            with await self.dp.infer(parsed.request) as result:
+                replying = time.time_ns()
+                answer = build_infer_response(result, parsed)
+            trace.responded(replying)
+        except PbdError as exc:
+            status = HTTP_STATUS.get(exc.code, 400)
+            trace.finish(status, exc.message if status >= 500 else None)
+            raise
+        except BaseException as exc:
+            trace.finish(500, repr(exc))
+            raise
+        trace.finish(200)
+        return answer
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")

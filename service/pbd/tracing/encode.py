@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from pbd.tracing.records import RPC_SERVICE, SpanData, TraceRecord, derived_span_id, expand
+from pbd.tracing.records import SpanData, TraceRecord, derived_span_id, expand, server_span
 from pbd_worker.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
@@ -99,9 +99,9 @@ def encode_record(wire: tuple[Any, ...]) -> tuple[bytes, int]:
         top_parent, top_flags = b"", local
     else:
         top_parent, top_flags = b"\x22\x08" + parent[1].to_bytes(8, "big"), _FLAGS_REMOTE
+    server_head, server_attributes = _server_pieces(system, method, model, version, status)
     spans.append(b"".join((
-        head, server, top_parent, _server_head(method), times(0x39, start, 0x41, end),
-        _server_attributes(system, method, model, version, status),
+        head, server, top_parent, server_head, times(0x39, start, 0x41, end), server_attributes,
         _REQUEST_START[0], stamp(0x09, start), _REQUEST_START[1],
         _REQUEST_END[0], stamp(0x09, end), _REQUEST_END[1], top_flags,
     )))  # fmt: skip
@@ -243,26 +243,18 @@ def _compute_attributes(instance: str, batch_size: int) -> bytes:
     return found
 
 
-def _server_attributes(system: str, method: str, model: str, version: str, status: int) -> bytes:
+def _server_pieces(
+    system: str, method: str, model: str, version: str, status: int
+) -> tuple[bytes, bytes]:
+    """The server span's name and kind fields, and its attributes'."""
     key = (system, method, model, version, status)
-    found = _SERVER_ATTRIBUTES.get(key)
+    found = _SERVER.get(key)
     if found is None:
-        attributes = {
-            "rpc.system": system,
-            "rpc.service": RPC_SERVICE,
-            "rpc.method": method,
-            "model.name": model,
-            "model.version": version or "-1",
-            "rpc.grpc.status_code": status,
-        }
-        found = _cached(_SERVER_ATTRIBUTES, key, attributes)
-    return found
-
-
-def _server_head(method: str) -> bytes:
-    found = _SERVER_HEAD.get(method)
-    if found is None:
-        found = _SERVER_HEAD[method] = _name_kind(f"{RPC_SERVICE}/{method}", KIND_SERVER)
+        name, attributes = server_span(system, method, model, version, status)
+        found = (_name_kind(name, KIND_SERVER), _attribute_bytes(attributes, b"\x4a"))
+        if len(_SERVER) >= _CACHE_MAX:
+            _SERVER.clear()
+        _SERVER[key] = found
     return found
 
 
@@ -271,9 +263,8 @@ def _name_kind(name: str, kind: int) -> bytes:
 
 
 _BATCH_SIZE: dict[int, bytes] = {}
-_SERVER_HEAD: dict[str, bytes] = {}
 _COMPUTE_ATTRIBUTES: dict[tuple[str, int], bytes] = {}
-_SERVER_ATTRIBUTES: dict[tuple[str, str, str, str, int], bytes] = {}
+_SERVER: dict[tuple[str, str, str, str, int], tuple[bytes, bytes]] = {}
 _QUEUE, _INPUT_COPY, _EXECUTE, _OUTPUT_COPY, _COMPUTE, _RESPONSE = (
     _name_kind(name, KIND_INTERNAL)
     for name in ("queue", "input_copy", "execute", "output_copy", "compute", "response")

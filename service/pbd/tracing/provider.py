@@ -29,7 +29,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from pbd.tracing.records import WorkerSpans, expand, readable_from_otlp, readable_spans
+from pbd.tracing.records import (
+    WorkerSpans,
+    expand,
+    readable_from_otlp,
+    readable_spans,
+    server_span,
+)
 from pbd.tracing.settings import TraceConfig, TraceSettings
 
 log = logging.getLogger("pbd.tracing")
@@ -71,25 +77,19 @@ class Tracing:
         self,
         parent: tuple[int, int, int] | None,
         trace_id: int,
-        name: str,
+        system: str,
+        method: str,
         model: str,
         version: str,
-        system: str,
     ) -> tuple[bool, dict[str, Any] | None]:
-        """The sampler's decision for a request's RPC span (SERVER; ``parent``: the client's
-        (trace id, span id, flags), remote), and the attributes it adds."""
+        """The sampler's decision for a request's server span (SERVER; ``parent``: the
+        client's (trace id, span id, flags), remote), and the attributes it adds."""
         assert self.sampler is not None
         context = None
         if parent is not None:
             remote = SpanContext(parent[0], parent[1], True, TraceFlags(parent[2] & 0xFF))
             context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
-        attributes = {
-            "rpc.system": system,
-            "rpc.service": name.rpartition("/")[0],
-            "rpc.method": name.rpartition("/")[2],
-            "model.name": model,
-            "model.version": version or "-1",
-        }
+        name, attributes = server_span(system, method, model, version)
         result = self.sampler.should_sample(context, trace_id, name, SpanKind.SERVER, attributes)
         sampled = result.decision is Decision.RECORD_AND_SAMPLE
         # The SDK's samplers hand back the attributes they were given; keep what they add.

@@ -98,6 +98,42 @@ class EncodedSpans:
         self.count = count
 
 
+def server_span(
+    system: str,
+    method: str,
+    model: str,
+    version: str,
+    status: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The name and attributes of a request's server span (``status`` None: as it starts,
+    before its status is known). gRPC (and BLS) calls follow the semantic conventions for RPC
+    spans, ``method`` the RPC's name; HTTP requests those for HTTP server spans, ``method`` the
+    route (``/v2/models/{model}/infer``)."""
+    http = system == "http"
+    if http:
+        name = f"POST {method}"
+        attributes: dict[str, Any] = {
+            "http.request.method": "POST",
+            "http.route": method,
+            "url.scheme": "http",
+        }
+    else:
+        name = f"{RPC_SERVICE}/{method}"
+        attributes = {"rpc.system": system, "rpc.service": RPC_SERVICE, "rpc.method": method}
+    attributes["model.name"] = model
+    attributes["model.version"] = version or "-1"
+    if extra:
+        attributes.update(extra)
+    if status is not None and http:
+        attributes["http.response.status_code"] = status
+        if status >= 400:
+            attributes["error.type"] = str(status)
+    elif status is not None:
+        attributes["rpc.grpc.status_code"] = status
+    return name, attributes
+
+
 def derived_span_id(server_id: int, n: int) -> int:
     """The ``n``-th span id of a request after its RPC span's (n >= 1): the RPC span's
     (random) id with a fixed salt of its own xor-ed in, so a request's ids differ from one
@@ -172,18 +208,9 @@ def expand(wire: tuple[Any, ...]) -> TraceRecord:
     for n, (response_start, response_end) in enumerate(responses):
         spans.append(SpanData("response", derived_span_id(server_id, 4 + n), server_id,
                               response_start, response_end))  # fmt: skip
-    server_attributes: dict[str, Any] = {
-        "rpc.system": system,
-        "rpc.service": RPC_SERVICE,
-        "rpc.method": method,
-        "model.name": model,
-        "model.version": version or "-1",
-    }
-    if extra:
-        server_attributes.update(extra)
-    server_attributes["rpc.grpc.status_code"] = status
+    name, server_attributes = server_span(system, method, model, version, status, extra)
     spans.append(SpanData(
-        f"{RPC_SERVICE}/{method}", server_id, 0, start, end, server_attributes,
+        name, server_id, 0, start, end, server_attributes,
         (("REQUEST_START", start, None), ("REQUEST_END", end, None)), KIND_SERVER, error,
     ))  # fmt: skip
     return record

@@ -36,7 +36,6 @@ from typing import Any
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
 from pbd.tracing.provider import Tracing
-from pbd.tracing.records import RPC_SERVICE
 from pbd_worker.otlp import new_span_id, new_trace_id, parse_traceparent
 
 
@@ -71,7 +70,7 @@ class RequestTrace:
             self.sampled = parent is None or bool(parent[2] & 1)
         else:
             self.sampled, self.extra = tracing.decide(
-                parent, self.trace_id, f"{RPC_SERVICE}/{method}", model, version, system
+                parent, self.trace_id, system, method, model, version
             )
         self.server_id = new_span_id()
         self.start_ns = start_ns

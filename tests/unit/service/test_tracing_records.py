@@ -131,7 +131,7 @@ def test_default_sampler_shortcut_decides_as_the_sdk(traceparent: str | None) ->
     sdk = DEFAULT_ON.should_sample(context, trace_id, "x", trace.SpanKind.SERVER, {})
     ours = RequestTrace(tracing, method="ModelInfer", model="m", version="",
                         traceparent=traceparent, start_ns=1).sampled  # fmt: skip
-    asked, extra = tracing.decide(parsed, trace_id, "s/ModelInfer", "m", "", "grpc")
+    asked, extra = tracing.decide(parsed, trace_id, "grpc", "ModelInfer", "m", "")
     assert ours is asked is (sdk.decision is Decision.RECORD_AND_SAMPLE)
     assert ours is (traceparent != PARENT[:-2] + "00")
     assert extra is None
@@ -187,7 +187,8 @@ def _wire(**changes: Any) -> tuple[Any, ...]:
     return tuple(values[name] for name in RECORD_FIELDS)
 
 
-_DIRECT = {"plain", "remote parent", "decoupled", "untraced worker"}  # written without expand
+# Written without expand:
+_DIRECT = {"plain", "remote parent", "decoupled", "untraced worker", "http", "http 400"}
 
 
 @pytest.mark.parametrize(
@@ -217,6 +218,18 @@ _DIRECT = {"plain", "remote parent", "decoupled", "untraced worker"}  # written 
         ),
         pytest.param({"execute": (0x3333, 1, 2, 2, None, ((0x99, 0x98),))}, id="links"),
         pytest.param({"extra": {"sampler.rule": "r1"}}, id="sampler attributes"),
+        pytest.param(
+            {"system": "http", "method": "/v2/models/{model}/infer", "status_code": 200}, id="http"
+        ),
+        pytest.param(
+            {"system": "http", "method": "/v2/models/{model}/infer", "status_code": 400},
+            id="http 400",
+        ),
+        pytest.param(
+            {"system": "http", "method": "/v2/models/{model}/infer", "status_code": 503,
+             "error": "overloaded"},
+            id="http 503",
+        ),
         pytest.param(
             {"queued_ns": 0, "dispatched_ns": 0, "compute_id": 0, "compute_end": 0,
              "input_copy": None, "execute": None, "output_copy": None, "responses": [],
