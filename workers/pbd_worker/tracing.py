@@ -89,7 +89,8 @@ class ExecuteSpan:
 
     def __init__(self, traceparents: Sequence[str], report: wpb.ExecuteSpan) -> None:
         parents = [_parse(tp) if tp else None for tp in traceparents]
-        trace_id, _parent_id, flags = next(p for p in parents if p is not None)
+        # None parses (not from pbd's daemon): nothing is traced, the batch runs as it is.
+        trace_id, _parent_id, flags = next((p for p in parents if p is not None), (0, 0, 0))
         self.report, self.trace_id, self.flags = report, trace_id, flags
         self.span_id = span_id = new_span_id()
         self.traces = [InferenceTrace._of(trace_id, span_id, flags) if p is not None else None
@@ -98,6 +99,8 @@ class ExecuteSpan:
         self.start = 0
 
     def __enter__(self) -> list[InferenceTrace | None]:
+        if not self.trace_id:
+            return self.traces
         context = SpanContext(self.trace_id, self.span_id, False, TraceFlags(self.flags & 0xFF))
         self.token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context)))
         self.start = time.time_ns()
@@ -110,6 +113,8 @@ class ExecuteSpan:
             report.exception_type = type(exc).__qualname__
             report.exception_message = str(exc)
             report.exception_stacktrace = "".join(traceback.format_exception(exc))
+        if self.token is None:
+            return
         otel_context.detach(self.token)
         if self.flags & 1:
             report.span_id, report.start_ns = self.span_id, self.start
@@ -119,7 +124,7 @@ class ExecuteSpan:
 def _parse(traceparent: str) -> tuple[int, int, int] | None:
     """The daemon's traceparent (always version 00, lowercase) read by position; anything
     else by ``parse_traceparent``."""
-    if len(traceparent) == 55 and traceparent[:3] == "00-":
+    if len(traceparent) == 55 and traceparent[:3] == "00-" and traceparent[35::17] == "--":
         try:
             trace_id, span_id = int(traceparent[3:35], 16), int(traceparent[36:52], 16)
             return trace_id, span_id, int(traceparent[53:], 16)
