@@ -317,7 +317,7 @@ class Instance:
                     "model.version": self.version,
                     "model.instance": self.plan.name,
                 }
-            batch_computed(traces, result, len(batch), self._span_attributes)
+            batch_computed(traces, result, self._span_attributes)
         ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
         self.stats.executed(len(batch), *ns, size)

@@ -39,7 +39,7 @@ def encode_record(wire: tuple[Any, ...]) -> tuple[bytes, int]:
         error is not None
         or compute_error is not None
         or extra
-        or (execute is not None and (execute[4] is not None or execute[5]))
+        or (execute is not None and (execute[3] is not None or execute[4]))
         or not (start and end and (queued or not dispatched))
     ):
         return _expanded(wire)
@@ -63,11 +63,11 @@ def encode_record(wire: tuple[Any, ...]) -> tuple[bytes, int]:
     if output_copy is not None:
         instance_attributes = _attributes_of(attributes) if attributes else b""
         if execute is not None:
-            span_id, exec_start, exec_end, exec_batch = execute[:4]
+            span_id, exec_start, exec_end = execute[:3]
             spans.append(b"".join((
                 head, span_id.to_bytes(8, "big"), under_compute, _EXECUTE,
                 times(0x39, exec_start, 0x41, exec_end), instance_attributes,
-                _batch_size(exec_batch), local,
+                _batch_size(batch_size), local,
             )))  # fmt: skip
         spans.append(b"".join((
             head, derived_span_id(server_id, 3).to_bytes(8, "big"), under_compute, _OUTPUT_COPY,

@@ -34,7 +34,7 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 # it as it is). parent: (trace id, span id, W3C flags) of the client's span, or None; extra:
 # the sampler's attributes, or None; times in ns, 0 where the request never got there;
 # infer_ns -1: the worker never answered; input_copy, output_copy: (start, end) or None;
-# execute: (span id, start, end, batch size, exception, links) from the worker's report, in
+# execute: (span id, start, end, exception, links) from the worker's report, in
 # the batch's first traced request only, exception (time, type, message, stack trace) or
 # None, links ((trace id, compute span id), ...) of the batch's other traced requests;
 # attributes: the instance's (model.name, model.version, model.instance); responses:
@@ -171,7 +171,7 @@ def expand(wire: tuple[Any, ...]) -> TraceRecord:
         spans.append(SpanData("input_copy", derived_span_id(server_id, 2), compute_id,
                               *input_copy))  # fmt: skip
     if execute is not None:
-        span_id, exec_start, exec_end, exec_batch, exception, links = execute
+        span_id, exec_start, exec_end, exception, links = execute
         events: tuple[tuple[str, int, dict[str, Any] | None], ...] = ()
         exec_error = None
         if exception is not None:
@@ -185,7 +185,7 @@ def expand(wire: tuple[Any, ...]) -> TraceRecord:
             }),)  # fmt: skip
         spans.append(SpanData(
             "execute", span_id, compute_id, exec_start, exec_end,
-            {**(attributes or {}), "pbd.batch_size": exec_batch}, events, error=exec_error,
+            {**(attributes or {}), "pbd.batch_size": batch_size}, events, error=exec_error,
             links=tuple((t, s) for t, s in links),
         ))  # fmt: skip
     if output_copy is not None:

@@ -130,7 +130,6 @@ def add_worker_spans(
     traces: list[RequestTrace],
     report: Any,
     output_ns: int,
-    batch_size: int,
     attributes: dict[str, Any],
 ) -> None:
     """The worker's spans of one batch, from its result: ``execute`` (``report``, a
@@ -147,18 +146,16 @@ def add_worker_spans(
                      report.exception_stacktrace)  # fmt: skip
     first = traces[0]
     links = tuple((t.trace_id, t.compute_id) for t in traces[1:]) if len(traces) > 1 else ()
-    first.execute = (span_id, report.start_ns, end, batch_size, exception, links)
+    first.execute = (span_id, report.start_ns, end, exception, links)
     output_copy = (end, end + output_ns)
     for trace in traces:
         trace.output_copy = output_copy
         trace.attributes = attributes
 
 
-def batch_computed(
-    traces: list[RequestTrace], result: Any, batch_size: int, attributes: dict[str, Any]
-) -> None:
+def batch_computed(traces: list[RequestTrace], result: Any, attributes: dict[str, Any]) -> None:
     """A batch's ExecuteResult arrived: the worker's spans, then each trace's compute ends."""
-    add_worker_spans(traces, result.execute_span, result.output_ns, batch_size, attributes)
+    add_worker_spans(traces, result.execute_span, result.output_ns, attributes)
     infer_ns, output_ns = result.infer_ns, result.output_ns
     for trace in traces:
         trace.computed(infer_ns, output_ns)

@@ -54,7 +54,7 @@ def _one_request(tracing: Tracing, worker: WorkerTracing) -> None:
         raise ValueError("model failed")
     tracing.import_spans(worker.take_encoded())
     attributes = {"model.name": "m", "model.version": 1, "model.instance": "m_0_0"}
-    add_worker_spans([request], result.execute_span, result.output_ns, 1, attributes)
+    add_worker_spans([request], result.execute_span, result.output_ns, attributes)
     request.computed(1000, 1000, error="model failed")
     request.responded(time.time_ns())
     request.finish(13, "model failed")
@@ -178,7 +178,7 @@ def _wire(**changes: Any) -> tuple[Any, ...]:
         "queued_ns": now + 10, "dispatched_ns": now + 20, "instance": "m_0_0", "batch_size": 1,
         "compute_id": 0x2222, "compute_end": now + 800, "infer_ns": 500, "output_ns": 100,
         "compute_error": None, "input_copy": (now + 30, now + 40),
-        "execute": (0x3333, now + 100, now + 600, 1, None, ()),
+        "execute": (0x3333, now + 100, now + 600, None, ()),
         "output_copy": (now + 600, now + 700),
         "attributes": {"model.name": "m", "model.version": 1, "model.instance": "m_0_0"},
         "responses": [(now + 810, now + 850)],
@@ -213,10 +213,10 @@ _DIRECT = {"plain", "remote parent", "decoupled", "untraced worker", "http", "ht
             id="worker never answered",
         ),
         pytest.param(
-            {"execute": (0x3333, 1, 2, 1, (3, "ValueError", "bad", "Traceback..."), ())},
+            {"execute": (0x3333, 1, 2, (3, "ValueError", "bad", "Traceback..."), ())},
             id="exception",
         ),
-        pytest.param({"execute": (0x3333, 1, 2, 2, None, ((0x99, 0x98),))}, id="links"),
+        pytest.param({"execute": (0x3333, 1, 2, None, ((0x99, 0x98),))}, id="links"),
         pytest.param({"extra": {"sampler.rule": "r1"}}, id="sampler attributes"),
         pytest.param(
             {"system": "http", "method": "/v2/models/{model}/infer", "status_code": 200}, id="http"
