@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from fuzz_config_strategies import config_jsons, config_texts
 from fuzz_oracles import check_config_json, check_config_pbtxt, tally
-from fuzz_strategies import config_jsons, config_texts, mutated
+from fuzz_strategies import mutated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
