@@ -12,8 +12,8 @@ the same bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pbd.tracing.records import SpanData, TraceRecord, derived_span_id, expand, server_span
 from pbd_worker.otlp import (
@@ -105,11 +105,15 @@ def encode_record(wire: tuple[Any, ...]) -> tuple[bytes, int]:
         _REQUEST_START[0], stamp(0x09, start), _REQUEST_START[1],
         _REQUEST_END[0], stamp(0x09, end), _REQUEST_END[1], top_flags,
     )))  # fmt: skip
-    return b"".join([b"\x12" + _varint(len(span)) + span for span in spans]), len(spans)
+    return _spans_fields(spans)
 
 
 def _expanded(wire: tuple[Any, ...]) -> tuple[bytes, int]:
-    spans = record_span_bytes(expand(wire))
+    return _spans_fields(record_span_bytes(expand(wire)))
+
+
+def _spans_fields(spans: list[bytes]) -> tuple[bytes, int]:
+    """Serialized Spans as ScopeSpans ``spans`` fields (2), and how many."""
     return b"".join([b"\x12" + _varint(len(span)) + span for span in spans]), len(spans)
 
 
@@ -193,7 +197,7 @@ def _attributes_of(attributes: dict[str, Any]) -> bytes:
     True and 1 are equal keys, not equal attributes)."""
     try:
         key = (tuple(attributes.items()), tuple(map(type, attributes.values())))
-        return _cached(_ATTRIBUTES, key, attributes)
+        return _cached(_ATTRIBUTES, key, lambda: _attribute_bytes(attributes, b"\x4a"))
     except TypeError:  # an unhashable value
         return _attribute_bytes(attributes, b"\x4a")
 
@@ -216,13 +220,14 @@ _NAME_KIND: dict[tuple[str, int], bytes] = {}
 _EVENT = _EventPieces()
 _ATTRIBUTES: dict[tuple[tuple[Any, ...], tuple[type, ...]], bytes] = {}
 _CACHE_MAX = 4096
+_Value = TypeVar("_Value")
 
 
-def _cached(cache: dict[Any, bytes], key: Any, attributes: dict[str, Any]) -> bytes:
-    """``attributes``' bytes, kept in ``cache`` under ``key`` (what they are made of)."""
+def _cached(cache: dict[Any, _Value], key: Any, make: Callable[[], _Value]) -> _Value:
+    """``cache[key]``, made by ``make`` the first time (a full cache starts over)."""
     found = cache.get(key)
     if found is None:
-        found = _attribute_bytes(attributes, b"\x4a")
+        found = make()
         if len(cache) >= _CACHE_MAX:
             cache.clear()
         cache[key] = found
@@ -230,32 +235,26 @@ def _cached(cache: dict[Any, bytes], key: Any, attributes: dict[str, Any]) -> by
 
 
 def _batch_size(size: int) -> bytes:
-    found = _BATCH_SIZE.get(size)
-    return found if found is not None else _cached(_BATCH_SIZE, size, {"pbd.batch_size": size})
+    return _cached(_BATCH_SIZE, size, lambda: _attribute_bytes({"pbd.batch_size": size}, b"\x4a"))
 
 
 def _compute_attributes(instance: str, batch_size: int) -> bytes:
-    key = (instance, batch_size)
-    found = _COMPUTE_ATTRIBUTES.get(key)
-    if found is None:
-        attributes = {"model.instance": instance, "pbd.batch_size": batch_size}
-        found = _cached(_COMPUTE_ATTRIBUTES, key, attributes)
-    return found
+    attributes = {"model.instance": instance, "pbd.batch_size": batch_size}
+    return _cached(
+        _COMPUTE_ATTRIBUTES, (instance, batch_size), lambda: _attribute_bytes(attributes, b"\x4a")
+    )
 
 
 def _server_pieces(
     system: str, method: str, model: str, version: str, status: int
 ) -> tuple[bytes, bytes]:
     """The server span's name and kind fields, and its attributes'."""
-    key = (system, method, model, version, status)
-    found = _SERVER.get(key)
-    if found is None:
+
+    def make() -> tuple[bytes, bytes]:
         name, attributes = server_span(system, method, model, version, status)
-        found = (_name_kind(name, KIND_SERVER), _attribute_bytes(attributes, b"\x4a"))
-        if len(_SERVER) >= _CACHE_MAX:
-            _SERVER.clear()
-        _SERVER[key] = found
-    return found
+        return _name_kind(name, KIND_SERVER), _attribute_bytes(attributes, b"\x4a")
+
+    return _cached(_SERVER, (system, method, model, version, status), make)
 
 
 def _name_kind(name: str, kind: int) -> bytes:

@@ -1,13 +1,12 @@
 """pbd's OTLP gRPC span exporter: the SDK's, fed pbd's span records without re-encoding.
 
-The batch processor's queue holds ``EncodedSpans`` (the daemon's spans of one request, written
-by ``encode.encode_record``; or the record's tuple, written here; or a ``TraceRecord``) and
-``WorkerSpans`` (a worker's spans, already OTLP bytes) next
-to any SDK ``ReadableSpan``. ``_translate_data`` writes the export request's bytes from them
-directly: records into one ResourceSpans under the daemon's resource, a worker's ScopeSpans
-copied over as they are, SDK spans through the SDK's encoder. The bytes go out as they are
-(the stub's Export takes bytes: no message is built, parsed or serialized again). Transport,
-retries, headers, TLS and compression stay the SDK exporter's.
+The exporter process's batch processor holds ``EncodedSpans`` (the daemon's spans of one
+request, written by ``encode.encode_record``) and ``WorkerSpans`` (a worker's spans, already
+OTLP bytes) next to any SDK ``ReadableSpan``. ``_translate_data`` writes the export request's
+bytes from them directly: pbd's spans into one ResourceSpans under the daemon's resource, a
+worker's ScopeSpans copied over as they are, SDK spans through the SDK's encoder. The bytes go
+out as they are (the stub's Export takes bytes: no message is built, parsed or serialized
+again). Transport, retries, headers, TLS and compression stay the SDK exporter's.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ResourcePro
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 
-from pbd.tracing.encode import encode_record, record_span_bytes
-from pbd.tracing.records import SCOPE, EncodedSpans, TraceRecord, WorkerSpans
+from pbd.tracing.records import SCOPE, EncodedSpans, WorkerSpans
 from pbd_worker.otlp import field_bytes, length_delimited_fields
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -61,10 +59,6 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         for item in data:
             if isinstance(item, EncodedSpans):
                 own.append(item.spans)
-            elif isinstance(item, tuple):
-                own.append(encode_record(item)[0])
-            elif isinstance(item, TraceRecord):
-                own += [field_bytes(2, span) for span in record_span_bytes(item)]
             elif isinstance(item, WorkerSpans):
                 for number, resource_spans in length_delimited_fields(item.otlp):
                     if number == 1:  # ExportTraceServiceRequest.resource_spans
@@ -84,10 +78,6 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         for item in data:
             if isinstance(item, EncodedSpans):
                 count += item.count
-            elif isinstance(item, TraceRecord):
-                count += len(item.spans)
-            elif isinstance(item, tuple):
-                count += encode_record(item)[1]
             else:
                 count += 1
         return count

@@ -44,9 +44,9 @@ log = logging.getLogger("pbd.tracing")
 class Tracing:
     """Trace settings plus, when an exporter is configured, the processor spans go to.
 
-    ``queues_records``: the processor's exporter takes pbd's own span records as they are
-    (``pbd.tracing.export.PbdOTLPSpanExporter``); otherwise each span becomes an SDK
-    ``ReadableSpan`` first.
+    ``queues_records``: the processor takes pbd's own records as they are (the tuples
+    ``RequestTrace`` emits, ``WorkerSpans``: ``pbd.tracing.shipper``'s, for the exporter
+    process); otherwise each span becomes an SDK ``ReadableSpan`` first.
     """
 
     def __init__(

@@ -3,11 +3,11 @@
 ``RequestTrace`` notes a request's times and ids and hands ``Tracing.emit`` one flat tuple
 (``RECORD_FIELDS``); ``expand`` turns it into a ``TraceRecord``, its spans as ``SpanData``
 tuples. With pbd's OTLP exporter (``pbd.tracing.export``) the tuple crosses to the exporter
-process as it is, is expanded there and written into the export request
-(``record_span_bytes``); with any other processor (the console exporter, the SDK's in-memory
-exporter in tests) each span becomes an SDK ``ReadableSpan`` (``readable_spans``). Worker
-spans arrive OTLP-encoded and travel the same two ways (``WorkerSpans`` or
-``readable_from_otlp``).
+process as it is and is written there straight into OTLP bytes (``encode.encode_record``,
+which expands only what it does not write itself); with any other processor (the console
+exporter, the SDK's in-memory exporter in tests) each span becomes an SDK ``ReadableSpan``
+(``readable_spans``). Worker spans arrive OTLP-encoded and travel the same two ways
+(``WorkerSpans`` or ``readable_from_otlp``).
 """
 
 from __future__ import annotations

@@ -18,10 +18,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from pbd.tracing.export import PbdOTLPSpanExporter
+from pbd.tracing.export_process import from_wire
 from pbd.tracing.provider import Tracing
 from pbd.tracing.records import RECORD_FIELDS, readable_from_otlp
 from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.tracing.settings import TraceSettings, parse_trace_config
+from pbd.tracing.shipper import to_wire
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.otlp import parse_traceparent
 from pbd_worker.tracing import WorkerTracing
@@ -85,7 +87,8 @@ def test_pbd_exporter_sends_what_the_sdk_path_gets() -> None:
             sdk_tracing.emit(item)
     exporter = PbdOTLPSpanExporter(direct.resource, endpoint="http://127.0.0.1:9")
     try:
-        request = exporter._translate_data(direct_way.items)
+        # As the records reach the exporter process's exporter: through the pipe.
+        request = exporter._translate_data([from_wire(to_wire(i)) for i in direct_way.items])
     finally:
         exporter.shutdown()
     wire = ExportTraceServiceRequest.FromString(request)
