@@ -234,14 +234,24 @@ def _cached(cache: dict[Any, _Value], key: Any, make: Callable[[], _Value]) -> _
     return found
 
 
+# The request path's lookups: a hit costs one dict get; ``_cached`` (and the maker) only on a
+# miss.
+
+
 def _batch_size(size: int) -> bytes:
-    return _cached(_BATCH_SIZE, size, lambda: _attribute_bytes({"pbd.batch_size": size}, b"\x4a"))
+    return _BATCH_SIZE.get(size) or _cached(
+        _BATCH_SIZE, size, lambda: _attribute_bytes({"pbd.batch_size": size}, b"\x4a")
+    )
 
 
 def _compute_attributes(instance: str, batch_size: int) -> bytes:
-    attributes = {"model.instance": instance, "pbd.batch_size": batch_size}
-    return _cached(
-        _COMPUTE_ATTRIBUTES, (instance, batch_size), lambda: _attribute_bytes(attributes, b"\x4a")
+    key = (instance, batch_size)
+    return _COMPUTE_ATTRIBUTES.get(key) or _cached(
+        _COMPUTE_ATTRIBUTES,
+        key,
+        lambda: _attribute_bytes(
+            {"model.instance": instance, "pbd.batch_size": batch_size}, b"\x4a"
+        ),
     )
 
 
@@ -249,12 +259,16 @@ def _server_pieces(
     system: str, method: str, model: str, version: str, status: int
 ) -> tuple[bytes, bytes]:
     """The server span's name and kind fields, and its attributes'."""
+    key = (system, method, model, version, status)
+    found = _SERVER.get(key)
+    if found is not None:
+        return found
 
     def make() -> tuple[bytes, bytes]:
         name, attributes = server_span(system, method, model, version, status)
         return _name_kind(name, KIND_SERVER), _attribute_bytes(attributes, b"\x4a")
 
-    return _cached(_SERVER, (system, method, model, version, status), make)
+    return _cached(_SERVER, key, make)
 
 
 def _name_kind(name: str, kind: int) -> bytes:
