@@ -93,6 +93,31 @@ def build_request(model: str, shape: list[int], seed: int = 0) -> tuple[bytes, b
     return request.SerializeToString(), data
 
 
+def build_shm_request(model: str, shape: list[int], input_region: str, output_region: str) -> bytes:
+    """A serialized FP32 ``ModelInferRequest`` whose ``INPUT0`` is read from, and whose
+    ``OUTPUT0`` is written to, registered system shared-memory regions (offset 0, the tensor's
+    size each): the system shared-memory extension, no tensor bytes on the wire."""
+    nbytes = 4 * math.prod(shape)
+    request = service_pb2.ModelInferRequest(model_name=model, id="bench")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=shape)
+    output = request.outputs.add(name="OUTPUT0")
+    for entry, region in ((tensor, input_region), (output, output_region)):
+        entry.parameters["shared_memory_region"].string_param = region
+        entry.parameters["shared_memory_byte_size"].int64_param = nbytes
+    return request.SerializeToString()
+
+
+def check_shm_response(raw: bytes, shape: list[int]) -> None:
+    """Raise :class:`ResponseMismatch` unless ``raw`` names ``OUTPUT0`` FP32 ``shape`` and
+    carries no tensor bytes (they went to the output region; the caller compares those)."""
+    response = service_pb2.ModelInferResponse.FromString(raw)
+    outputs = [(o.name, o.datatype, list(o.shape)) for o in response.outputs]
+    if outputs != [("OUTPUT0", "FP32", shape)]:
+        raise ResponseMismatch(f"expected OUTPUT0 FP32 {shape}, got {outputs}")
+    if any(response.raw_output_contents):
+        raise ResponseMismatch("output bytes on the wire although a region was given")
+
+
 def check_response(raw: bytes, shape: list[int], data: bytes) -> None:
     """Raise :class:`ResponseMismatch` unless ``raw`` answers ``OUTPUT0`` = the input."""
     response = service_pb2.ModelInferResponse.FromString(raw)
@@ -144,15 +169,23 @@ async def run_load(
     call_timeout: float = 30.0,
     check_every: int = 64,
     clocks: Mapping[str, Callable[[], float]] | None = None,
+    check: Callable[[bytes], None] | None = None,
 ) -> LoadStats:
     """Measure one closed-loop window against ``target`` (see the module docstring).
 
     ``clocks`` are CPU-seconds counters (e.g. the server's) read when the window opens and closes.
+    ``check`` raises :class:`ResponseMismatch` for a wrong answer; by default
+    :func:`check_response` with ``shape`` and ``data``.
     """
+    if check is None:
+
+        def check(raw: bytes) -> None:
+            check_response(raw, shape, data)
+
     window = _Window({"client": time.process_time, **(clocks or {})})
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(MODEL_INFER)
-        check_response(await call(payload, timeout=call_timeout), shape, data)
+        check(await call(payload, timeout=call_timeout))
         loop = asyncio.get_running_loop()
         opener = loop.call_later(warmup, window.open)
         closer = loop.call_later(warmup + duration, window.close)
@@ -171,7 +204,7 @@ async def run_load(
                 window.completions += 1
                 if window.completions % check_every == 0:
                     try:
-                        check_response(raw, shape, data)
+                        check(raw)
                     except ResponseMismatch:
                         window.mismatches += 1
                 if window.start <= ended <= window.end:

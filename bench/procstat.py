@@ -7,6 +7,7 @@ has none. RSS is ``VmRSS`` and the lifetime peak ``VmHWM`` from ``/proc/<pid>/st
 from __future__ import annotations
 
 import os
+import platform
 import threading
 from pathlib import Path
 
@@ -64,6 +65,14 @@ def machine_seconds() -> tuple[float, float]:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
     return (user + nice + system + irq + softirq) / _TICKS, steal / _TICKS
+
+
+def cpu_model() -> str:
+    """The first CPU's model name from ``/proc/cpuinfo``."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def command_line(pid: int) -> str:

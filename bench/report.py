@@ -24,8 +24,16 @@ class Scenario:
 
 @dataclass
 class ScenarioResult:
+    """One scenario's runs on two servers: ``servers`` is (baseline, subject), and the ratios
+    are the subject's over the baseline's (pbd over echo in ``python -m bench``)."""
+
     scenario: Scenario
-    runs: dict[str, list[LoadStats]] = field(default_factory=lambda: {s: [] for s in SERVERS})
+    runs: dict[str, list[LoadStats]] = field(default_factory=dict)
+    servers: tuple[str, str] = SERVERS
+
+    def __post_init__(self) -> None:
+        for server in self.servers:
+            self.runs.setdefault(server, [])
 
     def median(self, server: str, attr: str) -> float:
         values = [getattr(run, attr) for run in self.runs[server]]
@@ -53,27 +61,28 @@ class ScenarioResult:
 
     @property
     def ratio(self) -> float:
-        """pbd's throughput over the echo server's: the headline number."""
-        echo, pbd = self.median("echo", "infer_per_s"), self.median("pbd", "infer_per_s")
-        return pbd / echo if echo > 0 else math.nan
+        """The subject's throughput over the baseline's (pbd over echo): the headline number."""
+        base, subject = (self.median(s, "infer_per_s") for s in self.servers)
+        return subject / base if base > 0 else math.nan
 
     @property
     def cpu_ratio(self) -> float:
-        """pbd's server CPU per infer over the echo server's: steadier on a shared machine."""
-        echo, pbd = self.cpu_us_per_infer("echo"), self.cpu_us_per_infer("pbd")
-        return pbd / echo if echo > 0 else math.nan
+        """The subject's server CPU per infer over the baseline's: steadier on a shared machine."""
+        base, subject = (self.cpu_us_per_infer(s) for s in self.servers)
+        return subject / base if base > 0 else math.nan
 
     @property
     def valid(self) -> bool:
         return all(run.valid for runs in self.runs.values() for run in runs)
 
     def summary(self) -> dict[str, object]:
+        base, subject = self.servers
         out: dict[str, object] = {
             **asdict(self.scenario),
-            "ratio_pbd_over_echo": self.ratio,
-            "cpu_ratio_pbd_over_echo": self.cpu_ratio,
+            f"ratio_{subject}_over_{base}": self.ratio,
+            f"cpu_ratio_{subject}_over_{base}": self.cpu_ratio,
         }
-        for server in SERVERS:
+        for server in self.servers:
             if self.runs[server]:
                 out[server] = {
                     "infer_per_s": self.median(server, "infer_per_s"),
@@ -102,10 +111,23 @@ def _num(value: float, width: int, digits: int = 0) -> str:
     return f"{'-':>{width}}" if math.isnan(value) else f"{value:>{width}.{digits}f}"
 
 
-TABLE_HEAD = (
-    f"{'scenario':<18}{'conc':>5} |{'echo/s':>8}{'p50':>7}{'p99':>7}{'cpu':>6} |"
-    f"{'pbd/s':>8}{'p50':>7}{'p99':>7}{'cpu':>6} |{'pbd/echo':>9}{'cpu x':>7}  note"
-)
+def _rate_width(server: str) -> int:
+    return max(8, len(server) + 3)
+
+
+def _ratio_width(servers: tuple[str, str]) -> int:
+    return max(9, len(servers[0]) + len(servers[1]) + 2)
+
+
+def table_head(servers: tuple[str, str] = SERVERS) -> str:
+    cells = [f"{'scenario':<18}{'conc':>5} |"]
+    for server in servers:
+        cells.append(f"{server + '/s':>{_rate_width(server)}}{'p50':>7}{'p99':>7}{'cpu':>6} |")
+    ratio = f"{servers[1]}/{servers[0]}"
+    return "".join(cells) + f"{ratio:>{_ratio_width(servers)}}{'cpu x':>7}  note"
+
+
+TABLE_HEAD = table_head()
 TABLE_FOOT = (
     "infer/s, p50/p99 latency (ms): medians over repeats; cpu: server CPU µs per infer"
     " (daemon + workers for pbd);\npbd/echo: throughput ratio; cpu x: pbd's CPU per infer"
@@ -115,21 +137,21 @@ TABLE_FOOT = (
 
 def format_row(res: ScenarioResult) -> str:
     cells = [f"{res.scenario.name:<18}{res.scenario.concurrency:>5} |"]
-    for server in SERVERS:
+    for server in res.servers:
         cells.append(
-            _num(res.median(server, "infer_per_s"), 8)
+            _num(res.median(server, "infer_per_s"), _rate_width(server))
             + _num(res.median(server, "p50_ms"), 7, 2)
             + _num(res.median(server, "p99_ms"), 7, 2)
             + _num(res.cpu_us_per_infer(server), 6)
             + " |"
         )
-    cells.append(_num(res.ratio, 9, 2) + _num(res.cpu_ratio, 7, 2))
+    cells.append(_num(res.ratio, _ratio_width(res.servers), 2) + _num(res.cpu_ratio, 7, 2))
     return "".join(cells) + "  " + _note(res)
 
 
 def _note(res: ScenarioResult) -> str:
     notes = []
-    for server in SERVERS:
+    for server in res.servers:
         runs = res.runs[server]
         errors = sum(run.errors for run in runs)
         mismatches = sum(run.mismatches for run in runs)
@@ -151,12 +173,13 @@ def _note(res: ScenarioResult) -> str:
 
 def format_memory(memory: dict[str, object]) -> str:
     lines = []
+    width = max([24, *(len(key) + 2 for key in memory)])
     for key, value in memory.items():
         if isinstance(value, int):
-            lines.append(f"  {key:<24}{value / 1024:8.1f} MiB")
+            lines.append(f"  {key:<{width}}{value / 1024:8.1f} MiB")
         elif isinstance(value, dict):
             per = ", ".join(f"pid {pid}: {kib / 1024:.1f} MiB" for pid, kib in value.items())
-            lines.append(f"  {key:<24}{per or '-'}")
+            lines.append(f"  {key:<{width}}{per or '-'}")
         else:
-            lines.append(f"  {key:<24}{value}")
+            lines.append(f"  {key:<{width}}{value}")
     return "\n".join(lines)

@@ -15,10 +15,9 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -26,7 +25,6 @@ import grpc
 from bench import procstat
 from bench.loadgen import LoadStats, ResponseMismatch, build_request, run_load
 from bench.report import (
-    SERVERS,
     TABLE_FOOT,
     TABLE_HEAD,
     Scenario,
@@ -34,7 +32,14 @@ from bench.report import (
     format_memory,
     format_row,
 )
-from bench.servers import ROOT, ServerProcess, leftover_segments, start_echo, start_pbd
+from bench.servers import (
+    ROOT,
+    ServerProcess,
+    kill_leftovers,
+    leftover_segments,
+    start_echo,
+    start_pbd,
+)
 from pbd.memory.malloc import describe
 
 MODEL = "identity_fp32"
@@ -51,19 +56,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="pbd against a bare gRPC echo server, same run"
     )
+    add_common_args(parser, RESULTS / "latest.json")
+    add = parser.add_argument
+    add("--only", choices=["echo", "pbd"], help="measure one server only")
+    add("--no-malloc-tuning", action="store_true", help="echo server keeps glibc's defaults")
+    add("--model-repository", type=Path, default=ROOT / "examples" / "models")
+    return check_common_args(parser, parser.parse_args(argv))
+
+
+def add_common_args(parser: argparse.ArgumentParser, json_path: Path) -> None:
+    """The options every same-run comparison takes (``bench``, ``bench.vs_triton``)."""
     add = parser.add_argument
     add("--duration", type=float, default=5.0, help="measured seconds per run (default 5)")
     add("--warmup", type=float, default=1.0, help="unmeasured seconds before each run (default 1)")
     add("--repeat", type=int, default=1, help="runs per scenario and server; medians are kept")
     add("--max-requests", type=int, default=200_000, help="hard cap on requests per run")
     add("--quick", action="store_true", help="duration 1 s, warm-up 0.3 s (for tests)")
-    add("--only", choices=["echo", "pbd"], help="measure one server only")
-    add("--no-malloc-tuning", action="store_true", help="echo server keeps glibc's defaults")
     add("--pbd-arg", action="append", default=[], metavar="FLAG", help="extra `pbd serve` flag")
-    add("--model-repository", type=Path, default=ROOT / "examples" / "models")
-    add("--python", default=sys.executable, help="interpreter for both servers")
-    add("--json", type=Path, default=RESULTS / "latest.json", help="where to write the results")
-    opts = parser.parse_args(argv)
+    add("--python", default=sys.executable, help="interpreter for the Python servers")
+    add("--json", type=Path, default=json_path, help="where to write the results")
+
+
+def check_common_args(
+    parser: argparse.ArgumentParser, opts: argparse.Namespace
+) -> argparse.Namespace:
+    """``--quick`` applied and the bounds checked; ``opts`` back."""
     if opts.quick:
         opts.duration, opts.warmup = 1.0, 0.3
     if opts.repeat < 1 or opts.duration <= 0 or opts.warmup < 0 or opts.max_requests < 1:
@@ -71,27 +88,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return opts
 
 
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def header(opts: argparse.Namespace) -> dict[str, object]:
+def common_header(opts: argparse.Namespace) -> dict[str, object]:
     return {
         "cpus": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": procstat.cpu_model(),
         "python": platform.python_version(),
         "grpcio": grpc.__version__,
         "malloc_tuning": describe(),
-        "echo_malloc_tuning": not opts.no_malloc_tuning,
         "duration_s": opts.duration,
         "warmup_s": opts.warmup,
         "repeat": opts.repeat,
         "max_requests": opts.max_requests,
         "pbd_args": opts.pbd_arg,
     }
+
+
+def header(opts: argparse.Namespace) -> dict[str, object]:
+    return {**common_header(opts), "echo_malloc_tuning": not opts.no_malloc_tuning}
 
 
 @contextlib.contextmanager
@@ -116,17 +129,8 @@ def servers(
         for name, server in started.items():
             finish[f"{name}_exit_code"] = server.stop()
         if "pbd" in started:
-            finish["pbd_workers_left"] = _kill_leftovers(workers)
+            finish["pbd_workers_left"] = kill_leftovers(workers)
             finish["pbd_shm_left"] = leftover_segments(shm_prefix)
-
-
-def _kill_leftovers(workers: dict[int, int | None]) -> list[int]:
-    """Workers that outlived their daemon (same PID, same start time): killed by PID, listed."""
-    left = [pid for pid, ticks in workers.items() if ticks and procstat.start_ticks(pid) == ticks]
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return left
 
 
 async def measure(
@@ -137,33 +141,54 @@ async def measure(
     for scenario in SCENARIOS:
         result = ScenarioResult(scenario)
         payload, data = build_request(MODEL, scenario.shape)
-        for repeat in range(opts.repeat):
-            order = SERVERS if repeat % 2 == 0 else SERVERS[::-1]
-            for name in (n for n in order if n in started):
-                pid = started[name].pid
-                try:
-                    stats: LoadStats = await run_load(
-                        started[name].target,
-                        payload,
-                        scenario.shape,
-                        data,
-                        concurrency=scenario.concurrency,
-                        duration=opts.duration,
-                        warmup=opts.warmup,
-                        max_requests=opts.max_requests,
-                        clocks={
-                            "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
-                            "machine_busy": lambda: procstat.machine_seconds()[0],
-                            "machine_steal": lambda: procstat.machine_seconds()[1],
-                        },
-                    )
-                except (ResponseMismatch, grpc.RpcError, TimeoutError) as exc:
-                    raise RuntimeError(f"{name}, {scenario.name}: {exc!r}") from exc
-                result.runs[name].append(stats)
+        await measure_scenario(opts, started, result, payload, data)
         results.append(result)
         print(format_row(result), flush=True)
     print(TABLE_FOOT)
     return results
+
+
+async def measure_scenario(
+    opts: argparse.Namespace,
+    started: dict[str, ServerProcess],
+    result: ScenarioResult,
+    payload: bytes,
+    data: bytes,
+    check: Callable[[bytes], None] | None = None,
+    before_run: Callable[[str], None] | None = None,
+) -> None:
+    """``opts.repeat`` runs of ``payload`` on each started server of ``result.servers``, added
+    to ``result``. The servers take turns: in ``result.servers`` order on even repeats, reversed
+    on odd ones, so drift of the machine touches both. Server CPU is the process and its
+    children. ``check`` is run_load's answer check; ``before_run(server name)`` is called
+    before each run. A wrong first answer or a transport failure raises RuntimeError."""
+    scenario = result.scenario
+    for repeat in range(opts.repeat):
+        order = result.servers if repeat % 2 == 0 else result.servers[::-1]
+        for name in (n for n in order if n in started):
+            pid = started[name].pid
+            if before_run is not None:
+                before_run(name)
+            try:
+                stats: LoadStats = await run_load(
+                    started[name].target,
+                    payload,
+                    scenario.shape,
+                    data,
+                    concurrency=scenario.concurrency,
+                    duration=opts.duration,
+                    warmup=opts.warmup,
+                    max_requests=opts.max_requests,
+                    clocks={
+                        "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
+                        "machine_busy": lambda: procstat.machine_seconds()[0],
+                        "machine_steal": lambda: procstat.machine_seconds()[1],
+                    },
+                    check=check,
+                )
+            except (ResponseMismatch, grpc.RpcError, TimeoutError) as exc:
+                raise RuntimeError(f"{name}, {scenario.name}: {exc!r}") from exc
+            result.runs[name].append(stats)
 
 
 def idle_memory(started: dict[str, ServerProcess]) -> dict[str, object]:

@@ -1,11 +1,13 @@
-"""The two servers under test as child processes: start, wait until ready, stop by PID.
+"""The servers under test as child processes: start, wait until ready, stop by PID.
 
-Each binds 127.0.0.1 on a port found free just before, writes its output to a log file, and
-is stopped with SIGTERM to its PID, then SIGKILL to its PID when it outlives ``grace``.
+The echo server, pbd and (``python -m bench.vs_triton``) Triton. Each binds 127.0.0.1 on a port
+found free just before, writes its output to a log file, and is stopped with SIGTERM to its
+PID, then SIGKILL to its PID when it outlives ``grace``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,6 +20,7 @@ from typing import IO
 import grpc
 import tritonclient.grpc as grpcclient
 
+from bench import procstat
 from bench.loadgen import MODEL_INFER, build_request, check_response
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +84,15 @@ class ServerProcess:
             f"{self.name} not ready after {timeout:.0f}s ({last}); log {self.log_path}"
         )
 
+    def ready_or_stopped(self, probe: Callable[[], bool], timeout: float) -> ServerProcess:
+        """:meth:`wait_ready`, this process back; stopped (by PID) when it never got ready."""
+        try:
+            self.wait_ready(probe, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
     def stop(self, grace: float = 15.0) -> int:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; the exit code."""
         if self.proc.poll() is None:
@@ -114,15 +126,11 @@ def start_echo(python: str, log_dir: Path, malloc_tuning: bool = True) -> Server
     if not malloc_tuning:
         argv.append("--no-malloc-tuning")
     server = ServerProcess("echo", argv, port, log_dir / "echo.log")
-    try:
-        server.wait_ready(lambda: echo_answers(server.target), timeout=30)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return server.ready_or_stopped(lambda: echo_answers(server.target), timeout=30)
 
 
-def pbd_ready(target: str, model: str) -> bool:
+def model_ready(target: str, model: str) -> bool:
+    """ServerReady and ModelReady over KServe v2 gRPC (pbd and Triton alike)."""
     with grpcclient.InferenceServerClient(target) as client:
         return bool(client.is_server_ready() and client.is_model_ready(model))
 
@@ -151,12 +159,45 @@ def start_pbd(
         *extra_args,
     ]  # fmt: skip
     server = ServerProcess(name, argv, port, log_dir / f"{name}.log", env)
-    try:
-        server.wait_ready(lambda: pbd_ready(server.target, model), timeout=timeout)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return server.ready_or_stopped(lambda: model_ready(server.target, model), timeout=timeout)
+
+
+def start_triton(
+    tritonserver: str,
+    log_dir: Path,
+    repository: Path,
+    model: str,
+    extra_args: list[str],
+    timeout: float = 120.0,
+) -> ServerProcess:
+    """Triton (``tritonserver``: the launcher scripts/triton.sh makes) serving ``model`` from
+    ``repository``. Triton binds 0.0.0.0 unless told otherwise: gRPC, HTTP and metrics are
+    each given 127.0.0.1 and a free port."""
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    argv = [
+        tritonserver,
+        "--model-repository", str(repository),
+        "--model-control-mode", "explicit",
+        "--load-model", model,
+        "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port),
+        "--http-address", "127.0.0.1", "--http-port", str(http_port),
+        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
+        "--allow-gpu-metrics", "false",
+        "--log-verbose", "0",
+        *extra_args,
+    ]  # fmt: skip
+    server = ServerProcess("triton", argv, grpc_port, log_dir / "triton.log")
+    return server.ready_or_stopped(lambda: model_ready(server.target, model), timeout=timeout)
+
+
+def kill_leftovers(processes: dict[int, int | None]) -> list[int]:
+    """Of ``{pid: start ticks}`` read before their parent was stopped, those still alive (same
+    PID, same start time): killed by PID with SIGKILL, and listed."""
+    left = [pid for pid, ticks in processes.items() if ticks and procstat.start_ticks(pid) == ticks]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def leftover_segments(prefix: str, shm_dir: str = "/dev/shm") -> list[str]:
