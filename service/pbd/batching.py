@@ -66,6 +66,10 @@ def gather(
 
 
 class DynamicBatcher(PriorityQueues):
+    # An instance gets its next batch only once idle, as Triton does: a pipelined batch would
+    # be formed early and split what could have been one batch.
+    pipelined = False
+
     def __init__(self, name: str, policy: BatchingPolicy) -> None:
         super().__init__(name, policy)
         self._finished: dict[int, tuple[Batch, list[InferResult | PbdError]]] = {}

@@ -25,7 +25,7 @@ from pbd.grpc.server import build_server, secure_socket
 from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
-from pbd.instances.supervisor import VersionRuntime
+from pbd.instances.version import VersionRuntime
 from pbd.memory.client_shm import ClientShmRegistry
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc

@@ -116,6 +116,13 @@ class _Level:
 
 
 class PriorityQueues:
+    # Whether a request's own task runs it once an instance's room is granted to it (one
+    # request per execute: pbd.instances.dispatch), or a dispatcher task forms batches.
+    grants = False
+    # Whether an instance may be sent its next batch before the last one was answered
+    # (--worker-pipeline-depth); the dynamic batcher waits, so as not to split a batch.
+    pipelined = True
+
     def __init__(self, name: str, policy: BatchingPolicy) -> None:
         self.name = name  # "model 'x' version 1", for the message of a full queue
         self.policy = policy
@@ -131,6 +138,10 @@ class PriorityQueues:
 
     def __len__(self) -> int:
         return sum(level.live() for level in self._levels.values())
+
+    def empty(self) -> bool:
+        """Nothing queued, not even requests whose callers gave up (O(levels), unlike len)."""
+        return not any(level.waiting or level.delayed for level in self._levels.values())
 
     def submit(self, prepared: PreparedRequest) -> asyncio.Future[InferResult]:
         """Queue a request; raises UNAVAILABLE when its level's queue is full."""
@@ -251,6 +262,8 @@ class PriorityQueues:
 
 class RequestQueue(PriorityQueues):
     """Triton's default scheduler, bounded by ``max_size`` (0: unbounded)."""
+
+    grants = True
 
     def __init__(self, name: str = "", max_size: int = 0) -> None:
         super().__init__(name, BatchingPolicy(default_policy=QueuePolicy(max_size)))

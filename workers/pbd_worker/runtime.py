@@ -1,8 +1,10 @@
 """The worker process: connect to the daemon, initialize the model, execute batches.
 
-Threads: a reader thread reads frames (``ipc.inbox``: cancellations are applied at once,
-the rest queued); the main thread takes them in order and runs the model; model threads may
-send responses with the response sender (``streaming``); a heartbeat thread sends
+Threads: the main thread reads the daemon's frames and runs the model, one frame after the
+other (a cancellation the daemon sends while ``execute()`` runs is seen at once through its
+cancellation page, ``ipc.cancel_flags``; no thread hands frames over, so a request costs no
+thread switch); model threads may send responses with the response sender (``streaming``);
+a heartbeat thread sends
 ``Heartbeat`` every interval (and exits the process if the daemon can no longer be reached,
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
 or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
@@ -32,9 +34,9 @@ from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
+from pbd_worker.ipc.cancel_flags import CancelFlags
 from pbd_worker.ipc.cuda import gpu_inputs
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.inbox import Inbox
 from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.lifecycle import ask_ready, auto_complete
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
@@ -141,13 +143,15 @@ class WorkerRuntime:
                     )
                 )
             )
-            inbox = Inbox(self.link, self.live.cancel, self.live.arrived).start()
             while self.exit_code is None:
-                message = inbox.next()
+                message = self.link.next()
                 if message is None:
                     return
                 self.handle(message)
-        except (BrokenPipeError, ConnectionResetError):
+        except (OSError, ValueError):
+            return  # the connection broke (or was closed under us): same as EOF
+        except Exception:  # a malformed frame: the connection cannot be trusted any more
+            log.exception("reading from the daemon failed; dropping the connection")
             return
         finally:
             self.link.disconnect()
@@ -180,6 +184,8 @@ class WorkerRuntime:
                 )
             if self.notify.enabled:
                 self.notify.status(self._status())
+        elif kind == "cancel":
+            self.live.cancel(list(message.cancel.request_ids))
         elif kind == "release":
             assert self.executor is not None
             self.executor.release(list(message.release.batch_ids))
@@ -282,6 +288,7 @@ class WorkerRuntime:
             )
         self.model = model
         self.live.decoupled = _decoupled(args)
+        self._attach_cancel_flags(init, shm_dir)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init, shm_dir)
         self.executor = BatchExecutor(
@@ -324,10 +331,18 @@ class WorkerRuntime:
         self.inputs = SegmentMap(shm_dir)
         self.outputs = self._output_arena(init, shm_dir)
         self.executor.rebind(self.inputs, self.outputs)
+        self._attach_cancel_flags(init, shm_dir)
         self.bls.cuda.close()  # the old daemon's pools and its clients' registrations
         self.bls.bind(self.inputs, self.outputs)
         log.info("re-attached to a new daemon without re-initializing the model")
         return wpb.Initialized(adopted=True)
+
+    def _attach_cancel_flags(self, init: wpb.Initialize, shm_dir: str) -> None:
+        if self.live.flags is not None:
+            self.live.flags.close()
+        self.live.flags = (
+            CancelFlags.attach(init.cancel_region, shm_dir) if init.cancel_region else None
+        )
 
     @staticmethod
     def _output_arena(init: wpb.Initialize, shm_dir: str) -> Arena:
@@ -367,6 +382,7 @@ class WorkerRuntime:
         if self.outputs is not None:
             self.outputs.close()
             self.outputs = None
+        self.live.forget_all()
         self.notify.close()
 
 

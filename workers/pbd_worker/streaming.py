@@ -1,10 +1,10 @@
 """The worker's requests still being answered: cancellation and response-sender delivery.
 
-Request ids are the daemon's, unique for the connection. A request is *pending* from the
-moment the reader thread reads its Execute until the main thread builds it, then *live* until
-its last response left (execute returned its response, or the sender sent the final flag).
-``CancelRequests`` marks live requests cancelled at once, pending ones when they are built;
-ids of finished requests are ignored.
+Request ids are the daemon's, unique for the connection. A request is *live* from the moment
+its batch starts until its last response left (execute returned its response, or the sender
+sent the final flag). The daemon cancels a request on its cancellation page
+(``ipc.cancel_flags``), which ``is_cancelled()`` reads at once, and with a ``CancelRequests``
+frame, which the main loop reads between batches; ids of finished requests are ignored.
 
 A response sent with the response sender travels as a ``StreamedResponse`` frame. Its output
 blocks are held under an id with the top bit set (so one ``Release`` message frees batches
@@ -14,6 +14,7 @@ and streamed responses alike) until the daemon wrote them to the client.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import threading
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.cancel_flags import CancelFlags
 from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -41,17 +43,11 @@ class LiveRequests:
         self.decoupled = decoupled
         self.executor: BatchExecutor | None = None
         self._lock = threading.Lock()
-        self._pending: set[int] = set()
-        self._cancelled_early: set[int] = set()
+        self.flags: CancelFlags | None = None  # the daemon's cancellation page
         self._live: dict[int, tuple[InferenceRequest, wpb.Request]] = {}
         self._held_ids = itertools.count(1)
 
-    # -- bookkeeping (reader thread, main thread) -----------------------------------------------
-
-    def arrived(self, execute: wpb.Execute) -> None:
-        """The reader thread read ``execute``: its requests may be cancelled from now on."""
-        with self._lock:
-            self._pending.update(r.request_id for r in execute.requests)
+    # -- bookkeeping (main thread, model threads) ------------------------------------------------
 
     def cancel(self, request_ids: list[int]) -> None:
         with self._lock:
@@ -59,29 +55,26 @@ class LiveRequests:
                 live = self._live.get(request_id)
                 if live is not None:
                     live[0]._set_cancelled()
-                elif request_id in self._pending:
-                    self._cancelled_early.add(request_id)
 
     def start(self, msg: wpb.Request, request: InferenceRequest) -> None:
-        request._uid = msg.request_id  # type: ignore[attr-defined]
+        request_id = msg.request_id
+        request._uid = request_id  # type: ignore[attr-defined]
+        if self.flags is not None:
+            request._cancel_flag = functools.partial(self.flags.cancelled, request_id)
         with self._lock:
-            self._pending.discard(msg.request_id)
-            self._live[msg.request_id] = (request, msg)
-            if msg.request_id in self._cancelled_early:
-                self._cancelled_early.discard(msg.request_id)
-                request._set_cancelled()
+            self._live[request_id] = (request, msg)
 
     def done(self, request_id: int) -> None:
         with self._lock:
             self._live.pop(request_id, None)
-            self._pending.discard(request_id)
 
     def forget_all(self) -> None:
-        """The daemon is gone: nothing is pending or live any more."""
+        """The daemon is gone: nothing is live any more, its cancellation page is void."""
         with self._lock:
-            self._pending.clear()
-            self._cancelled_early.clear()
             self._live.clear()
+        if self.flags is not None:
+            self.flags.close()
+            self.flags = None
 
     # -- the response sender ----------------------------------------------------------------------
 

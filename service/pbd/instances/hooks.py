@@ -21,11 +21,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from pbd.errors import PbdError
+from pbd.instances.records import State
 from pbd_worker._proto import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance
-    from pbd.instances.supervisor import VersionRuntime
+    from pbd.instances.version import VersionRuntime
 
 log = logging.getLogger("pbd.instances")
 READY_CACHE_S = 1.0
@@ -108,8 +109,7 @@ async def version_ready(runtime: VersionRuntime) -> bool:
 
 
 def _live(instance: Instance) -> bool:
-    # By name: this module is imported by pbd.instances.instance, which defines State.
-    return instance.state.name == "READY" and instance.conn is not None
+    return instance.state is State.READY and instance.conn is not None
 
 
 def log_finalized(instance: Instance, finalized: wpb.Finalized) -> None:
@@ -120,17 +120,14 @@ def log_finalized(instance: Instance, finalized: wpb.Finalized) -> None:
             log.error("%s: finalize() traceback:\n%s", instance.describe(), error.traceback)
 
 
-async def await_finalize(instance: Instance, reader: asyncio.Task[None], timeout: float) -> None:
+async def await_finalize(instance: Instance, disconnected: asyncio.Event, timeout: float) -> None:
     """Wait for the worker to finish finalize() and exit (its connection closes); past
     ``timeout`` say so: the caller then kills the worker."""
     try:
-        await asyncio.wait_for(asyncio.shield(reader), timeout)
+        await asyncio.wait_for(disconnected.wait(), timeout)
     except TimeoutError:
         log.error(
             "%s: finalize() did not return within %gs; killing its worker",
             instance.describe(),
             timeout,
         )
-    except asyncio.CancelledError:
-        if not reader.cancelled():
-            raise

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from pbd.bls import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
-from pbd.instances.hub import WorkerConnection, WorkerHub
+from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.messages import batch_results, execute_message
+from pbd.instances.records import InstancePlan, NotSent, State
 from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
+from pbd.instances.worker_link import WorkerLink
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
@@ -43,24 +44,6 @@ from pbd_worker.ipc.shm import Block
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.
 RELEASE_DELAY_S = 0.002
-
-
-class State(enum.Enum):
-    STARTING = "STARTING"
-    READY = "READY"
-    DEAD = "DEAD"
-    STOPPED = "STOPPED"
-
-
-class NotSent(PbdError):
-    """The batch never reached the worker (its connection had closed): safe to run elsewhere."""
-
-
-@dataclass(frozen=True)
-class InstancePlan:
-    name: str  # Triton's instance name: "<group>_<n>"
-    kind: str  # "CPU" | "GPU" | "MODEL"
-    device_id: int
 
 
 class Instance:
@@ -81,8 +64,10 @@ class Instance:
         tracing: Tracing | None = None,
         memory_limit: int = 0,
         worker_env: WorkerEnv | None = None,
+        on_capacity: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        self.on_capacity = on_capacity  # room in the pipeline was given back
         self.worker_env = worker_env  # run under the model's own Python environment
         self.version = version
         self.model_dir = model_dir
@@ -95,7 +80,7 @@ class Instance:
         self.reason = ""
         self.died = asyncio.Event()
         self.handle: WorkerHandle | None = None
-        self.conn: WorkerConnection | None = None
+        self.conn: WorkerLink | None = None
         self.memory = InstanceMemory(shm_base, settings)
         self.stats = stats if stats is not None else ModelStats()
         self.execute_timeout = execute_timeout
@@ -107,14 +92,17 @@ class Instance:
         self.last_seen = 0.0
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
-        self.inflight = 0  # batches sent and not answered (the supervisor counts them)
+        # Room taken in the pipeline: batches given to this instance (by its dispatch) and not
+        # answered yet; given back by :meth:`_free_room`.
+        self.inflight = 0
         self.draining = False  # being scaled away: finishes its work, takes no more
         self._batch_ids = itertools.count(1)
         # batch id -> (future for its result, the input blocks it holds)
         self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}
         self._to_release: list[int] = []
         self._release_timer: asyncio.TimerHandle | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self.disconnected = asyncio.Event()  # the worker's connection ended
+        self._ending: asyncio.Task[None] | None = None
         self._span_attributes: dict[str, object] | None = None
         self.readiness = ReadinessProbe(self)
         self.streams = InstanceStreams(self)  # request ids, streamed responses, cancellation
@@ -137,6 +125,7 @@ class Instance:
         re-attaches (``adopted``) without initialize() when the model and arguments match; a
         worker of an older configuration exits instead, and systemd starts a fresh one."""
         began = time.perf_counter()
+        self._loop = asyncio.get_running_loop()
         token = self.launcher.token(self.id)
         connected = self.hub.expect(self.id, token)
         try:
@@ -171,7 +160,7 @@ class Instance:
             self.state = State.DEAD
             raise
         self.state = State.READY
-        self.last_seen = asyncio.get_running_loop().time()
+        self.last_seen = self._loop.time()
         log.info(
             "%s ready in %.1f ms (pid %s%s)",
             self.describe(),
@@ -179,43 +168,46 @@ class Instance:
             self.pid,
             ", re-attached without re-initializing" if self.adopted else "",
         )
-        self._reader = asyncio.create_task(self._read_loop(), name=f"reader {self.id}")
+        self.conn.attach(self.on_message)
 
     # -- running -------------------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
-        assert self.conn is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            message = await self.conn.recv()
-            if message is None:
-                break
-            self.last_seen = loop.time()
-            kind = message.WhichOneof("kind")
-            if kind == "result":
-                batch_id = message.result.batch_id
-                future, blocks = self._pending.pop(batch_id, (None, []))
-                if future is not None and not future.done():
+    def on_message(self, message: wpb.WorkerToDaemon | None) -> None:
+        """Every message of the running worker, as its link reads it (None: it is gone)."""
+        if message is None:
+            self.disconnected.set()
+            if self.state is State.READY and self._ending is None:
+                self._ending = asyncio.ensure_future(self._connection_ended())
+            return
+        self.last_seen = self._loop.time()
+        kind = message.WhichOneof("kind")
+        if kind == "result":
+            batch_id = message.result.batch_id
+            future, blocks = self._pending.pop(batch_id, (None, []))
+            if future is not None:
+                if not future.done():
                     future.set_result(message.result)
-                elif future is not None:
-                    # The caller was cancelled; nobody will read these outputs.
+                else:  # the caller was cancelled; nobody will read these outputs
                     self.release_batch(batch_id, blocks)
-            elif kind == "streamed":
-                self.streams.on_frame(message.streamed)
-            elif kind == "heartbeat":
-                self.executed = message.heartbeat.executed
-            elif kind == "metrics":
-                self.on_metrics(message.metrics)
-            elif kind == "spans" and self.tracing is not None:
-                self.tracing.import_spans(message.spans.otlp)
-            elif kind == "exiting":
-                self.exit_why = message.exiting.error.message
-            elif kind == "ready_reply":
-                self.readiness.answered(message.ready_reply)
-            elif kind == "finalized":
-                log_finalized(self, message.finalized)
-            elif kind in BLS_KINDS and self.hub.bls is not None:
-                self.hub.bls.on_message(self, message)
+                self._free_room()
+        elif kind == "streamed":
+            self.streams.on_frame(message.streamed)
+        elif kind == "heartbeat":
+            self.executed = message.heartbeat.executed
+        elif kind == "metrics":
+            self.on_metrics(message.metrics)
+        elif kind == "spans" and self.tracing is not None:
+            self.tracing.import_spans(message.spans.otlp)
+        elif kind == "exiting":
+            self.exit_why = message.exiting.error.message
+        elif kind == "ready_reply":
+            self.readiness.answered(message.ready_reply)
+        elif kind == "finalized":
+            log_finalized(self, message.finalized)
+        elif kind in BLS_KINDS and self.hub.bls is not None:
+            self.hub.bls.on_message(self, message)
+
+    async def _connection_ended(self) -> None:
         if self.state is State.READY:
             await self._lost(f"worker for {self.describe()} {await self.exit_text()}")
 
@@ -235,13 +227,7 @@ class Instance:
         self.state = State.DEAD
         self.reason = reason
         log.error("%s", reason)
-        error = unavailable(reason)
-        for future, blocks in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
-            self.memory.free(blocks)
-        self._pending.clear()
-        self.streams.fail_all(error)
+        self._fail_pending(unavailable(reason))
         self.died.set()
         if self.handle is not None:
             await self.launcher.abort(self.handle)
@@ -274,6 +260,7 @@ class Instance:
         """Run ``batch`` on the worker; one result or error per request, in order."""
         if self.state is not State.READY or self.conn is None:
             # It died between being picked and this call: nothing was sent.
+            self._free_room()
             raise NotSent(Code.UNAVAILABLE, f"{self.describe()} is not ready")
         batch_id = next(self._batch_ids)
         blocks: list[Block] = []
@@ -283,8 +270,9 @@ class Instance:
             message = execute_message(self.memory, batch_id, batch, request_ids, blocks)
         except PbdError:
             self.streams.forget(request_ids)
+            self._free_room()
             raise
-        future: asyncio.Future[wpb.ExecuteResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
         self._pending[batch_id] = (future, blocks)
         message.release.extend(self._to_release)
         self._to_release.clear()
@@ -296,19 +284,24 @@ class Instance:
             self._pending.pop(batch_id, None)
             self.memory.free(blocks)
             self.streams.forget(request_ids)
+            self._free_room()
             self.draining = True  # no more work here; the reader reports how it ended
             raise NotSent(
                 Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
             ) from None
-        if self.execute_timeout > 0:
-            done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
-            if not done:
-                # A hung model: the worker is killed (which fails this batch) and replaced.
-                await self.kill(
-                    f"{self.describe()}: execute() did not return within "
-                    f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
-                )
-        result = await future
+        try:
+            if self.execute_timeout > 0:
+                done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
+                if not done:
+                    # A hung model: the worker is killed (which fails this batch) and replaced.
+                    await self.kill(
+                        f"{self.describe()}: execute() did not return within "
+                        f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
+                    )
+            result = await future
+        except asyncio.CancelledError:
+            self._abandon(batch_id, future, blocks, request_ids)
+            raise
         traces = [p.request.trace for p in batch if p.request.trace is not None]
         if traces:
             if self._span_attributes is None:
@@ -322,6 +315,23 @@ class Instance:
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
         self.stats.executed(len(batch), *ns, size)
         return await self.streams.resolve(batch_results(self, batch, result, blocks, request_ids))
+
+    def _abandon(
+        self,
+        batch_id: int,
+        future: asyncio.Future[wpb.ExecuteResult],
+        blocks: list[Block],
+        request_ids: list[int],
+    ) -> None:
+        """The caller gave up while its batch was in the worker: the worker is told, and the
+        batch's memory comes back when (or, if it came already, now that) its result is in."""
+        if not future.done():
+            future.cancel()  # the result frame then releases the batch unread
+        elif not future.cancelled() and future.exception() is None:
+            self.release_batch(batch_id, blocks)
+        for request_id in request_ids:
+            self.streams.cancel(request_id)
+        self.streams.forget(request_ids)
 
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""
@@ -353,19 +363,27 @@ class Instance:
             self.state = State.STOPPED
             with contextlib.suppress(PbdError, ConnectionError):
                 self.conn.send(wpb.DaemonToWorker(finalize=wpb.Finalize()))
-            if self._reader is not None:
-                timeout = self.settings.model_finalize_timeout_secs
-                await await_finalize(self, self._reader, timeout)
+            timeout = self.settings.model_finalize_timeout_secs
+            await await_finalize(self, self.disconnected, timeout)
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
         # Batches the worker never answered: their callers get an answer, not silence.
-        stopped = unavailable(f"{self.describe()} was stopped before execute() returned")
-        for future, blocks in self._pending.values():
+        self._fail_pending(unavailable(f"{self.describe()} was stopped before execute() returned"))
+
+    def _fail_pending(self, error: PbdError) -> None:
+        """The worker is gone: every batch it had fails with ``error``, and its room is free."""
+        pending, self._pending = self._pending, {}
+        for future, blocks in pending.values():
             if not future.done():
-                future.set_exception(stopped)
+                future.set_exception(error)
             self.memory.free(blocks)
-        self._pending.clear()
-        self.streams.fail_all(stopped)
+            self._free_room()
+        self.streams.fail_all(error)
+
+    def _free_room(self) -> None:
+        self.inflight -= 1
+        if self.on_capacity is not None:
+            self.on_capacity()
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:
@@ -376,6 +394,4 @@ class Instance:
         self.custom_metrics.close()
         if self.conn is not None:
             self.conn.close()
-        if self._reader is not None and self._reader is not asyncio.current_task():
-            self._reader.cancel()
         self.memory.close()

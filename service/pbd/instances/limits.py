@@ -20,7 +20,7 @@ from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 
 if TYPE_CHECKING:
-    from pbd.instances.instance import InstancePlan
+    from pbd.instances.records import InstancePlan
 
 
 @dataclass(frozen=True)

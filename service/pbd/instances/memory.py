@@ -15,6 +15,7 @@ from pbd.settings import Settings
 from pbd.types import OutputTensor
 from pbd.validation import CudaSlice, PreparedRequest
 from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.cancel_flags import CancelFlags
 from pbd_worker.ipc.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
@@ -36,6 +37,15 @@ class InstanceMemory:
         )
         self.output_prefix = f"{shm_base}-w"
         self.worker_segments = SegmentMap(self.shm_dir, allowed_prefix=self.output_prefix)
+        self._shm_base = shm_base
+        self._cancel: CancelFlags | None = None
+
+    @property
+    def cancel(self) -> CancelFlags:
+        """The instance's cancellation page, created on first use (when its worker starts)."""
+        if self._cancel is None:
+            self._cancel = CancelFlags.create(f"{self._shm_base}-c", self.shm_dir)
+        return self._cancel
 
     def request_message(
         self, request_id: int, prepared: PreparedRequest, blocks: list[Block]
@@ -113,4 +123,7 @@ class InstanceMemory:
         for name in names:
             with contextlib.suppress(FileNotFoundError):
                 Path(self.shm_dir, name).unlink()
+        if self._cancel is not None:
+            self._cancel.close(unlink=True)
+            self._cancel = None
         self.arena.close()

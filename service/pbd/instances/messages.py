@@ -72,6 +72,7 @@ def initialize_message(instance: Instance) -> wpb.Initialize:
         heartbeat_interval_ms=settings.worker_heartbeat_ms,
         log_verbose=settings.log_verbose,
         shm_dir=str(settings.shm_dir),
+        cancel_region=instance.memory.cancel.name,
     )
 
 

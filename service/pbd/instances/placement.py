@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pbd.errors import invalid_arg
-from pbd.instances.instance import InstancePlan
+from pbd.instances.records import InstancePlan
 from pbd.repository.config import ModelConfig
 
 

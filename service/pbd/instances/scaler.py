@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from pbd.errors import unavailable
 from pbd.instances.autoscale import SAMPLE_INTERVAL_S, Decision, decide
-from pbd.instances.instance import State
+from pbd.instances.records import State
 
 if TYPE_CHECKING:
-    from pbd.instances.supervisor import Slot, VersionRuntime
+    from pbd.instances.supervisor import Slot
+    from pbd.instances.version import VersionRuntime
 
 log = logging.getLogger("pbd.autoscale")
 

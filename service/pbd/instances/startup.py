@@ -8,8 +8,8 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from pbd.errors import Code, PbdError, unavailable
-from pbd.instances.hub import WorkerConnection
 from pbd.instances.messages import initialize_message
+from pbd.instances.worker_link import WorkerLink
 from pbd_worker._proto import worker_pb2 as wpb
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ async def initialize_worker(instance: Instance) -> wpb.Initialized:
 
 
 async def wait_connected(
-    instance: Instance, connected: asyncio.Future[WorkerConnection]
-) -> WorkerConnection:
+    instance: Instance, connected: asyncio.Future[WorkerLink]
+) -> WorkerLink:
     assert instance.handle is not None
     exited = asyncio.ensure_future(
         instance.launcher.wait(instance.handle, instance.settings.worker_start_timeout_secs)

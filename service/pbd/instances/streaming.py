@@ -166,6 +166,7 @@ class InstanceStreams:
             return
         if entry.own:
             entry.stream.close()
+        self.instance.memory.cancel.cancel(request_id)  # seen at once, even inside execute()
         with contextlib.suppress(PbdError, ConnectionError):
             self.instance.conn.send(
                 wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
-from pbd.instances.instance import State
+from pbd.instances.records import State
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
-    from pbd.instances.supervisor import VersionRuntime
+    from pbd.instances.version import VersionRuntime
     from pbd.stats import ModelStats
 
 _US = 1000  # ns per µs

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
-from pbd.instances.hub import WorkerConnection, WorkerHub
+from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
+from pbd.instances.worker_link import WorkerLink
 from pbd.repository.config import (
     DEFAULT_MODEL_FILENAME,
     ModelConfig,
@@ -95,7 +96,7 @@ class ConfigCompleter:
             instance_id, self.hub.address, variables, python=env.python if env else ""
         )
         what = f"the {HOOK} worker of model '{model}'"
-        conn: WorkerConnection | None = None
+        conn: WorkerLink | None = None
         try:
             handle = await self.launcher.start(spec)
         except OSError as exc:
@@ -127,7 +128,7 @@ class ConfigCompleter:
             raise PbdError(Code.parse(reply.error.code), reply.error.message)
         return reply.config_json
 
-    async def _reply(self, conn: WorkerConnection, what: str) -> wpb.AutoCompleted:
+    async def _reply(self, conn: WorkerLink, what: str) -> wpb.AutoCompleted:
         timeout = self.settings.model_init_timeout_secs
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

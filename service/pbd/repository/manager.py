@@ -1,7 +1,7 @@
 """The model repository at run time: which models and versions are loaded, and their states.
 
 Loading a model reads its config.pbtxt, picks versions by the version policy, and starts a
-:class:`~pbd.instances.supervisor.VersionRuntime` per version. Reloading keeps a version whose
+:class:`~pbd.instances.version.VersionRuntime` per version. Reloading keeps a version whose
 files and config are unchanged; others are replaced new-before-old, so a reload never leaves
 the model without a serving version. Lookup errors carry Triton's codes and messages.
 """
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
-from pbd.instances.supervisor import VersionRuntime, VersionState
+from pbd.instances.records import VersionState
+from pbd.instances.version import VersionRuntime
 from pbd.repository.config import ModelConfig, load_model_config
 from pbd.types import IndexEntry
 

@@ -1,6 +1,6 @@
-"""DaemonLink and the worker's reader thread: metric queries answered while another thread
-reads every frame (the race where the reader files a reply just before the asker takes the
-read lock must not leave the asker waiting for a frame that never comes)."""
+"""DaemonLink: metric queries answered while the main loop reads every other frame (the race
+where the main loop files a reply just before the asker takes the read lock must not leave
+the asker waiting for a frame that never comes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import threading
 from pbd_worker._proto import worker_pb2 as wpb
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.framing import SocketFrameReader, encode_frame
-from pbd_worker.ipc.inbox import Inbox
 
 QUERIES = 300
 HANG_GUARD_S = 60.0  # only a hang goes past this
@@ -36,7 +35,7 @@ def _fake_daemon(server: socket.socket, cancels: int) -> None:
             conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in out))
 
 
-def test_queries_while_the_reader_thread_reads() -> None:
+def test_queries_while_the_main_loop_reads() -> None:
     address = f"@pbd-test-link-{os.getpid()}"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind("\0" + address[1:])
@@ -45,9 +44,15 @@ def test_queries_while_the_reader_thread_reads() -> None:
     daemon.start()
     link = DaemonLink(address, lambda: None)
     link.connect()
-    cancelled: list[int] = []
-    inbox = Inbox(link, cancelled.extend, lambda execute: None).start()
     values: list[float] = []
+    frames: list[wpb.DaemonToWorker] = []
+
+    def main_loop() -> None:  # as WorkerRuntime.converse reads
+        while (message := link.next()) is not None:
+            frames.append(message)
+
+    reader = threading.Thread(target=main_loop, daemon=True)
+    reader.start()
 
     def ask_all() -> None:
         for query in range(1, QUERIES + 1):
@@ -60,9 +65,10 @@ def test_queries_while_the_reader_thread_reads() -> None:
         assert not asker.is_alive(), f"ask() hung after {len(values)} replies"
         assert values == [float(q) for q in range(1, QUERIES + 1)]
         link.disconnect()
-        releases = []
-        while (message := inbox.next()) is not None:
-            releases.append(message.release.batch_ids[0])
+        reader.join(HANG_GUARD_S)
+        assert not reader.is_alive()
+        releases = [m.release.batch_ids[0] for m in frames if m.WhichOneof("kind") == "release"]
+        cancelled = [m.cancel.request_ids[0] for m in frames if m.WhichOneof("kind") == "cancel"]
         # Every non-reply frame reached the main loop, in order, whoever read it.
         assert releases == list(range(1, QUERIES + 1))
         assert cancelled == list(range(1, 11))

@@ -211,7 +211,7 @@ class Hello(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ..., initialized: _Optional[bool] = ...) -> None: ...
 
 class Initialize(_message.Message):
-    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir")
+    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region")
     class ArgsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +228,7 @@ class Initialize(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     LOG_VERBOSE_FIELD_NUMBER: _ClassVar[int]
     SHM_DIR_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REGION_FIELD_NUMBER: _ClassVar[int]
     args: _containers.ScalarMap[str, str]
     model_path: str
     model_dir: str
@@ -237,7 +238,8 @@ class Initialize(_message.Message):
     heartbeat_interval_ms: int
     log_verbose: int
     shm_dir: str
-    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ...) -> None: ...
+    cancel_region: str
+    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ...) -> None: ...
 
 class Initialized(_message.Message):
     __slots__ = ("error", "adopted")

@@ -8,7 +8,7 @@ with a message saying so, never faked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -176,6 +176,7 @@ class InferenceRequest:
         self._trace = trace
         self._preferred_memory: PreferredMemory | None = None
         self._cancelled = False
+        self._cancel_flag: Callable[[], bool] | None = None  # the daemon's page (runtime)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._response_sender: Any = None
 
@@ -247,6 +248,8 @@ class InferenceRequest:
         return self._model_version
 
     def is_cancelled(self) -> bool:
+        if not self._cancelled and self._cancel_flag is not None:
+            self._cancelled = self._cancel_flag()
         return self._cancelled
 
     def _set_cancelled(self) -> None:

@@ -1,0 +1,227 @@
+"""Choosing an instance of a model version for each request (or batch) and running it there.
+
+Two ways, by what the version's scheduler is:
+
+- **Granted** (Triton's default scheduler: one request per ``execute``, in arrival order). The
+  request's own task runs it. If the queue is empty and an instance has room in its pipeline
+  (``--worker-pipeline-depth`` batches sent and not answered), the request takes that room at
+  once: no queue entry, no dispatcher task, no second task per request. Otherwise it waits in
+  the queue (priority levels, ``max_queue_size``, queue timeouts all apply there) until an
+  instance frees room; the instance's result frame frees it and *grants* the room to the head
+  of the queue in the same loop iteration, and the waiting task resumes and runs its request.
+- **Batched** (the dynamic and the sequence batcher). One dispatcher task per version asks the
+  scheduler for the next batch and the instance to run it on, and runs each batch in a task of
+  its own, so that the next batch forms while this one runs.
+
+Room on an instance (``Instance.inflight``) is taken when a request or batch is given to it
+and given back when the worker's result comes (or the batch fails before it was sent, or the
+worker dies): a caller that gives up does not free room its request still takes in the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pbd.errors import PbdError, unavailable
+from pbd.instances.instance import Instance
+from pbd.instances.records import NotSent, State
+from pbd.scheduler import Batch, PriorityQueues, WorkItem, wait_result
+from pbd.settings import Settings
+from pbd.stats import ModelStats
+from pbd.types import InferResult
+from pbd.validation import PreparedRequest
+
+log = logging.getLogger("pbd.instances")
+# How often a granted queue is looked at when nothing said it changed (safety net: an
+# instance that became ready without telling, a request whose grant was lost to a race).
+RECHECK_S = 0.1
+
+
+class Dispatch:
+    def __init__(
+        self,
+        name: str,
+        queue: PriorityQueues,
+        instances: Callable[[], list[Instance]],
+        instance_names: Callable[[], list[str]],
+        stats: ModelStats,
+        settings: Settings,
+    ) -> None:
+        self.name = name  # "<model>/<version>", for the log
+        self.queue = queue
+        self.instances = instances  # the version's instances, live or not
+        self.instance_names = instance_names  # those that run or will run again
+        self.stats = stats
+        self.granted = queue.grants
+        self.depth = settings.worker_pipeline_depth if queue.pipelined else 1
+        self.stopping = False
+        self._capacity = asyncio.Event()  # set when an instance may take more work
+        self._running: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- placement: what the schedulers see ----------------------------------------------------
+
+    def available(self) -> list[Instance]:
+        """Ready instances with room in their pipeline, least loaded first."""
+        depth = self.depth
+        ready = [
+            i
+            for i in self.instances()
+            if i.state is State.READY and not i.draining and i.inflight < depth
+        ]
+        if len(ready) > 1:
+            ready.sort(key=_inflight)
+        return ready
+
+    async def wait_capacity(self) -> None:
+        self._capacity.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._capacity.wait(), RECHECK_S)
+
+    def on_capacity(self) -> None:
+        """An instance has room again (a result came, one started or restarted)."""
+        if self.granted:
+            self._grant()
+        else:
+            self._capacity.set()
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = self._granted_loop() if self.granted else self._batched_loop()
+        self._task = asyncio.create_task(loop, name=f"dispatch {self.name}")
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- granted: the request's own task runs it ------------------------------------------------
+
+    async def infer(self, prepared: PreparedRequest) -> InferResult:
+        """Run one request (granted) or queue it for the dispatcher (batched)."""
+        if not self.granted:
+            return await wait_result(self._submit(prepared))
+        began = time.perf_counter_ns()
+        while True:
+            instance = self._free_instance() if self.queue.empty() else None
+            if instance is None:
+                future = self._submit(prepared)
+                self._grant()  # room may be free behind requests whose callers gave up
+                instance = await self._wait_grant(future)
+            self.stats.queue.add(time.perf_counter_ns() - began)
+            trace = prepared.request.trace
+            if trace is not None:
+                trace.dispatched(instance.plan.name, 1)
+            try:
+                outcome = (await instance.execute([prepared]))[0]
+            except NotSent:
+                if self.stopping:
+                    raise
+                continue  # never reached that worker: wait for another (it is being replaced)
+            if isinstance(outcome, PbdError):
+                raise outcome
+            return outcome
+
+    def _submit(self, prepared: PreparedRequest) -> asyncio.Future[Any]:
+        future = self.queue.submit(prepared)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %d request(s) waiting", self.name, len(self.queue))
+        return future
+
+    def _free_instance(self) -> Instance | None:
+        """The least loaded instance with room, its room taken; None when all are full."""
+        best: Instance | None = None
+        depth = self.depth
+        for instance in self.instances():
+            if (
+                instance.state is State.READY
+                and not instance.draining
+                and instance.inflight < depth
+                and (best is None or instance.inflight < best.inflight)
+            ):
+                best = instance
+        if best is not None:
+            best.inflight += 1
+        return best
+
+    async def _wait_grant(self, future: asyncio.Future[Any]) -> Instance:
+        """Wait in the queue until an instance's room is granted to this request."""
+        try:
+            instance: Instance = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                # Granted just as the caller gave up: hand the room on.
+                instance = future.result()
+                instance.inflight -= 1
+                self._grant()
+            raise
+        return instance
+
+    def _grant(self) -> None:
+        """Give free room to the requests at the head of the queue, in order."""
+        queue = self.queue
+        while len(queue):
+            head: WorkItem | None = next(queue.in_order(), None)
+            if head is None:
+                return
+            instance = self._free_instance()
+            if instance is None:
+                return
+            queue.take([head])
+            head.future.set_result(instance)
+
+    async def _granted_loop(self) -> None:
+        """Safety net only: results grant room as they come."""
+        while True:
+            await asyncio.sleep(RECHECK_S)
+            self._grant()
+
+    # -- batched: a dispatcher task forms batches ------------------------------------------------
+
+    async def _batched_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self.queue.next_batch(self)
+            batch.instance.inflight += 1
+            now = loop.time()
+            for item in batch.items:
+                self.stats.queue.add(int((now - item.enqueued_at) * 1e9))
+                trace = item.prepared.request.trace
+                if trace is not None:
+                    trace.dispatched(batch.instance.plan.name, len(batch.items))
+            task = asyncio.create_task(self._run_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run_batch(self, batch: Batch) -> None:
+        instance = batch.instance
+        outcomes: list[InferResult | PbdError]
+        try:
+            outcomes = await instance.execute([item.prepared for item in batch.items])
+        except NotSent as exc:
+            outcomes = [exc] * len(batch.items)
+            if not self.stopping and not all(i.future.done() for i in batch.items):
+                # Not executed anywhere: it goes back to the head of the queue.
+                self.queue.requeue(batch)
+                return
+        except PbdError as exc:
+            outcomes = [exc] * len(batch.items)
+        except BaseException as exc:
+            outcomes = [unavailable(instance.reason or f"{instance.describe()} stopped")] * len(
+                batch.items
+            )
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("executing on %s failed", instance.describe())
+        self.queue.deliver(batch, outcomes)
+
+
+def _inflight(instance: Instance) -> int:
+    return instance.inflight

@@ -1,0 +1,143 @@
+"""The daemon's end of one worker's socket: frames in and out, without a task per message.
+
+An ``asyncio.Protocol``: the event loop hands ``data_received`` whatever the socket had, the
+frames in it are decoded there and passed, in order and synchronously, to the link's
+``handler`` (the running instance's ``on_message``). Before a handler is attached (the Hello
+and the start-up conversation) frames wait in a queue that ``recv()`` reads. A result thus
+reaches the request waiting for it in the same loop iteration that read it: no reader task,
+no ``readexactly`` per frame. ``None`` tells the handler (or ``recv()``) that the worker is
+gone: EOF, a reset, or a frame that does not decode.
+
+Frames sent in one loop iteration go out in one write (``send`` queues, a ``call_soon``
+flushes), so a burst of Executes costs one syscall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+
+from pbd.errors import unavailable
+from pbd_worker._proto import worker_pb2 as wpb
+from pbd_worker.ipc.framing import HEADER, FrameError, decode_length, encode_frame
+
+log = logging.getLogger("pbd.instances")
+Handler = Callable[[wpb.WorkerToDaemon | None], None]
+
+
+class WorkerLink(asyncio.Protocol):
+    def __init__(self, on_connected: Callable[[WorkerLink], None] | None = None) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.hello: wpb.Hello | None = None
+        self.pid = 0
+        self._on_connected = on_connected
+        self._buffer = bytearray()
+        self._outbox: list[bytes] = []
+        self._handler: Handler | None = None
+        self._queue: collections.deque[wpb.WorkerToDaemon | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self._on_connected is not None:
+            self._on_connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        size = HEADER.size
+        pos = 0
+        end = len(buffer)
+        try:
+            while end - pos >= size:
+                length = decode_length(buffer[pos : pos + size])
+                if end - pos - size < length:
+                    break
+                start = pos + size
+                pos = start + length
+                self._deliver(wpb.WorkerToDaemon.FromString(buffer[start:pos]))
+                if self._ended:
+                    return
+        except (FrameError, ValueError) as exc:  # ValueError: protobuf's DecodeError
+            log.warning("worker %s sent an undecodable frame (%s); dropping it", self.pid, exc)
+            self.close()
+            self._end()
+            return
+        finally:
+            if pos:
+                del buffer[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def _deliver(self, message: wpb.WorkerToDaemon | None) -> None:
+        if self._handler is not None:
+            try:
+                self._handler(message)
+            except Exception:  # a bug in one handler must not end the connection
+                log.exception("handling a message of worker %s failed", self.pid)
+            return
+        self._queue.append(message)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._deliver(None)
+
+    async def recv(self) -> wpb.WorkerToDaemon | None:
+        """The next message before a handler is attached; None once the worker is gone."""
+        while not self._queue:
+            if self._ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._queue.popleft()
+
+    def attach(self, handler: Handler) -> None:
+        """From now on every message (and the final None) goes to ``handler`` as it is read,
+        starting with any that ``recv()`` has not taken."""
+        self._handler = handler
+        while self._queue:
+            self._deliver(self._queue.popleft())
+
+    def detach(self) -> None:
+        """Messages wait for ``recv()`` again."""
+        self._handler = None
+
+    # -- sending --------------------------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def send(self, message: wpb.DaemonToWorker) -> None:
+        """Queue a frame; frames sent in one event-loop iteration go out in one write."""
+        if self.closing:
+            raise unavailable("worker connection is closed")
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encode_frame(message.SerializeToString()))
+
+    def _flush(self) -> None:
+        frames, self._outbox = self._outbox, []
+        if frames and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.close()

@@ -1,0 +1,60 @@
+"""A page of cancellation flags the daemon writes and a worker reads without a message.
+
+The worker reads its socket only between batches (one thread, no reader thread handing every
+frame to the main thread), so a ``CancelRequests`` frame sent while ``execute()`` runs waits
+in the socket. ``InferenceRequest.is_cancelled()`` must see it at once: the daemon also marks
+the request here, and the worker looks here.
+
+The page is ``SLOTS`` little-endian uint64 slots in one /dev/shm segment per instance, created
+by the daemon (0600) and mapped by its worker. Cancelling request ``r`` stores ``r`` in slot
+``r % SLOTS``; ``r`` is cancelled while that slot holds ``r``. Request ids are the daemon's,
+increasing per connection, so a slot is reused only ``SLOTS`` requests later: a request still
+executing then (more than ``SLOTS`` requests behind) loses the flag here, and learns of the
+cancellation from the ``CancelRequests`` frame after its batch, as before. An aligned 8-byte
+store is atomic on the platforms pbd runs on, so a reader sees the old id or the new one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pbd_worker.ipc.shm import SHM_DIR, Segment
+
+SLOTS = 4096
+NBYTES = SLOTS * 8
+
+
+class CancelFlags:
+    def __init__(self, segment: Segment) -> None:
+        if segment.size < NBYTES:
+            raise ValueError(
+                f"cancellation page {segment.name!r} has {segment.size} bytes, not {NBYTES}"
+            )
+        self.segment = segment
+        self._slots = np.frombuffer(segment.buffer, dtype="<u8", count=SLOTS)
+
+    @classmethod
+    def create(cls, name: str, shm_dir: str = SHM_DIR) -> CancelFlags:
+        """The daemon's side: a new, zeroed page."""
+        return cls(Segment.create(name, NBYTES, shm_dir))
+
+    @classmethod
+    def attach(cls, name: str, shm_dir: str = SHM_DIR) -> CancelFlags:
+        """The worker's side: the daemon's page."""
+        return cls(Segment.attach(name, shm_dir))
+
+    @property
+    def name(self) -> str:
+        return self.segment.name
+
+    def cancel(self, request_id: int) -> None:
+        self._slots[request_id % SLOTS] = request_id
+
+    def cancelled(self, request_id: int) -> bool:
+        return bool(self._slots[request_id % SLOTS] == request_id)
+
+    def close(self, unlink: bool = False) -> None:
+        del self._slots
+        self.segment.close()
+        if unlink:
+            self.segment.unlink()
