@@ -40,7 +40,7 @@ from pbd.bls_pool import BlsPool
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pbd.errors import PbdError, invalid_arg
 from pbd.memory.cuda_pool import CudaPools
 from pbd.validation import CudaSlice, ShmSlice
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance

@@ -16,7 +16,7 @@ from pbd.errors import Code, PbdError, invalid_arg
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, Region
 from pbd.repository.config import ModelConfig, TensorConfig
 from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 _NO_BYTES = memoryview(b"")
 SEQUENCE_START = 1

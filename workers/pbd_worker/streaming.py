@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from pbd.errors import PbdError
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance

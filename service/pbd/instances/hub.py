@@ -16,8 +16,8 @@ import struct
 from typing import Any
 
 from pbd.errors import unavailable
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.framing import FrameError, encode_frame, read_frame, socket_address
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import FrameError, encode_frame, read_frame, socket_address
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0

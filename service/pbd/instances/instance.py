@@ -36,9 +36,9 @@ from pbd.tracing.provider import Tracing
 from pbd.tracing.request import batch_computed
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc import TOKEN_ENV
-from pbd_worker.ipc.shm import Block
+from pbd_wire import TOKEN_ENV
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Block
 
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.

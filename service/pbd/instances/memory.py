@@ -14,8 +14,8 @@ from pathlib import Path
 from pbd.settings import Settings
 from pbd.types import OutputTensor
 from pbd.validation import CudaSlice, PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.shm import Arena, Block, SegmentMap
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from pbd.errors import Code, PbdError
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.shm import Block, ShmExhausted
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Block, ShmExhausted
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance

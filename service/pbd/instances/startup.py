@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.hub import WorkerConnection
 from pbd.instances.messages import initialize_message
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance

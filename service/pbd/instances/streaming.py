@@ -20,7 +20,7 @@ from pbd.errors import Code, PbdError
 from pbd.streams import ResponseStream, StreamResult
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance

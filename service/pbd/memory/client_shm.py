@@ -26,7 +26,7 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found
 from pbd.memory.cuda import IPC_HANDLE_SIZE, CudaIpc, CudaUnavailable
-from pbd_worker.ipc.shm import SHM_DIR
+from pbd_wire.shm import SHM_DIR
 
 log = logging.getLogger("pbd.memory")
 

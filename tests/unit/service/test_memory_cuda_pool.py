@@ -20,7 +20,7 @@ from pbd.memory.cuda_pool import (
     pool_sizes,
 )
 from pbd.settings import add_arguments, from_args
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 

@@ -96,7 +96,7 @@ def test_cuda_modules_do_not_import_cupy() -> None:
     code = (
         "import sys\n"
         "import pbd.daemon, pbd.memory.cuda, pbd.memory.client_shm\n"
-        "import pbd_worker.runtime, pbd_worker.ipc.cuda, pbd_worker.executor\n"
+        "import pbd_worker.runtime, pbd_wire.cuda, pbd_worker.executor\n"
         "print('cupy' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

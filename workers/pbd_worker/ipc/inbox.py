@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.ipc.daemon_link import DaemonLink
 
 log = logging.getLogger("pbd_worker")

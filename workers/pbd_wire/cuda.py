@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 _LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 FORCE_CPU_KEY = "FORCE_CPU_ONLY_INPUT_TENSORS"
