@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from pbd.validation import ShmSlice
+    from pbd.validation import PreparedRequest, ShmSlice
 
 # Request/response parameter values. ``Uint64`` marks the protocol's uint64_param, which Triton
 # accepts for ``priority`` only.
@@ -95,3 +95,11 @@ class IndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+
+
+def request_batch_size(prepared: PreparedRequest, max_batch_size: int) -> int:
+    """The batch dimension a request adds to an execute (1 for a model without batching)."""
+    if max_batch_size <= 0 or not prepared.inputs:
+        return 1
+    shape = prepared.inputs[0].shape
+    return shape[0] if shape else 1

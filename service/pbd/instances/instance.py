@@ -29,12 +29,11 @@ from pbd.instances.streaming import InstanceStreams
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
-from pbd.scheduler import request_batch_size
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import batch_computed
-from pbd.types import InferResult
+from pbd.types import InferResult, request_batch_size
 from pbd.validation import PreparedRequest
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb

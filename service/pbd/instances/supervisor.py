@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbd.batching import DynamicBatcher
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.autoscale import ScalingPolicy
@@ -32,8 +31,7 @@ from pbd.instances.placement import plan_instances
 from pbd.instances.scaler import Scaler
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
-from pbd.scheduler import Batch, wait_result
-from pbd.scheduling import make_scheduler
+from pbd.scheduling import Batch, make_scheduler, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
@@ -250,7 +248,7 @@ class VersionRuntime:
         """Ready instances with room in their pipeline, least loaded first. The dynamic
         batcher hands an instance its next batch only once it is idle, as Triton does: a
         pipelined batch would be formed early and split what could have been one batch."""
-        depth = 1 if isinstance(self.queue, DynamicBatcher) else self.settings.worker_pipeline_depth
+        depth = self.settings.worker_pipeline_depth if self.queue.pipelined else 1
         ready = [
             s.instance
             for s in self.slots
