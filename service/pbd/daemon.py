@@ -17,7 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
-from pbd.bls import BlsService
+from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus

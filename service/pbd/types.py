@@ -46,7 +46,7 @@ class InferRequest:
     parameters: dict[str, ParamValue] = field(default_factory=dict)
     # A pbd.tracing.request.RequestTrace when this request is traced (sampled), else None.
     trace: Any = None
-    # Set when the request is a BLS call a model made (pbd.bls): the call's daemon-wide id.
+    # Set when the request is a BLS call a model made (pbd.bls.service): the call's daemon-wide id.
     bls_call: int = 0
 
     @property

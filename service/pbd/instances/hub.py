@@ -69,7 +69,7 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerConnection]]] = {}
-        # Where instances hand the BLS messages of their workers (a pbd.bls.BlsService).
+        # Where instances hand the BLS messages of their workers (a pbd.bls.service.BlsService).
         self.bls: Any = None
 
     async def start(self) -> None:

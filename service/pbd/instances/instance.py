@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pbd.bls import KINDS as BLS_KINDS
+from pbd.bls.kinds import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized

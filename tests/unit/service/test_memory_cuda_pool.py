@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from pbd.bls_pool import BlsPool
+from pbd.bls.pool import BlsPool
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda_pool import (
     DEFAULT_POOL_BYTES,

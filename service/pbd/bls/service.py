@@ -14,13 +14,13 @@ a reply per response as the callee sends it, the last one final; every response'
 held until the ``BlsDone`` of the call. ``BlsCancel`` (the model cancelled the iterator) cancels
 the callee's request.
 
-GPU inputs of a call travel through the daemon's CUDA memory pool (``pbd.bls_pool``): the caller
+GPU inputs of a call travel through the daemon's CUDA memory pool (``pbd.bls.pool``): the caller
 copies them into blocks it was granted, the callee's worker reads them on the device.
 
 Timeouts (``timeout`` µs on the request) are enforced here: past it the call is answered with
 Triton's queue-timeout error and the callee's result, if it comes later, is dropped. Deadlocks
 (a call no instance can ever take, because every instance of the callee waits on it, directly
-or through other calls) are found by ``pbd.bls_deadlock`` when a call is made, and answered
+or through other calls) are found by ``pbd.bls.wait_graph`` when a call is made, and answered
 with an error instead of queueing forever.
 """
 
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pbd.bls_deadlock import Waiter, WaitGraph
-from pbd.bls_pool import BlsPool
+from pbd.bls.pool import BlsPool
+from pbd.bls.wait_graph import Waiter, WaitGraph
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from pbd.instances.instance import Instance
 
 log = logging.getLogger("pbd.bls")
-KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
 TIMEOUT_MESSAGE = "Request timeout expired"
 # Triton's refusal of a non-decoupled BLS call to a decoupled model.
 _NOT_DECOUPLED_CALL = (
