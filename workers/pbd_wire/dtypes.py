@@ -46,7 +46,6 @@ ALL: tuple[DataType, ...] = (
 )
 
 BY_NAME: dict[str, DataType] = {d.name: d for d in ALL}
-BY_CONFIG_NAME: dict[str, DataType] = {d.config_name: d for d in ALL}
 BY_CONFIG_NUMBER: dict[int, DataType] = {d.config_number: d for d in ALL}
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pbd.errors import PbdError, invalid_arg
 from pbd.memory.cuda_pool import CudaPools
-from pbd.validation import CudaSlice, ShmSlice
+from pbd.types import CudaSlice, ShmSlice
 from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:

@@ -33,8 +33,7 @@ from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import batch_computed
-from pbd.types import InferResult, request_batch_size
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest, request_batch_size
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block

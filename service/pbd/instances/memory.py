@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 
 from pbd.settings import Settings
-from pbd.types import OutputTensor
-from pbd.validation import CudaSlice, PreparedRequest
+from pbd.types import CudaSlice, OutputTensor, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Arena, Block, SegmentMap
 

@@ -10,8 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pbd.errors import Code, PbdError
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block, ShmExhausted
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pbd.errors import Code, PbdError
 from pbd.streams import ResponseStream, StreamResult
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:

@@ -35,8 +35,7 @@ from pbd.scheduling import Batch, make_scheduler, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.instances")
 MAX_RESTART_FAILURES = 5

@@ -25,8 +25,7 @@ from pbd.errors import PbdError
 from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.priority_queues import PriorityQueues
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
-from pbd.types import InferResult, request_batch_size
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest, request_batch_size
 
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 

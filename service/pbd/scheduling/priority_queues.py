@@ -28,8 +28,7 @@ from typing import Generic
 from pbd.errors import PbdError, unavailable
 from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 # How long a scheduler sleeps between looks when nothing told it the queue or the instances

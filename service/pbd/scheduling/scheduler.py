@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from pbd.errors import PbdError
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 
 
 class _Named(Protocol):

@@ -26,8 +26,7 @@ from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.dynamic_batcher import gather
 from pbd.scheduling.priority_queues import IDLE_RECHECK_S, PriorityQueues, queue_full
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem
-from pbd.types import InferResult
-from pbd.validation import SEQUENCE_END, SEQUENCE_START, PreparedRequest
+from pbd.types import SEQUENCE_END, SEQUENCE_START, InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.sequences")
 

@@ -6,8 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from pbd.scheduling.scheduler import WorkItem
-from pbd.types import InferRequest, InferResult
-from pbd.validation import PreparedInput, PreparedRequest
+from pbd.types import InferRequest, InferResult, PreparedInput, PreparedRequest
 
 
 @dataclass

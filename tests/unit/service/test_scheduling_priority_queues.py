@@ -14,7 +14,7 @@ from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, RequestQueue
 from pbd.scheduling.scheduler import Batch, Scheduler
 from pbd.scheduling.sequence_batcher import SequenceBatcher
-from pbd.validation import SEQUENCE_START, PreparedRequest
+from pbd.types import SEQUENCE_START, PreparedRequest
 
 
 def run(coro: object) -> object:
