@@ -58,7 +58,6 @@ class DataPlane:
         self.held_bytes = 0  # input bytes of accepted requests not answered yet
         self._idle = asyncio.Event()
         self._idle.set()
-        shm.on_cuda_removed = self._cuda_region_removed
 
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
@@ -289,11 +288,6 @@ class DataPlane:
 
     def cuda_shm_unregister(self, name: str) -> None:
         self.shm.unregister_cuda(name)
-
-    def _cuda_region_removed(self, region: CudaRegion) -> None:
-        """Workers that opened the region's handle close it (those that did not ignore it)."""
-        for instance in self.all_instances():
-            instance.forget_cuda_region(region.generation)
 
     # -- repository ----------------------------------------------------------------------------
 
