@@ -24,7 +24,9 @@ class DataType:
         return self.name == "BYTES"
 
 
-def _dt(name: str, config: str, number: int, np_type: object, itemsize: int) -> DataType:
+def _dt(
+    name: str, config: str, number: int, np_type: type[np.generic] | None, itemsize: int
+) -> DataType:
     return DataType(name, config, number, None if np_type is None else np.dtype(np_type), itemsize)
 
 

@@ -74,7 +74,7 @@ class BlsPool:
         if not granted:
             return
         for ref in call.request.inputs:
-            if ref.HasField("cuda") and granted.pop((ref.cuda.device_id, ref.offset), None):
+            if ref.HasField("cuda") and granted.pop((ref.cuda.device_id, ref.offset), 0):
                 self.pools.free(ref.cuda.device_id, ref.offset)
 
     def forget(self, caller: Instance) -> None:

@@ -31,7 +31,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from pbd_wire import worker_pb2 as wpb
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
     from pbd.instances.instance import Instance
+    from pbd.streams import StreamResult
 
 log = logging.getLogger("pbd.bls")
 TIMEOUT_MESSAGE = "Request timeout expired"
@@ -180,8 +182,9 @@ class BlsService:
         cancelled = self._cancels[key] = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.request.timeout_us / 1e6 if call.request.timeout_us else None
-        stream = self.dp.infer_stream(request)
-        stops = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
+        # An async generator (DataPlane.infer_stream), which aclose() cancels.
+        stream = cast("AsyncGenerator[StreamResult, None]", self.dp.infer_stream(request))
+        stops: set[asyncio.Future[Any]] = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
         try:
             while True:
                 response = wpb.Response()
@@ -246,8 +249,8 @@ class BlsService:
     ) -> InferResult:
         """The result, or the error of a timeout or of a deadlock found while waiting."""
         timeout = timeout_us / 1e6 if timeout_us else None
-        done, _ = await asyncio.wait({infer, waiter.refused}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        either: set[asyncio.Future[Any]] = {infer, waiter.refused}
+        done, _ = await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if infer in done:
             return infer.result()
         infer.cancel()
