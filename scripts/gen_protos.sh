@@ -10,8 +10,8 @@ python="${PYTHON:-$root/.venv/bin/python}"
 out="${1:-$root}"
 protos="$root/protos"
 mkdir -p "$out/service" "$out/workers"
-# -I protos makes each file's proto name pbd/_proto/x.proto, so imports in the generated
-# code read `from pbd._proto import model_config_pb2`.
+# -I protos makes each file's proto name pbd/_proto/x.proto (pbd_wire/worker.proto), so imports
+# in the generated code read `from pbd._proto import model_config_pb2`.
 "$python" -m grpc_tools.protoc -I "$protos" \
   --python_out="$out/service" --pyi_out="$out/service" \
   "$protos"/pbd/_proto/model_config.proto \
@@ -19,4 +19,4 @@ mkdir -p "$out/service" "$out/workers"
   "$protos"/pbd/_proto/health.proto
 "$python" -m grpc_tools.protoc -I "$protos" \
   --python_out="$out/workers" --pyi_out="$out/workers" \
-  "$protos"/pbd_worker/_proto/worker.proto
+  "$protos"/pbd_wire/worker.proto

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install pbd with its test extra into .venv, then run the linter and the whole test suite.
+# Install pbd with its test extra into .venv, then run the linter, the type checker and the
+# whole test suite.
 # Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/bootstrap.sh test
 .venv/bin/ruff check .
+.venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

@@ -17,7 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
-from pbd.bls import BlsService
+from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
@@ -26,7 +26,7 @@ from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
 from pbd.instances.version import VersionRuntime
-from pbd.memory.client_shm import ClientShmRegistry
+from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
@@ -95,6 +95,7 @@ class Daemon:
                 enabled=settings.allow_client_shm,
                 key_prefixes=settings.client_shm_key_prefix,
                 gpus=self.gpus,
+                on_cuda_removed=self._cuda_region_removed,
             ),
             self.tracing,
         )
@@ -102,6 +103,11 @@ class Daemon:
         self.hub.bls = BlsService(self.dataplane, self.cuda_pools)
         self.port = 0
         self._stop = asyncio.Event()
+
+    def _cuda_region_removed(self, region: CudaRegion) -> None:
+        """Workers that opened the region's handle close it (those that did not ignore it)."""
+        for instance in self.dataplane.all_instances():
+            instance.forget_cuda_region(region.generation)
 
     def request_stop(self) -> None:
         self._stop.set()

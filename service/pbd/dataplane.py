@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
-from pbd.instances.hooks import version_ready
 from pbd.logsettings import log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.repository.config import ModelConfig
@@ -58,7 +57,6 @@ class DataPlane:
         self.held_bytes = 0  # input bytes of accepted requests not answered yet
         self._idle = asyncio.Event()
         self._idle.set()
-        shm.on_cuda_removed = self._cuda_region_removed
 
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
@@ -96,7 +94,7 @@ class DataPlane:
         """ModelReady: :meth:`model_ready`, and the instances' ``is_ready()`` hooks agree."""
         if not self.model_ready(name, version):
             return False
-        return await version_ready(self.repository.lookup(name, version))
+        return await self.repository.lookup(name, version).ready_checked()
 
     def model_metadata(self, name: str, version: str) -> tuple[ModelConfig, list[str]]:
         runtime = self.repository.lookup(name, version)
@@ -289,11 +287,6 @@ class DataPlane:
 
     def cuda_shm_unregister(self, name: str) -> None:
         self.shm.unregister_cuda(name)
-
-    def _cuda_region_removed(self, region: CudaRegion) -> None:
-        """Workers that opened the region's handle close it (those that did not ignore it)."""
-        for instance in self.all_instances():
-            instance.forget_cuda_region(region.generation)
 
     # -- repository ----------------------------------------------------------------------------
 

@@ -55,7 +55,3 @@ def not_found(message: str) -> PbdError:
 
 def unavailable(message: str) -> PbdError:
     return PbdError(Code.UNAVAILABLE, message)
-
-
-def internal(message: str) -> PbdError:
-    return PbdError(Code.INTERNAL, message)

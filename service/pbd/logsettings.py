@@ -12,7 +12,7 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg
 from pbd.settings import Settings
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.logconfig import LOG_FORMATS, LogConfig, apply
 
 # setting -> (the request oneof it must use, the Settings field, Triton's type word)

@@ -1,4 +1,7 @@
-"""Plain pbd types the dataplane works with; the gRPC edge converts to and from these."""
+"""Plain pbd types the dataplane works with: the request and result the edges (gRPC, HTTP,
+BLS) convert to and from, and the request as validation prepared it for a worker. Records
+only: ``pbd.validation`` builds the prepared ones; this module imports no other pbd module
+at run time."""
 
 from __future__ import annotations
 
@@ -7,7 +10,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
-    from pbd.validation import ShmSlice
+    from pbd.memory.client_shm import Region
+
+# A request's sequence flags (sequence_start, sequence_end parameters), as the worker gets them.
+SEQUENCE_START = 1
+SEQUENCE_END = 2
 
 # Request/response parameter values. ``Uint64`` marks the protocol's uint64_param, which Triton
 # accepts for ``priority`` only.
@@ -17,6 +24,25 @@ ParamValue = Union[bool, int, str, float, "Uint64"]
 @dataclass(frozen=True)
 class Uint64:
     value: int
+
+
+@dataclass(frozen=True)
+class CudaSlice:
+    """Where a client's CUDA region is: the worker opens ``ipc_handle`` once per generation."""
+
+    device_id: int
+    ipc_handle: bytes
+    generation: int
+
+
+@dataclass(frozen=True)
+class ShmSlice:
+    """Bytes in a client's registered region: the worker maps ``region`` itself."""
+
+    region: str  # the worker-side name (file name + "#generation"); "" for a CUDA region
+    offset: int  # from the start of the file (of the CUDA allocation)
+    byte_size: int
+    cuda: CudaSlice | None = None
 
 
 @dataclass
@@ -46,7 +72,7 @@ class InferRequest:
     parameters: dict[str, ParamValue] = field(default_factory=dict)
     # A pbd.tracing.request.RequestTrace when this request is traced (sampled), else None.
     trace: Any = None
-    # Set when the request is a BLS call a model made (pbd.bls): the call's daemon-wide id.
+    # Set when the request is a BLS call a model made (pbd.bls.service): the call's daemon-wide id.
     bls_call: int = 0
 
     @property
@@ -95,3 +121,41 @@ class IndexEntry:
     version: str = ""
     state: str = ""
     reason: str = ""
+
+
+@dataclass
+class PreparedInput:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]  # as the model sees it (after reshape)
+    data: memoryview | None  # None: the input is in client shared memory (``shm``)
+    shm: ShmSlice | None = None
+
+
+@dataclass
+class PreparedRequest:
+    """What the worker needs, already checked."""
+
+    request: InferRequest
+    inputs: list[PreparedInput]
+    requested_outputs: list[str]
+    parameters_json: str = "{}"
+    correlation_id: int | str = 0
+    flags: int = 0
+    priority: int = 0
+    timeout_us: int = 0
+    extras: dict[str, ParamValue] = field(default_factory=dict)
+    output_targets: dict[str, ShmSlice] = field(default_factory=dict)
+    regions: list[Region] = field(default_factory=list)  # held until the request ends
+    # Streaming (pbd.streams): the caller's ResponseStream, for infer_stream; and what to call
+    # when the caller gives up (set by the instance that sent the request to its worker).
+    stream: Any = None
+    on_cancel: Callable[[], None] | None = None
+
+
+def request_batch_size(prepared: PreparedRequest, max_batch_size: int) -> int:
+    """The batch dimension a request adds to an execute (1 for a model without batching)."""
+    if max_batch_size <= 0 or not prepared.inputs:
+        return 1
+    shape = prepared.inputs[0].shape
+    return shape[0] if shape else 1

@@ -8,71 +8,28 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg
-from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, Region
+from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.repository.config import ModelConfig, TensorConfig
-from pbd.types import InferRequest, InputTensor, ParamValue, Uint64
-from pbd_worker import dtypes
+from pbd.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    CudaSlice,
+    InferRequest,
+    InputTensor,
+    ParamValue,
+    PreparedInput,
+    PreparedRequest,
+    ShmSlice,
+    Uint64,
+)
+from pbd_wire import dtypes
 
 _NO_BYTES = memoryview(b"")
-SEQUENCE_START = 1
-SEQUENCE_END = 2
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
 # Past validation, correlation IDs, priorities and timeouts are uint64 (the worker descriptor).
 _UINT64_MAX = 2**64 - 1
-
-
-@dataclass(frozen=True)
-class CudaSlice:
-    """Where a client's CUDA region is: the worker opens ``ipc_handle`` once per generation."""
-
-    device_id: int
-    ipc_handle: bytes
-    generation: int
-
-
-@dataclass(frozen=True)
-class ShmSlice:
-    """Bytes in a client's registered region: the worker maps ``region`` itself."""
-
-    region: str  # the worker-side name (file name + "#generation"); "" for a CUDA region
-    offset: int  # from the start of the file (of the CUDA allocation)
-    byte_size: int
-    cuda: CudaSlice | None = None
-
-
-@dataclass
-class PreparedInput:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]  # as the model sees it (after reshape)
-    data: memoryview | None  # None: the input is in client shared memory (``shm``)
-    shm: ShmSlice | None = None
-
-
-@dataclass
-class PreparedRequest:
-    """What the worker needs, already checked."""
-
-    request: InferRequest
-    inputs: list[PreparedInput]
-    requested_outputs: list[str]
-    parameters_json: str = "{}"
-    correlation_id: int | str = 0
-    flags: int = 0
-    priority: int = 0
-    timeout_us: int = 0
-    extras: dict[str, ParamValue] = field(default_factory=dict)
-    output_targets: dict[str, ShmSlice] = field(default_factory=dict)
-    regions: list[Region] = field(default_factory=list)  # held until the request ends
-    # Streaming (pbd.streams): the caller's ResponseStream, for infer_stream; and what to call
-    # when the caller gives up (set by the instance that sent the request to its worker).
-    stream: Any = None
-    on_cancel: Callable[[], None] | None = None
 
 
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:

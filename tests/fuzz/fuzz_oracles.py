@@ -30,8 +30,8 @@ from pbd.repository.config import ModelConfig, model_config_from_json, parse_mod
 from pbd.settings import Settings
 from pbd.types import InferRequest
 from pbd.validation import prepare_request, release_regions
-from pbd_worker.ipc import framing
-from pbd_worker.ipc.shm import Block
+from pbd_wire import framing
+from pbd_wire.shm import Block
 
 MODELS = Path(__file__).resolve().parents[1] / "integration" / "models"
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from pbd._proto import grpc_service_pb2 as pb
 from pbd.repository.config import ModelConfig, TensorConfig
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 UINT64 = st.integers(0, 2**64 - 1)

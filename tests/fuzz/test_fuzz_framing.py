@@ -6,7 +6,7 @@ from fuzz_oracles import check_framing, tally
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbd_worker.ipc.framing import HEADER
+from pbd_wire.framing import HEADER
 
 EXAMPLES = 200
 

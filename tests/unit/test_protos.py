@@ -28,7 +28,7 @@ from pbd._proto import health_pb2
 from pbd._proto import model_config_pb2 as our_config
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED_DIRS = (ROOT / "service/pbd/_proto", ROOT / "workers/pbd_worker/_proto")
+GENERATED_DIRS = (ROOT / "service/pbd/_proto", ROOT / "workers/pbd_wire")
 
 
 # --- (a) the checked-in code is what the script generates -------------------------------

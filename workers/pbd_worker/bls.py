@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.cuda import CudaRegions
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cuda import CudaRegions
+from pbd_wire.shm import Arena, Block, SegmentMap
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.shm import Arena, Block, SegmentMap
 from pbd_worker.model_api.errors import TritonError, TritonModelException
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse

@@ -20,10 +20,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from pbd_worker import dtypes
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.cuda import CudaRegions, CudaUnavailable
-from pbd_worker.ipc.shm import Arena, Block, SegmentMap, ShmExhausted
+from pbd_wire import dtypes
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cuda import CudaRegions, CudaUnavailable
+from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.loader import call_maybe_async, describe_exception
 from pbd_worker.model_api.errors import TritonError
 from pbd_worker.model_api.request import InferenceRequest
@@ -71,7 +71,7 @@ class BatchExecutor:
         self.outputs = outputs
         self.loop = loop
         self.cuda = cuda or CudaRegions()  # clients' CUDA regions and pools, opened on use
-        self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_worker.ipc.cuda)
+        self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_wire.cuda)
         self._held: dict[int, list[Block]] = {}
         self.lock = threading.Lock()
         self._background: BackgroundLoop | None = None  # async decoupled execute

@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.loader import (
     ModelLoadError,
     call_maybe_async,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 # Buffered ops (or observations) beyond which the buffer is sent at once, without waiting for
 # the next result or heartbeat: bounds the memory a model that observes in a tight loop uses.

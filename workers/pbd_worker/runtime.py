@@ -30,14 +30,14 @@ import threading
 import time
 from typing import Any, NoReturn
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import PROTOCOL_VERSION, TOKEN_ENV
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cancel_flags import CancelFlags
+from pbd_wire.cuda import gpu_inputs
+from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
-from pbd_worker.ipc import PROTOCOL_VERSION, TOKEN_ENV
-from pbd_worker.ipc.cancel_flags import CancelFlags
-from pbd_worker.ipc.cuda import gpu_inputs
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.lifecycle import ask_ready, auto_complete
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig

@@ -19,19 +19,30 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.cancel_flags import CancelFlags
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cancel_flags import CancelFlags
+from pbd_wire.shm import Block
 from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from pbd_worker.model_api.response_sender import InferenceResponseSender
 
 if TYPE_CHECKING:
-    from pbd_worker.executor import BatchExecutor
     from pbd_worker.model_api.request import InferenceRequest
     from pbd_worker.model_api.response import InferenceResponse
+
+
+class ResponseWriter(Protocol):
+    """What sending a response uses of the executor (``pbd_worker.executor.BatchExecutor``,
+    which imports this module)."""
+
+    def build_response(
+        self, msg: wpb.Request, request: InferenceRequest, response: InferenceResponse,
+        held: list[Block],
+    ) -> wpb.Response: ...  # fmt: skip
+    def hold(self, held_id: int, blocks: list[Block]) -> None: ...
 
 STREAM_HELD_BIT = 1 << 63
 log = logging.getLogger("pbd_worker")
@@ -41,7 +52,7 @@ class LiveRequests:
     def __init__(self, send: Callable[..., None], decoupled: bool) -> None:
         self.send = send
         self.decoupled = decoupled
-        self.executor: BatchExecutor | None = None
+        self.executor: ResponseWriter | None = None
         self._lock = threading.Lock()
         self.flags: CancelFlags | None = None  # the daemon's cancellation page
         self._live: dict[int, tuple[InferenceRequest, wpb.Request]] = {}

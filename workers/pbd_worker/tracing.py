@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.otlp import new_span_id, parse_traceparent
 from pbd_worker.model_api.request import InferenceTrace
-from pbd_worker.otlp import new_span_id, parse_traceparent
 
 
 class _Collector(SpanProcessor):

@@ -5,7 +5,7 @@
 ``$$TRITON_MODEL_DIRECTORY`` stands for the model's directory, and a relative path is taken
 from there too. An archive is unpacked once (per path, modification time and size) into the
 daemon's cache directory. The worker then runs under the environment's interpreter, finding
-pbd_worker through ``PYTHONPATH`` (a directory that holds only pbd_worker and
+pbd_worker through ``PYTHONPATH`` (a directory that holds only pbd_worker, pbd_wire and
 triton_python_backend_utils, so none of the daemon's packages shadow the environment's).
 
 Before any worker starts, the interpreter is asked once for its version and whether it has
@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pbd_wire
 import pbd_worker
 from pbd.errors import Code, PbdError
 from pbd.execenv.archive import UnsafeArchive, extract_archive
@@ -52,7 +53,7 @@ for name in ("numpy", "google.protobuf"):
         out["problems"].append(f"cannot import {name} ({type(exc).__name__}: {exc})")
 if not out["problems"]:
     try:
-        import pbd_worker._proto.worker_pb2
+        import pbd_wire.worker_pb2
     except Exception as exc:
         out["problems"].append(f"its protobuf cannot load pbd's worker protocol ({exc})")
 if not out["problems"]:
@@ -151,10 +152,11 @@ def _interpreter(root: Path) -> Path | None:
 
 
 def worker_path(cache_dir: Path) -> Path:
-    """A directory holding only (links to) pbd_worker, triton_python_backend_utils and the
-    worker's small pure-Python dependencies (not numpy or protobuf: the environment's own)."""
+    """A directory holding only (links to) pbd_worker, pbd_wire, triton_python_backend_utils and
+    the worker's small pure-Python dependencies (not numpy or protobuf: the environment's own)."""
     package = Path(pbd_worker.__file__).resolve().parent
-    targets = [package, package.parent / "triton_python_backend_utils.py"]
+    wire = Path(pbd_wire.__file__).resolve().parent
+    targets = [package, wire, package.parent / "triton_python_backend_utils.py"]
     for name in _WORKER_EXTRAS:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:

@@ -26,7 +26,7 @@ from pbd.types import (
     RequestedOutput,
     Uint64,
 )
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 # datatype -> (InferTensorContents field, numpy dtype of the wire form)
 _CONTENTS_FIELD: dict[str, str] = {

@@ -24,6 +24,7 @@ from pbd.grpc import convert
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.streams import StreamSession
+from pbd.tracing.answer import run_traced
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
@@ -100,16 +101,7 @@ class InferenceServicer:
     ) -> bytes:
         """Run ``request`` and encode its result; traced when the trace settings pick it."""
         trace = self.dp.start_trace(request, method, began, lambda: _traceparent(context))
-        if trace is None:
-            with await infer(request) as result:
-                return to_wire(result)
-        request.trace = trace
-        with finishing(trace):
-            with await infer(request) as result:
-                replying = time.time_ns()
-                response = to_wire(result)
-            trace.responded(replying)
-            return response
+        return await run_traced(request, trace, infer, to_wire, finishing)
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -22,9 +23,9 @@ from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.http.tensors import HEADER_LENGTH, build_infer_response, parse_infer_request
 from pbd.settings import Settings
+from pbd.tracing.answer import run_traced
 
 if TYPE_CHECKING:
-    from pbd.http.tensors import HttpInferRequest
     from pbd.tracing.request import RequestTrace
 
 # Triton's HttpCodeFromError; RESOURCE_EXHAUSTED (pbd's own) is retryable: 503.
@@ -182,12 +183,13 @@ class HttpFrontend:
         trace = self.dp.start_trace(
             parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
         )
-        if trace is None:
-            with await self.dp.infer(parsed.request) as result:
-                payload, json_length = build_infer_response(result, parsed)
-        else:
-            parsed.request.trace = trace
-            payload, json_length = await self._traced_infer(parsed, trace)
+        payload, json_length = await run_traced(
+            parsed.request,
+            trace,
+            self.dp.infer,
+            lambda result: build_infer_response(result, parsed),
+            _finishing,
+        )
         if json_length is None:
             response = web.Response(body=payload, content_type="application/json")
         else:
@@ -198,26 +200,6 @@ class HttpFrontend:
             )
         _compress(request, response)
         return response
-
-    async def _traced_infer(
-        self, parsed: HttpInferRequest, trace: RequestTrace
-    ) -> tuple[bytes, int | None]:
-        """The HTTP server span ends with the status the response will carry; as the
-        semantic conventions for HTTP servers say, only a 5xx marks it an error."""
-        try:
-            with await self.dp.infer(parsed.request) as result:
-                replying = time.time_ns()
-                answer = build_infer_response(result, parsed)
-            trace.responded(replying)
-        except PbdError as exc:
-            status = HTTP_STATUS.get(exc.code, 400)
-            trace.finish(status, exc.message if status >= 500 else None)
-            raise
-        except BaseException as exc:
-            trace.finish(500, repr(exc))
-            raise
-        trace.finish(200)
-        return answer
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")
@@ -376,3 +358,19 @@ def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]
         else:
             out[key] = (None, value)
     return out
+
+
+@contextlib.contextmanager
+def _finishing(trace: RequestTrace) -> Iterator[None]:
+    """The HTTP server span ends with the status the response will carry; as the semantic
+    conventions for HTTP servers say, only a 5xx marks it an error."""
+    try:
+        yield
+    except PbdError as exc:
+        status = HTTP_STATUS.get(exc.code, 400)
+        trace.finish(status, exc.message if status >= 500 else None)
+        raise
+    except BaseException as exc:
+        trace.finish(500, repr(exc))
+        raise
+    trace.finish(200)

@@ -17,7 +17,7 @@ import numpy as np
 
 from pbd.errors import invalid_arg
 from pbd.types import InferRequest, InferResult, InputTensor, OutputTensor, RequestedOutput
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _HTTP_ONLY_REQUEST_PARAMS = ("binary_data_output",)

@@ -30,11 +30,10 @@ from typing import Any
 from pbd.errors import PbdError, unavailable
 from pbd.instances.instance import Instance
 from pbd.instances.records import NotSent, State
-from pbd.scheduler import Batch, PriorityQueues, WorkItem, wait_result
+from pbd.scheduling.scheduler import Batch, Scheduler, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.instances")
 # How often a granted queue is looked at when nothing said it changed (safety net: an
@@ -46,7 +45,7 @@ class Dispatch:
     def __init__(
         self,
         name: str,
-        queue: PriorityQueues,
+        queue: Scheduler[Instance],
         instances: Callable[[], list[Instance]],
         instance_names: Callable[[], list[str]],
         stats: ModelStats,
@@ -168,14 +167,14 @@ class Dispatch:
     def _grant(self) -> None:
         """Give free room to the requests at the head of the queue, in order."""
         queue = self.queue
-        while len(queue):
-            head: WorkItem | None = next(queue.in_order(), None)
-            if head is None:
-                return
+        while not queue.empty():
             instance = self._free_instance()
             if instance is None:
                 return
-            queue.take([head])
+            head = queue.pop_head()
+            if head is None:  # only requests whose callers gave up were left
+                instance.inflight -= 1
+                return
             head.future.set_result(instance)
 
     async def _granted_loop(self) -> None:

@@ -18,15 +18,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pbd.errors import PbdError
 from pbd.instances.records import State
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd.instances.worker_link import WorkerLink
+from pbd_wire import worker_pb2 as wpb
 
-if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
-    from pbd.instances.version import VersionRuntime
+
+class ProbedInstance(Protocol):
+    """What the hooks use of an instance (``pbd.instances.instance.Instance``, which imports
+    this module)."""
+
+    @property
+    def state(self) -> State: ...
+    @property
+    def conn(self) -> WorkerLink | None: ...
+    @property
+    def inflight(self) -> int: ...
+    def describe(self) -> str: ...
+
 
 log = logging.getLogger("pbd.instances")
 READY_CACHE_S = 1.0
@@ -36,7 +47,7 @@ READY_TIMEOUT_S = 5.0
 class ReadinessProbe:
     """One instance's ``is_ready()``, asked sparingly."""
 
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: ProbedInstance) -> None:
         self.instance = instance
         self.hooked: bool | None = None  # None: not asked yet
         self.ready = True
@@ -52,7 +63,7 @@ class ReadinessProbe:
             future.set_result(reply)
 
     async def check(self) -> bool:
-        if not _live(self.instance):
+        if not live(self.instance):
             return False
         if self.hooked is False:
             return True
@@ -97,22 +108,11 @@ class ReadinessProbe:
         return ready
 
 
-async def version_ready(runtime: VersionRuntime) -> bool:
-    """ModelReady of one version: it serves, and every live instance's is_ready() agrees."""
-    if not runtime.ready:
-        return False
-    live = [i for i in runtime.instances() if _live(i)]
-    if not live:
-        return True  # scaled to zero on purpose: the next request starts an instance
-    answers = await asyncio.gather(*(i.readiness.check() for i in live))
-    return all(answers)
-
-
-def _live(instance: Instance) -> bool:
+def live(instance: ProbedInstance) -> bool:
     return instance.state is State.READY and instance.conn is not None
 
 
-def log_finalized(instance: Instance, finalized: wpb.Finalized) -> None:
+def log_finalized(instance: ProbedInstance, finalized: wpb.Finalized) -> None:
     if finalized.HasField("error"):
         error = finalized.error
         log.error("%s: %s", instance.describe(), error.message)
@@ -120,7 +120,9 @@ def log_finalized(instance: Instance, finalized: wpb.Finalized) -> None:
             log.error("%s: finalize() traceback:\n%s", instance.describe(), error.traceback)
 
 
-async def await_finalize(instance: Instance, disconnected: asyncio.Event, timeout: float) -> None:
+async def await_finalize(
+    instance: ProbedInstance, disconnected: asyncio.Event, timeout: float
+) -> None:
     """Wait for the worker to finish finalize() and exit (its connection closes); past
     ``timeout`` say so: the caller then kills the worker."""
     try:

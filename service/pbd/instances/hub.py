@@ -18,7 +18,7 @@ from typing import Any
 
 from pbd.errors import unavailable
 from pbd.instances.worker_link import WorkerLink
-from pbd_worker.ipc.framing import socket_address
+from pbd_wire.framing import socket_address
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0
@@ -29,7 +29,7 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerLink]]] = {}
-        # Where instances hand the BLS messages of their workers (a pbd.bls.BlsService).
+        # Where instances hand the BLS messages of their workers (a pbd.bls.service.BlsService).
         self.bls: Any = None
 
     async def start(self) -> None:

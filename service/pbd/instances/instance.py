@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pbd.bls import KINDS as BLS_KINDS
+from pbd.bls.kinds import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
-from pbd.instances.messages import batch_results, execute_message
+from pbd.instances.messages import batch_results, execute_message, initialize_message
 from pbd.instances.records import InstancePlan, NotSent, State
 from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
@@ -30,16 +30,14 @@ from pbd.instances.worker_link import WorkerLink
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
-from pbd.scheduler import request_batch_size
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import batch_computed
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc import TOKEN_ENV
-from pbd_worker.ipc.shm import Block
+from pbd.types import InferResult, PreparedRequest, request_batch_size
+from pbd_wire import TOKEN_ENV
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Block
 
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.
@@ -141,7 +139,7 @@ class Instance:
             )
             for attempt in range(2):
                 self.conn = await wait_connected(self, connected)
-                reply = await initialize_worker(self)
+                reply = await initialize_worker(self, initialize_message(self))
                 if not reply.HasField("error"):
                     self.adopted = reply.adopted
                     break

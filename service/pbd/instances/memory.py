@@ -12,11 +12,10 @@ import os
 from pathlib import Path
 
 from pbd.settings import Settings
-from pbd.types import OutputTensor
-from pbd.validation import CudaSlice, PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.cancel_flags import CancelFlags
-from pbd_worker.ipc.shm import Arena, Block, SegmentMap
+from pbd.types import CudaSlice, OutputTensor, PreparedRequest
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cancel_flags import CancelFlags
+from pbd_wire.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
 

@@ -7,17 +7,40 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from pbd.errors import Code, PbdError
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.shm import Block, ShmExhausted
+from pbd.instances.memory import InstanceMemory
+from pbd.instances.records import InstancePlan
+from pbd.instances.streaming import InstanceStreams
+from pbd.repository.config import ModelConfig
+from pbd.settings import Settings
+from pbd.types import InferResult, PreparedRequest
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Block, ShmExhausted
 
-if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
-    from pbd.instances.memory import InstanceMemory
+
+class ExecutingInstance(Protocol):
+    """What building and reading an instance's messages uses of it
+    (``pbd.instances.instance.Instance``, which imports this module)."""
+
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def model_dir(self) -> Path: ...
+    @property
+    def plan(self) -> InstancePlan: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def memory(self) -> InstanceMemory: ...
+    @property
+    def streams(self) -> InstanceStreams: ...
+    def describe(self) -> str: ...
+    def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
 
 log = logging.getLogger("pbd.instances")
 
@@ -50,7 +73,7 @@ def execute_message(
     return message
 
 
-def initialize_message(instance: Instance) -> wpb.Initialize:
+def initialize_message(instance: ExecutingInstance) -> wpb.Initialize:
     config, settings = instance.config, instance.settings
     model_file = instance.model_dir / str(instance.version) / config.default_model_filename
     args = {
@@ -77,7 +100,7 @@ def initialize_message(instance: Instance) -> wpb.Initialize:
 
 
 def batch_results(
-    instance: Instance,
+    instance: ExecutingInstance,
     batch: list[PreparedRequest],
     result: wpb.ExecuteResult,
     blocks: list[Block],

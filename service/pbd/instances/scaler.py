@@ -13,21 +13,41 @@ import collections
 import contextlib
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from pbd.errors import unavailable
-from pbd.instances.autoscale import SAMPLE_INTERVAL_S, Decision, decide
+from pbd.instances.autoscale import SAMPLE_INTERVAL_S, Decision, ScalingPolicy, decide
 from pbd.instances.records import State
+from pbd.instances.supervisor import Slot
+from pbd.repository.config import ModelConfig
+from pbd.scheduling.scheduler import Scheduler
 
-if TYPE_CHECKING:
-    from pbd.instances.supervisor import Slot
-    from pbd.instances.version import VersionRuntime
+
+class ScaledVersion(Protocol):
+    """What scaling uses of a model version (``pbd.instances.version.VersionRuntime``,
+    which imports this module)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def policy(self) -> ScalingPolicy: ...
+    @property
+    def slots(self) -> list[Slot]: ...
+    @property
+    def queue(self) -> Scheduler[Any]: ...
+    def load_now(self) -> int: ...
+    async def add_instance(self) -> Any: ...
+    async def retire_instance(self, slot: Slot, drain_timeout: float) -> None: ...
 
 log = logging.getLogger("pbd.autoscale")
 
 
 class Scaler:
-    def __init__(self, runtime: VersionRuntime) -> None:
+    def __init__(self, runtime: ScaledVersion) -> None:
         self.runtime = runtime
         self.policy = runtime.policy
         self.samples: collections.deque[tuple[float, float]] = collections.deque()

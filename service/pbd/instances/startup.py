@@ -5,22 +5,38 @@ first). The parameter is the instance being started (``Instance.start`` drives t
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pbd.errors import Code, PbdError, unavailable
-from pbd.instances.messages import initialize_message
+from pbd.instances.launcher import InstanceLauncher, WorkerHandle
 from pbd.instances.worker_link import WorkerLink
-from pbd_worker._proto import worker_pb2 as wpb
-
-if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
+from pbd.settings import Settings
+from pbd_wire import worker_pb2 as wpb
 
 
-async def initialize_worker(instance: Instance) -> wpb.Initialized:
-    """Send Initialize; the reply (model metric families it makes come first)."""
+class StartingInstance(Protocol):
+    """What bringing a worker up uses of its instance (``pbd.instances.instance.Instance``,
+    which imports this module)."""
+
+    @property
+    def conn(self) -> WorkerLink | None: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def launcher(self) -> InstanceLauncher: ...
+    @property
+    def handle(self) -> WorkerHandle | None: ...
+    def describe(self) -> str: ...
+    def push_runtime_settings(self) -> None: ...
+    def on_metrics(self, updates: wpb.MetricUpdates) -> None: ...
+    async def exit_text(self) -> str: ...
+
+
+async def initialize_worker(instance: StartingInstance, init: wpb.Initialize) -> wpb.Initialized:
+    """Send ``init``; the reply (model metric families it makes come first)."""
     assert instance.conn is not None
     instance.push_runtime_settings()
-    instance.conn.send(wpb.DaemonToWorker(initialize=initialize_message(instance)))
+    instance.conn.send(wpb.DaemonToWorker(initialize=init))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + instance.settings.model_init_timeout_secs
     while True:
@@ -39,7 +55,7 @@ async def initialize_worker(instance: Instance) -> wpb.Initialized:
 
 
 async def wait_connected(
-    instance: Instance, connected: asyncio.Future[WorkerLink]
+    instance: StartingInstance, connected: asyncio.Future[WorkerLink]
 ) -> WorkerLink:
     assert instance.handle is not None
     exited = asyncio.ensure_future(
@@ -60,7 +76,7 @@ async def wait_connected(
 
 
 async def _wait_message(
-    instance: Instance, timeout: float, what: str, limit: float | None = None
+    instance: StartingInstance, timeout: float, what: str, limit: float | None = None
 ) -> wpb.WorkerToDaemon:
     assert instance.conn is not None
     try:

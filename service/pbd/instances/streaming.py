@@ -14,16 +14,31 @@ import contextlib
 import functools
 import itertools
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pbd.errors import Code, PbdError
+from pbd.instances.memory import InstanceMemory
+from pbd.instances.worker_link import WorkerLink
+from pbd.repository.config import ModelConfig
 from pbd.streams import ResponseStream, StreamResult
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd.types import InferResult, PreparedRequest
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import Block
 
-if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
+
+class StreamOwner(Protocol):
+    """What the streams use of their instance (``pbd.instances.instance.Instance``, which
+    imports this module: a protocol, not an import back)."""
+
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def memory(self) -> InstanceMemory: ...
+    @property
+    def conn(self) -> WorkerLink | None: ...
+    def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
 
 FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -49,7 +64,7 @@ class _Awaiting:
 
 
 class InstanceStreams:
-    def __init__(self, instance: Instance) -> None:
+    def __init__(self, instance: StreamOwner) -> None:
         self.instance = instance
         self._ids = itertools.count(1)
         self._entries: dict[int, _Entry] = {}

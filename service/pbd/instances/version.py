@@ -18,6 +18,7 @@ from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.autoscale import ScalingPolicy
 from pbd.instances.dispatch import Dispatch
+from pbd.instances.hooks import live
 from pbd.instances.hub import WorkerHub
 from pbd.instances.instance import Instance
 from pbd.instances.launcher import InstanceLauncher
@@ -32,8 +33,7 @@ from pbd.scheduling import make_scheduler
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.types import InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.instances")
 
@@ -222,6 +222,16 @@ class VersionRuntime:
             raise
         self.stats.success.add(time.perf_counter_ns() - began)
         return result
+
+    async def ready_checked(self) -> bool:
+        """ModelReady: the version serves, and every live instance's is_ready() agrees."""
+        if not self.ready:
+            return False
+        live_ones = [i for i in self.instances() if live(i)]
+        if not live_ones:
+            return True  # scaled to zero on purpose: the next request starts an instance
+        answers = await asyncio.gather(*(i.readiness.check() for i in live_ones))
+        return all(answers)
 
     def instance_names(self) -> list[str]:
         return [s.plan.name for s in self.slots if not s.given_up and not s.retired]

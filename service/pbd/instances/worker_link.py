@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 
 from pbd.errors import unavailable
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.framing import HEADER, FrameError, decode_length, encode_frame
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import HEADER, FrameError, decode_length, encode_frame
 
 log = logging.getLogger("pbd.instances")
 Handler = Callable[[wpb.WorkerToDaemon | None], None]

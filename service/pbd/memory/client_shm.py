@@ -26,7 +26,7 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found
 from pbd.memory.cuda import IPC_HANDLE_SIZE, CudaIpc, CudaUnavailable
-from pbd_worker.ipc.shm import SHM_DIR
+from pbd_wire.shm import SHM_DIR
 
 log = logging.getLogger("pbd.memory")
 
@@ -72,6 +72,7 @@ class ClientShmRegistry:
         key_prefixes: list[str],
         shm_dir: str = SHM_DIR,
         gpus: list[int] | None = None,
+        on_cuda_removed: Callable[[CudaRegion], None] = lambda region: None,
     ) -> None:
         self.enabled = enabled
         self.key_prefixes = [p.lstrip("/") for p in key_prefixes]
@@ -80,7 +81,7 @@ class ClientShmRegistry:
         self.regions: dict[str, Region] = {}
         self._generations = itertools.count(1)
         self._cuda = CudaIpc()
-        self.on_cuda_removed: Callable[[CudaRegion], None] = lambda region: None
+        self.on_cuda_removed = on_cuda_removed
 
     def system_regions(self) -> list[SystemRegion]:
         return [r for r in self.regions.values() if isinstance(r, SystemRegion)]

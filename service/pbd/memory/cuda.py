@@ -17,8 +17,8 @@ import ctypes
 import threading
 from typing import Any
 
-from pbd_worker.ipc.cuda import CudaUnavailable
-from pbd_worker.ipc.cuda import import_cupy as import_worker_cupy
+from pbd_wire.cuda import CudaUnavailable
+from pbd_wire.cuda import import_cupy as import_worker_cupy
 
 __all__ = ["IPC_HANDLE_SIZE", "CudaIpc", "CudaUnavailable", "import_cupy"]
 

@@ -4,7 +4,7 @@ GPU tensors that pass from one worker to another through the daemon (a BLS call'
 go through the pool of their device: the sending worker asks for a block (``PoolAlloc``), gets
 its offset and the pool's IPC handle (``PoolGrant``), copies the tensor in, device to device,
 and names ``(pool, offset)`` in its message; the receiving worker opens the pool's handle once
-(the same cache as clients' CUDA regions: ``pbd_worker.ipc.cuda``) and hands its model a GPU
+(the same cache as clients' CUDA regions: ``pbd_wire.cuda``) and hands its model a GPU
 tensor over the block. The daemon sub-allocates by offset (first fit, coalescing, 256-byte
 aligned as cudaMalloc is) and frees a block when the message that carried it is done. A pool
 is allocated when its device is first asked for a block, so a daemon that moves no GPU
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda import CudaUnavailable, import_cupy
-from pbd_worker.ipc.shm import FreeList
+from pbd_wire.shm import FreeList
 
 log = logging.getLogger("pbd.memory")
 

@@ -13,7 +13,7 @@ import re
 import secrets
 from collections.abc import Callable
 
-from pbd_worker.ipc.shm import SHM_DIR
+from pbd_wire.shm import SHM_DIR
 
 log = logging.getLogger("pbd.memory")
 

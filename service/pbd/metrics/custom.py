@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 log = logging.getLogger("pbd.metrics")
 LabelKey = tuple[tuple[str, str], ...]

@@ -36,8 +36,8 @@ from pbd.repository.config import (
 )
 from pbd.repository.config_json import config_to_dict
 from pbd.settings import Settings
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc import TOKEN_ENV
+from pbd_wire import TOKEN_ENV
+from pbd_wire import worker_pb2 as wpb
 
 log = logging.getLogger("pbd.repository")
 HOOK = "auto_complete_config"

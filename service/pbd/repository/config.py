@@ -23,7 +23,7 @@ from google.protobuf import json_format, text_format
 from pbd._proto import model_config_pb2 as mc
 from pbd.errors import Code, PbdError
 from pbd.repository.config_json import config_to_dict
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 CONFIG_FILE = "config.pbtxt"
 DEFAULT_MODEL_FILENAME = "model.py"

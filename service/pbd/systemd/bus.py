@@ -25,7 +25,6 @@ MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER = "org.freedesktop.systemd1.Manager"
 UNIT = "org.freedesktop.systemd1.Unit"
 SERVICE = "org.freedesktop.systemd1.Service"
-JOB = "org.freedesktop.systemd1.Job"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 # Remember this many finished jobs: JobRemoved may arrive before the caller waits for it.
 _FINISHED_JOBS = 256

@@ -26,7 +26,7 @@ from pbd.instances.launcher import WorkerHandle, WorkerSpec
 from pbd.settings import Settings
 from pbd.systemd import units
 from pbd.systemd.bus import SERVICE, UNIT, SystemdBus
-from pbd_worker.ipc import TOKEN_ENV
+from pbd_wire import TOKEN_ENV
 
 log = logging.getLogger("pbd.systemd")
 

@@ -16,10 +16,6 @@ from pathlib import Path
 WORKER_TEMPLATE = "pbd-worker@.service"
 DAEMON_UNIT = "pbd.service"
 UNIT_FILES = (DAEMON_UNIT, WORKER_TEMPLATE)
-DEFAULT_UNIT_DIR = Path("/etc/systemd/system")
-RUNTIME_UNIT_DIR = Path("/run/systemd/system")
-# Where the daemon writes each instance's EnvironmentFile (the template names this path).
-WORKER_ENV_DIR = Path("/run/pbd/workers")
 SHIPPED_DIR = Path(__file__).resolve().parents[3] / "deploy" / "systemd"
 
 _SAFE = re.compile(r"[A-Za-z0-9:_.]")

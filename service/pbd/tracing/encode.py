@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pbd.tracing.records import SpanData, TraceRecord, derived_span_id, expand, server_span
-from pbd_worker.otlp import (
+from pbd_wire.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,

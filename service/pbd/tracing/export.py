@@ -23,7 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 
 from pbd.tracing.records import SCOPE, EncodedSpans, WorkerSpans
-from pbd_worker.otlp import field_bytes, length_delimited_fields
+from pbd_wire.otlp import field_bytes, length_delimited_fields
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

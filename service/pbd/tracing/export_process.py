@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from pbd.tracing.encode import encode_record
 from pbd.tracing.records import EncodedSpans, WorkerSpans
-from pbd_worker.ipc.framing import HEADER, decode_length
+from pbd_wire.framing import HEADER, decode_length
 
 NICE = 10  # added to the daemon's niceness
 

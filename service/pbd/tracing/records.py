@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from pbd_worker.otlp import (
+from pbd_wire.otlp import (
     KIND_INTERNAL,
     KIND_SERVER,
 )

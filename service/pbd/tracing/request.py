@@ -36,7 +36,7 @@ from typing import Any
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
 from pbd.tracing.provider import Tracing
-from pbd_worker.otlp import new_span_id, new_trace_id, parse_traceparent
+from pbd_wire.otlp import new_span_id, new_trace_id, parse_traceparent
 
 
 class RequestTrace:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pbd.errors import Code, PbdError, invalid_arg
 
 LEVELS = ("TIMESTAMPS", "TENSORS")
-FIELDS = ("level", "rate", "count", "log_frequency")
 MODE = "opentelemetry"
 _INT32_MAX = 2**31 - 1
 _UINT32_MAX = 2**32 - 1

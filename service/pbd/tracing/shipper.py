@@ -36,7 +36,7 @@ from typing import IO, Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from pbd.tracing.records import WorkerSpans
-from pbd_worker.ipc.framing import encode_frame
+from pbd_wire.framing import encode_frame
 
 log = logging.getLogger("pbd.tracing")
 SHIP_INTERVAL_S = 0.05

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from pbd.scheduler import WorkItem
-from pbd.types import InferRequest, InferResult
-from pbd.validation import PreparedInput, PreparedRequest
+from pbd.scheduling.scheduler import WorkItem
+from pbd.types import InferRequest, InferResult, PreparedInput, PreparedRequest
 
 
 @dataclass

@@ -53,6 +53,7 @@ def test_the_daemons_own_environment_passes(tmp_path: Path) -> None:
     assert Path(env.python).parent == Path(sys.prefix) / "bin"
     shim = Path(env.variables["PYTHONPATH"])
     assert sorted(p.name for p in shim.iterdir()) == [
+        "pbd_wire",
         "pbd_worker",
         "sdnotify",
         "triton_python_backend_utils.py",

@@ -1,17 +1,13 @@
-"""Per-model limits (config parameters over flags) and the bounded request queue."""
+"""Per-model limits: config parameters over flags."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.instances.limits import VersionLimits, version_limits
 from pbd.repository.config import parse_model_config
-from pbd.scheduler import RequestQueue
 from pbd.settings import Settings
-from pbd.validation import PreparedRequest
 
 
 def _config(extra: str = ""):
@@ -41,28 +37,3 @@ def test_a_bad_memory_limit_is_refused(value: str):
     assert info.value.message == (
         "m/config.pbtxt: parameter 'pbd.memory_limit_bytes' must be a whole number of bytes"
     )
-
-
-def test_a_full_queue_refuses_and_cancelled_requests_do_not_count():
-    async def scenario() -> None:
-        queue = RequestQueue("model 'm' version 1", max_size=2)
-        prepared = PreparedRequest(request=None, inputs=[], requested_outputs=[])  # type: ignore[arg-type]
-        first = queue.submit(prepared)
-        queue.submit(prepared)
-        with pytest.raises(PbdError) as info:
-            queue.submit(prepared)
-        assert info.value.code is Code.UNAVAILABLE
-        assert info.value.message == (
-            "Exceeds maximum queue size: model 'm' version 1 already has 2 requests waiting "
-            "(max_queue_size 2)"
-        )
-        first.cancel()  # its caller gave up: there is room again
-        queue.submit(prepared)
-        assert len(queue) == 2
-        with pytest.raises(PbdError):
-            queue.submit(prepared)
-        unbounded = RequestQueue()
-        for _ in range(100):
-            unbounded.submit(prepared)
-
-    asyncio.run(scenario())

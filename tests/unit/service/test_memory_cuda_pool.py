@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from pbd.bls_pool import BlsPool
+from pbd.bls.pool import BlsPool
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda_pool import (
     DEFAULT_POOL_BYTES,
@@ -20,7 +20,7 @@ from pbd.memory.cuda_pool import (
     pool_sizes,
 )
 from pbd.settings import add_arguments, from_args
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 

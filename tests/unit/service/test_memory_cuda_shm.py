@@ -11,6 +11,7 @@ import asyncio
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,17 @@ from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 
-def _registry(tmp_path: Path, gpus: list[int]) -> ClientShmRegistry:
+def _registry(
+    tmp_path: Path, gpus: list[int], on_cuda_removed: Callable[[CudaRegion], None] | None = None
+) -> ClientShmRegistry:
     (tmp_path / "sys_key").write_bytes(b"\0" * 64)
-    registry = ClientShmRegistry(enabled=True, key_prefixes=[], shm_dir=str(tmp_path), gpus=gpus)
+    registry = ClientShmRegistry(
+        enabled=True,
+        key_prefixes=[],
+        shm_dir=str(tmp_path),
+        gpus=gpus,
+        on_cuda_removed=on_cuda_removed or (lambda region: None),
+    )
     registry.register("sys", "/sys_key", 0, 64)
     return registry
 
@@ -96,7 +105,7 @@ def test_cuda_modules_do_not_import_cupy() -> None:
     code = (
         "import sys\n"
         "import pbd.daemon, pbd.memory.cuda, pbd.memory.client_shm\n"
-        "import pbd_worker.runtime, pbd_worker.ipc.cuda, pbd_worker.executor\n"
+        "import pbd_worker.runtime, pbd_wire.cuda, pbd_worker.executor\n"
         "print('cupy' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -106,9 +115,8 @@ def test_cuda_modules_do_not_import_cupy() -> None:
 def test_a_cuda_region_in_use_goes_when_its_last_request_ends(tmp_path: Path) -> None:
     """Deferred unregister, as for system regions; workers are told only once it is gone.
     (The region is put in place as registration leaves it: opening a handle needs a GPU.)"""
-    registry = _registry(tmp_path, gpus=[0])
     removed: list[int] = []
-    registry.on_cuda_removed = lambda region: removed.append(region.generation)
+    registry = _registry(tmp_path, [0], lambda region: removed.append(region.generation))
     registry.regions["c"] = CudaRegion("c", b"\1" * 64, 0, 256, generation=41, pointer=0)
     held, offset = registry.acquire("c", 64, 128)
     assert (held.name, offset) == ("c", 64)  # offsets in a CUDA region are from its start

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pbd.metrics.custom import CustomMetrics, WorkerMetrics, bound_text
 from pbd.metrics.server import exposition
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.metrics import MAX_PENDING, MetricsChannel
 
 

@@ -17,7 +17,7 @@ from pbd.repository.config import (
     load_model_config,
     model_config_from_json,
 )
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 
 
 def test_add_sub() -> None:

@@ -24,8 +24,8 @@ from pbd.tracing.records import RECORD_FIELDS, readable_from_otlp
 from pbd.tracing.request import RequestTrace, add_worker_spans
 from pbd.tracing.settings import TraceSettings, parse_trace_config
 from pbd.tracing.shipper import to_wire
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.otlp import parse_traceparent
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.otlp import parse_traceparent
 from pbd_worker.tracing import WorkerTracing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -147,7 +147,7 @@ def test_record_bytes_are_encode_spans_bytes() -> None:
 
     from pbd.tracing.encode import _span_fields, record_span_bytes
     from pbd.tracing.records import SpanData, TraceRecord
-    from pbd_worker.otlp import KIND_SERVER, encode_span
+    from pbd_wire.otlp import KIND_SERVER, encode_span
 
     now = time.time_ns()
     spans = [
@@ -249,7 +249,7 @@ def test_encoded_record_is_its_expanded_spans(
     from pbd.tracing import encode
     from pbd.tracing.encode import _span_fields, encode_record
     from pbd.tracing.records import expand
-    from pbd_worker.otlp import encode_span, field_bytes
+    from pbd_wire.otlp import encode_span, field_bytes
 
     if request.node.callspec.id in _DIRECT:
         monkeypatch.setattr(encode, "_expanded", None)  # calling it fails the test

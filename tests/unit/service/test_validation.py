@@ -6,8 +6,15 @@ import pytest
 from pbd.errors import Code, PbdError
 from pbd.memory.client_shm import ClientShmRegistry
 from pbd.repository.config import parse_model_config
-from pbd.types import InferRequest, InputTensor, RequestedOutput, Uint64
-from pbd.validation import SEQUENCE_END, SEQUENCE_START, prepare_request, release_regions
+from pbd.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferRequest,
+    InputTensor,
+    RequestedOutput,
+    Uint64,
+)
+from pbd.validation import prepare_request, release_regions
 
 ADD_SUB = """
 name: "add_sub"

@@ -9,8 +9,8 @@ import json
 import pytest
 from opentelemetry import trace
 
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.otlp import format_traceparent, parse_traceparent
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.otlp import format_traceparent, parse_traceparent
 from pbd_worker.tracing import ExecuteSpan, WorkerTracing, _parse
 
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import triton_python_backend_utils as pb_utils
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cuda import gpu_inputs
+from pbd_wire.shm import Arena, SegmentMap
 from pbd_worker.executor import BatchExecutor
-from pbd_worker.ipc.cuda import gpu_inputs
-from pbd_worker.ipc.shm import Arena, SegmentMap
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 

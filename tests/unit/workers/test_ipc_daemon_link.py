@@ -8,9 +8,9 @@ import os
 import socket
 import threading
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import SocketFrameReader, encode_frame
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.framing import SocketFrameReader, encode_frame
 
 QUERIES = 300
 HANG_GUARD_S = 60.0  # only a hang goes past this

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pbd_worker.ipc.framing import (
+from pbd_wire.framing import (
     HEADER,
     MAX_FRAME_BYTES,
     FrameError,

@@ -7,8 +7,8 @@ import uuid
 import numpy as np
 import pytest
 
-from pbd_worker.ipc import shm
-from pbd_worker.ipc.shm import Arena, Segment, SegmentMap, ShmExhausted, align
+from pbd_wire import shm
+from pbd_wire.shm import Arena, Segment, SegmentMap, ShmExhausted, align
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 from pbd_worker.lifecycle import auto_complete
 
 CONFIG = {"name": "m", "max_batch_size": 0, "input": [], "output": []}

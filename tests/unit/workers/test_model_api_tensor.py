@@ -10,7 +10,7 @@ import pytest
 import tritonclient.utils as tc
 
 import triton_python_backend_utils as pb_utils
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 from pbd_worker.model_api import dlpack
 from pbd_worker.model_api.tensor import Tensor
 

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
-from pbd_worker.otlp import (
+from pbd_wire.otlp import (
     FLAGS_LOCAL_PARENT,
     FLAGS_REMOTE_PARENT,
     KIND_INTERNAL,
@@ -107,7 +107,7 @@ def test_request_holds_the_spans_under_one_scope() -> None:
 
 
 def test_length_delimited_fields_walks_a_request_and_refuses_other_wire_types() -> None:
-    from pbd_worker.otlp import field_bytes, length_delimited_fields
+    from pbd_wire.otlp import field_bytes, length_delimited_fields
 
     spans = [encode_span(**fields) for fields in CASES]
     request = encode_request("s", spans)

@@ -1,9 +1,3 @@
-"""The daemon <-> worker wire: framing, shared-memory segments and tensor descriptors.
-
-One implementation with two users: the worker runtime and the daemon (``pbd.instances``)
-both import this package. The message schema is ``protos/pbd_worker/_proto/worker.proto``.
+"""The worker's end of the daemon link: the socket it talks to the daemon on, and the inbox
+thread that reads it. The wire itself (messages, framing, shared memory) is ``pbd_wire``.
 """
-
-PROTOCOL_VERSION = 1
-# The environment variable that carries a worker's one-time connection token.
-TOKEN_ENV = "PBD_WORKER_TOKEN"

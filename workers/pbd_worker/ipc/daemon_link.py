@@ -16,8 +16,8 @@ import socket
 import threading
 from collections.abc import Callable
 
-from pbd_worker._proto import worker_pb2 as wpb
-from pbd_worker.ipc.framing import SocketFrameReader, encode_frame, socket_address
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import SocketFrameReader, encode_frame, socket_address
 
 
 class DaemonLink:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker.dtypes import BY_NAME, DataType
+from pbd_wire.dtypes import BY_NAME, DataType
 from pbd_worker.model_api.errors import TritonModelException
 
 DEVICE_CPU = 1

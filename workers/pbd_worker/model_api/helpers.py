@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker import dtypes
+from pbd_wire import dtypes
 from pbd_worker.model_api import serialization, state
 from pbd_worker.model_api.errors import TritonModelException
 

@@ -8,17 +8,16 @@ then refuses them with a precise message instead of pretending.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pbd_worker.model_api.request import InferenceRequest
-
+# The hooks take a ``pbd_worker.model_api.request.InferenceRequest``; it is not named here
+# because that module reads this one (the API sits above its state).
 # ``bls_executor(request, decoupled)`` runs ``request`` on another model and returns an
 # ``InferenceResponse`` (or, decoupled, an iterator of them). It blocks; ``async_exec`` runs it
 # on the event loop's default executor.
-BlsExecutor = Callable[["InferenceRequest", bool], Any]
+BlsExecutor = Callable[[Any, bool], Any]
 # ``response_sender_factory(request)`` returns the request's ``InferenceResponseSender``.
-ResponseSenderFactory = Callable[["InferenceRequest"], Any]
+ResponseSenderFactory = Callable[[Any], Any]
 
 bls_executor: BlsExecutor | None = None
 # ``model_control(op, model_name, **fields)``: load_model / unload_model / is_model_ready

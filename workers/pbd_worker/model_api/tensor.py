@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker import dtypes
-from pbd_worker.dtypes import DataType
+from pbd_wire import dtypes
+from pbd_wire.dtypes import DataType
 from pbd_worker.model_api import dlpack, serialization
 from pbd_worker.model_api.errors import TritonModelException
 

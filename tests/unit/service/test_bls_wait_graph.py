@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from pbd.bls_deadlock import WaitGraph
+from pbd.bls.wait_graph import WaitGraph
 
 
 def run(body: Callable[[], None]) -> None:

@@ -27,7 +27,7 @@ def encode_frame(payload: bytes) -> bytes:
 
 
 def decode_length(header: bytes) -> int:
-    (length,) = HEADER.unpack(header)
+    length: int = HEADER.unpack(header)[0]
     if length > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
     return length

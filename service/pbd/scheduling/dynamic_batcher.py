@@ -1,7 +1,7 @@
 """The dynamic batcher: Triton's ``dynamic_batching`` for a model with ``max_batch_size`` > 0.
 
 When an instance has room, the batcher takes queued requests in priority order (see
-``scheduler.PriorityQueues``) while they fit: the sum of their batch dimensions (the first
+``priority_queues.PriorityQueues``) while they fit: the sum of their batch dimensions (the first
 dimension of their inputs) stays within ``max_batch_size``, and each is compatible with the
 first (same inputs with the same shapes past the batch dimension, same requested outputs, as
 Triton requires; the first one that is not starts the next batch). Then:
@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from pbd.batching_policy import BatchingPolicy
 from pbd.errors import PbdError
-from pbd.scheduler import Batch, Placement, PriorityQueues, WorkItem, answer, request_batch_size
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
+from pbd.scheduling.batching_policy import BatchingPolicy
+from pbd.scheduling.priority_queues import PriorityQueues
+from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
+from pbd.types import InferResult, PreparedRequest, request_batch_size
 
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 
@@ -65,17 +65,17 @@ def gather(
     return batch, False, preferred
 
 
-class DynamicBatcher(PriorityQueues):
-    # An instance gets its next batch only once idle, as Triton does: a pipelined batch would
-    # be formed early and split what could have been one batch.
+class DynamicBatcher(PriorityQueues[InstanceT]):
+    # An instance gets its next batch only once it is idle, as in Triton: a batch pipelined
+    # behind a running one would be formed early and split what could have been one batch.
     pipelined = False
 
     def __init__(self, name: str, policy: BatchingPolicy) -> None:
         super().__init__(name, policy)
-        self._finished: dict[int, tuple[Batch, list[InferResult | PbdError]]] = {}
+        self._finished: dict[int, tuple[Batch[InstanceT], list[InferResult | PbdError]]] = {}
         self._next_answer = 0
 
-    async def next_batch(self, place: Placement) -> Batch:
+    async def next_batch(self, place: Placement[InstanceT]) -> Batch[InstanceT]:
         loop = asyncio.get_running_loop()
         delay = self.policy.max_delay_us / 1e6
         while True:
@@ -99,13 +99,13 @@ class DynamicBatcher(PriorityQueues):
             self.take(batch)
             return Batch(instances[0], batch, self.next_ordinal())
 
-    def requeue(self, batch: Batch) -> None:
+    def requeue(self, batch: Batch[InstanceT]) -> None:
         super().requeue(batch)
         if self.policy.preserve_ordering:
             self._finished[batch.ordinal] = (batch, [])  # nothing to answer: skip its turn
             self._answer_in_order()
 
-    def deliver(self, batch: Batch, outcomes: list[InferResult | PbdError]) -> None:
+    def deliver(self, batch: Batch[InstanceT], outcomes: list[InferResult | PbdError]) -> None:
         if not self.policy.preserve_ordering:
             super().deliver(batch, outcomes)
             return

@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pbd.batching import gather
-from pbd.batching_policy import BatchingPolicy
-from pbd.errors import PbdError, invalid_arg, unavailable
-from pbd.scheduler import IDLE_RECHECK_S, Batch, Placement, PriorityQueues, WorkItem, answer
-from pbd.types import InferResult
-from pbd.validation import SEQUENCE_END, SEQUENCE_START, PreparedRequest
+from pbd.errors import invalid_arg
+from pbd.scheduling.batching_policy import BatchingPolicy
+from pbd.scheduling.dynamic_batcher import gather
+from pbd.scheduling.priority_queues import IDLE_RECHECK_S, PriorityQueues, queue_full
+from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem
+from pbd.types import SEQUENCE_END, SEQUENCE_START, InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.sequences")
 
@@ -40,15 +41,19 @@ class Sequence:
     last_active: float = 0.0
 
 
-class SequenceBatcher(PriorityQueues):
+class SequenceBatcher(PriorityQueues[InstanceT]):
     def __init__(self, name: str, model: str, policy: BatchingPolicy, idle_us: int) -> None:
         super().__init__(name, policy)
         self.model = model
         self.idle_s = idle_us / 1e6
         self._sequences: dict[int | str, Sequence] = {}
 
-    def __len__(self) -> int:
-        return sum(sum(not i.future.done() for i in s.pending) for s in self._sequences.values())
+    def _queued(self) -> Iterator[WorkItem]:
+        for sequence in self._sequences.values():
+            yield from sequence.pending
+
+    def _forget_queued(self) -> None:
+        self._sequences.clear()
 
     def submit(self, prepared: PreparedRequest) -> asyncio.Future[InferResult]:
         key, rid = prepared.correlation_id, prepared.request.log_id
@@ -69,10 +74,7 @@ class SequenceBatcher(PriorityQueues):
             )
         limit = self.max_size
         if limit and len(self) >= limit:
-            raise unavailable(
-                f"Exceeds maximum queue size: {self.name} already has {len(self)} requests "
-                f"waiting (max_queue_size {limit})"
-            )
+            raise queue_full(self.name, len(self), limit)
         if sequence is None:
             sequence = self._sequences[key] = Sequence(key)
         sequence.ending = bool(prepared.flags & SEQUENCE_END)
@@ -95,7 +97,7 @@ class SequenceBatcher(PriorityQueues):
         ready.sort(key=lambda s: s.pending[0].enqueued_at)
         return ready
 
-    def _bind(self, sequence: Sequence, place: Placement) -> None:
+    def _bind(self, sequence: Sequence, place: Placement[InstanceT]) -> None:
         """Bind a new sequence (or one whose instance is gone) to the instance that has the
         fewest sequences."""
         names = place.instance_names()
@@ -114,7 +116,7 @@ class SequenceBatcher(PriorityQueues):
                 log.info("%s: sequence %s idle for %gs, released", self.name, key, self.idle_s)
                 del self._sequences[key]
 
-    async def next_batch(self, place: Placement) -> Batch:
+    async def next_batch(self, place: Placement[InstanceT]) -> Batch[InstanceT]:
         loop = asyncio.get_running_loop()
         while True:
             self._expire_idle(loop.time())
@@ -138,7 +140,7 @@ class SequenceBatcher(PriorityQueues):
                     sequence.running = True
             return Batch(free[target], items, self.next_ordinal())
 
-    def _finish(self, batch: Batch) -> None:
+    def _batch_done(self, batch: Batch[InstanceT]) -> None:
         now = asyncio.get_running_loop().time()
         for item in batch.items:
             sequence = self._sequences.get(item.prepared.correlation_id)
@@ -149,27 +151,9 @@ class SequenceBatcher(PriorityQueues):
                     del self._sequences[sequence.key]
         self._changed.set()
 
-    def requeue(self, batch: Batch) -> None:
+    def requeue(self, batch: Batch[InstanceT]) -> None:
         for item in batch.items:
             sequence = self._sequences.get(item.prepared.correlation_id)
             if sequence is not None:
                 sequence.pending.appendleft(item)
-        self._finish(batch)
-
-    def deliver(self, batch: Batch, outcomes: list[InferResult | PbdError]) -> None:
-        for item, outcome in zip(batch.items, outcomes, strict=True):
-            answer(item, outcome)
-        self._finish(batch)
-
-    def fail_older_than(self, when: float, error: PbdError) -> int:
-        failed = 0
-        for sequence in self._sequences.values():
-            for item in sequence.pending:
-                if item.enqueued_at < when and not item.future.done():
-                    answer(item, error)
-                    failed += 1
-        return failed
-
-    def fail_all(self, error: PbdError) -> None:
-        self.fail_older_than(float("inf"), error)
-        self._sequences.clear()
+        self._batch_done(batch)

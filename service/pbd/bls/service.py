@@ -14,13 +14,13 @@ a reply per response as the callee sends it, the last one final; every response'
 held until the ``BlsDone`` of the call. ``BlsCancel`` (the model cancelled the iterator) cancels
 the callee's request.
 
-GPU inputs of a call travel through the daemon's CUDA memory pool (``pbd.bls_pool``): the caller
+GPU inputs of a call travel through the daemon's CUDA memory pool (``pbd.bls.pool``): the caller
 copies them into blocks it was granted, the callee's worker reads them on the device.
 
 Timeouts (``timeout`` µs on the request) are enforced here: past it the call is answered with
 Triton's queue-timeout error and the callee's result, if it comes later, is dropped. Deadlocks
 (a call no instance can ever take, because every instance of the callee waits on it, directly
-or through other calls) are found by ``pbd.bls_deadlock`` when a call is made, and answered
+or through other calls) are found by ``pbd.bls.wait_graph`` when a call is made, and answered
 with an error instead of queueing forever.
 """
 
@@ -31,23 +31,24 @@ import contextlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from pbd.bls_deadlock import Waiter, WaitGraph
-from pbd.bls_pool import BlsPool
+from pbd.bls.pool import BlsPool
+from pbd.bls.wait_graph import Waiter, WaitGraph
 from pbd.errors import Code, PbdError
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
     from pbd.instances.instance import Instance
+    from pbd.streams import StreamResult
 
 log = logging.getLogger("pbd.bls")
-KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
 TIMEOUT_MESSAGE = "Request timeout expired"
 # Triton's refusal of a non-decoupled BLS call to a decoupled model.
 _NOT_DECOUPLED_CALL = (
@@ -181,8 +182,9 @@ class BlsService:
         cancelled = self._cancels[key] = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.request.timeout_us / 1e6 if call.request.timeout_us else None
-        stream = self.dp.infer_stream(request)
-        stops = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
+        # An async generator (DataPlane.infer_stream), which aclose() cancels.
+        stream = cast("AsyncGenerator[StreamResult, None]", self.dp.infer_stream(request))
+        stops: set[asyncio.Future[Any]] = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
         try:
             while True:
                 response = wpb.Response()
@@ -247,8 +249,8 @@ class BlsService:
     ) -> InferResult:
         """The result, or the error of a timeout or of a deadlock found while waiting."""
         timeout = timeout_us / 1e6 if timeout_us else None
-        done, _ = await asyncio.wait({infer, waiter.refused}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        either: set[asyncio.Future[Any]] = {infer, waiter.refused}
+        done, _ = await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if infer in done:
             return infer.result()
         infer.cancel()

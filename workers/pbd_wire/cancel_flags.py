@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pbd_worker.ipc.shm import SHM_DIR, Segment
+from pbd_wire.shm import SHM_DIR, Segment
 
 SLOTS = 4096
 NBYTES = SLOTS * 8

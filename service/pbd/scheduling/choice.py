@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pbd.batching import DynamicBatcher
-from pbd.batching_policy import BatchingPolicy, QueuePolicy, batching_policy
 from pbd.repository.config import SEQUENCE_IDLE_DEFAULT_US, ModelConfig
-from pbd.scheduler import PriorityQueues, RequestQueue
-from pbd.sequences import SequenceBatcher
+from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy, batching_policy
+from pbd.scheduling.dynamic_batcher import DynamicBatcher
+from pbd.scheduling.priority_queues import RequestQueue
+from pbd.scheduling.scheduler import InstanceT, Scheduler
+from pbd.scheduling.sequence_batcher import SequenceBatcher
 
 
-def make_scheduler(config: ModelConfig, name: str, max_queue_size: int) -> PriorityQueues:
+def make_scheduler(config: ModelConfig, name: str, max_queue_size: int) -> Scheduler[InstanceT]:
     """``dynamic_batching``: the dynamic batcher; ``sequence_batching``: the sequence batcher;
     neither: the default scheduler. ``max_queue_size`` is ``--max-queue-size``."""
     policy = batching_policy(config, max_queue_size)

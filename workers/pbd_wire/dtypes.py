@@ -24,7 +24,9 @@ class DataType:
         return self.name == "BYTES"
 
 
-def _dt(name: str, config: str, number: int, np_type: object, itemsize: int) -> DataType:
+def _dt(
+    name: str, config: str, number: int, np_type: type[np.generic] | None, itemsize: int
+) -> DataType:
     return DataType(name, config, number, None if np_type is None else np.dtype(np_type), itemsize)
 
 
@@ -46,7 +48,6 @@ ALL: tuple[DataType, ...] = (
 )
 
 BY_NAME: dict[str, DataType] = {d.name: d for d in ALL}
-BY_CONFIG_NAME: dict[str, DataType] = {d.config_name: d for d in ALL}
 BY_CONFIG_NUMBER: dict[int, DataType] = {d.config_number: d for d in ALL}
 
 

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from scheduling_samples import Place, ids, prepared, result
 
-from pbd.batching_policy import BatchingPolicy
 from pbd.errors import Code, PbdError
-from pbd.sequences import SequenceBatcher
-from pbd.validation import SEQUENCE_END, SEQUENCE_START
+from pbd.scheduling.batching_policy import BatchingPolicy
+from pbd.scheduling.sequence_batcher import SequenceBatcher
+from pbd.types import SEQUENCE_END, SEQUENCE_START
 
 LONG_IDLE_US = 600_000_000
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from pbd.errors import PbdError, invalid_arg
 from pbd.memory.cuda_pool import CudaPools
-from pbd.validation import CudaSlice, ShmSlice
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd.types import CudaSlice, ShmSlice
+from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance
@@ -74,7 +74,7 @@ class BlsPool:
         if not granted:
             return
         for ref in call.request.inputs:
-            if ref.HasField("cuda") and granted.pop((ref.cuda.device_id, ref.offset), None):
+            if ref.HasField("cuda") and granted.pop((ref.cuda.device_id, ref.offset), 0):
                 self.pools.free(ref.cuda.device_id, ref.offset)
 
     def forget(self, caller: Instance) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pbd_worker._proto import worker_pb2 as wpb
+from pbd_wire import worker_pb2 as wpb
 
 _LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess
 FORCE_CPU_KEY = "FORCE_CPU_ONLY_INPUT_TENSORS"
@@ -60,7 +60,7 @@ def gpu_inputs(args: dict[str, str]) -> bool:
         parameters = json.loads(args.get("model_config", "{}")).get("parameters", {})
     except (ValueError, AttributeError):
         return False
-    value = (parameters.get(FORCE_CPU_KEY) or {}).get("string_value", "yes")
+    value: str = (parameters.get(FORCE_CPU_KEY) or {}).get("string_value", "yes")
     if value not in ("yes", "no"):
         raise ValueError(f"parameter '{FORCE_CPU_KEY}' can only be 'yes' or 'no', got {value!r}")
     return value == "no"
@@ -106,7 +106,8 @@ class CudaRegions:
 
     def to_host(self, ref: wpb.CudaRef, offset: int, nbytes: int) -> np.ndarray:
         """The bytes copied once into host memory (for CPU inputs)."""
-        return self.array(ref, offset, nbytes, np.uint8, [nbytes]).get()
+        host: np.ndarray = self.array(ref, offset, nbytes, np.uint8, [nbytes]).get()
+        return host
 
     def bytes_at(self, ref: wpb.CudaRef, offset: int, nbytes: int) -> Any:
         """A flat uint8 CuPy array over the region's bytes, to write an output into."""

@@ -1,22 +1,18 @@
-"""The per-model request queue instances take work from, and what every scheduler shares.
+"""Queued requests by priority level, with each level's queue policy; Triton's default
+scheduler; what the dynamic and sequence batchers build on.
 
-A scheduler (this queue, the dynamic batcher in ``batching.py``, the sequence batcher in
-``sequences.py``) is what the version's dispatcher talks to:
+``PriorityQueues`` holds queued requests by priority level (Triton's ``priority_levels``; a
+model without them has one level) and applies each level's queue policy: ``max_queue_size``
+refuses with Triton's UNAVAILABLE "Exceeds maximum queue size", which clients treat as "retry
+later"; a request that waited past its timeout is failed (REJECT: Triton's UNAVAILABLE
+"Request timeout expired") or served after the requests of its level that have not timed out
+(DELAY). Requests whose callers gave up (cancelled, disconnected) do not count. As it is, it
+is Triton's default scheduler (a model without ``dynamic_batching``): one request per
+``execute``, in arrival order.
 
-- ``submit(prepared)``: queue a request (or refuse it: full queue, bad sequence flags);
-- ``await next_batch(place)``: the next batch and the instance to run it on, chosen from
-  ``place.available()`` (ready instances with room, least loaded first) once there is one;
-- ``deliver(batch, outcomes)``: the batch ran; answer its callers (one outcome per request);
-- ``requeue(batch)``: the batch never reached its worker; put its requests back first in line.
-
-This module's ``PriorityQueues`` holds queued requests by priority level (Triton's
-``priority_levels``; a model without them has one level) and applies each level's queue
-policy: ``max_queue_size`` refuses with Triton's UNAVAILABLE "Exceeds maximum queue size",
-which clients treat as "retry later"; a request that waited past its timeout is failed
-(REJECT: Triton's UNAVAILABLE "Request timeout expired") or served after the requests of its
-level that have not timed out (DELAY). Requests whose callers gave up (cancelled,
-disconnected) do not count. Without ``dynamic_batching`` it is Triton's default scheduler: one
-request per ``execute``, in arrival order.
+A subclass that keeps its requests elsewhere (the sequence batcher) overrides ``_queued``,
+``_forget_queued`` and ``_batch_done``; counting, answering and failing queued requests are
+written once, here.
 """
 
 from __future__ import annotations
@@ -27,72 +23,17 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Generic
 
-from pbd.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.errors import PbdError, unavailable
-from pbd.types import InferResult
-from pbd.validation import PreparedRequest
-
-if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
+from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
+from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
+from pbd.types import InferResult, PreparedRequest
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 # How long a scheduler sleeps between looks when nothing told it the queue or the instances
 # changed (a restarted worker, a sequence gone idle).
 IDLE_RECHECK_S = 0.1
-
-
-class Placement(Protocol):
-    def available(self) -> list[Instance]:
-        """Ready instances with room for another batch, least loaded first."""
-        ...
-
-    def instance_names(self) -> list[str]:
-        """Every instance that runs or will run again (restarting ones included)."""
-        ...
-
-    async def wait_capacity(self) -> None:
-        """Return when an instance may have room (or after a short while)."""
-        ...
-
-
-@dataclass(eq=False)  # one request is equal only to itself
-class WorkItem:
-    prepared: PreparedRequest
-    future: asyncio.Future[InferResult]
-    enqueued_at: float = 0.0
-    level: int = 0
-    deadline: float = float("inf")  # loop time past which it has timed out
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass
-class Batch:
-    instance: Instance
-    items: list[WorkItem]
-    ordinal: int = 0  # dispatch order, for preserve_ordering
-
-
-def request_batch_size(prepared: PreparedRequest, max_batch_size: int) -> int:
-    """The batch dimension a request adds to an execute (1 for a model without batching)."""
-    if max_batch_size <= 0 or not prepared.inputs:
-        return 1
-    shape = prepared.inputs[0].shape
-    return shape[0] if shape else 1
-
-
-def answer(item: WorkItem, outcome: InferResult | PbdError) -> None:
-    """Settle a request's future; a result nobody waits for gives its memory back."""
-    if item.timer is not None:
-        item.timer.cancel()
-    if item.future.done():
-        if isinstance(outcome, InferResult):
-            outcome.release()
-    elif isinstance(outcome, PbdError):
-        item.future.set_exception(outcome)
-    else:
-        item.future.set_result(outcome)
 
 
 @dataclass
@@ -115,13 +56,16 @@ class _Level:
         return len(self.waiting) + len(self.delayed) >= limit
 
 
-class PriorityQueues:
-    # Whether a request's own task runs it once an instance's room is granted to it (one
-    # request per execute: pbd.instances.dispatch), or a dispatcher task forms batches.
-    grants = False
-    # Whether an instance may be sent its next batch before the last one was answered
-    # (--worker-pipeline-depth); the dynamic batcher waits, so as not to split a batch.
-    pipelined = True
+def queue_full(name: str, waiting: int, limit: int) -> PbdError:
+    return unavailable(
+        f"Exceeds maximum queue size: {name} already has {waiting} requests "
+        f"waiting (max_queue_size {limit})"
+    )
+
+
+class PriorityQueues(Generic[InstanceT]):
+    pipelined = True  # see Scheduler.pipelined
+    grants = False  # see Scheduler.grants
 
     def __init__(self, name: str, policy: BatchingPolicy) -> None:
         self.name = name  # "model 'x' version 1", for the message of a full queue
@@ -136,8 +80,18 @@ class PriorityQueues:
     def max_size(self) -> int:
         return self.policy.default_policy.max_queue_size
 
+    def _queued(self) -> Iterator[WorkItem]:
+        """Every queued request (some may have been answered already: abandoned ones)."""
+        for level in self._levels.values():
+            yield from itertools.chain(level.waiting, level.delayed)
+
+    def _forget_queued(self) -> None:
+        for level in self._levels.values():
+            level.waiting.clear()
+            level.delayed.clear()
+
     def __len__(self) -> int:
-        return sum(level.live() for level in self._levels.values())
+        return sum(not item.future.done() for item in self._queued())
 
     def empty(self) -> bool:
         """Nothing queued, not even requests whose callers gave up (O(levels), unlike len)."""
@@ -149,10 +103,7 @@ class PriorityQueues:
         level = self._levels[level_no]
         limit = level.policy.max_queue_size
         if limit and level.over(limit):
-            raise unavailable(
-                f"Exceeds maximum queue size: {self.name} already has {level.live()} requests "
-                f"waiting (max_queue_size {limit})"
-            )
+            raise queue_full(self.name, level.live(), limit)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferResult] = loop.create_future()
         item = WorkItem(prepared, future, loop.time(), level_no)
@@ -193,6 +144,14 @@ class PriorityQueues:
             level.waiting.extend(kept)
             level.delayed.extend(expired)
 
+    def pop_head(self) -> WorkItem | None:
+        """The next request to serve, out of the queue (its timeout no longer applies); None
+        when no caller waits."""
+        head = next(self.in_order(), None)
+        if head is not None:
+            self.take([head])
+        return head
+
     def take(self, items: list[WorkItem]) -> None:
         """Remove ``items`` (just returned by ``in_order``, which stops there) from their
         queues: they are being dispatched, so their queue timeouts no longer apply."""
@@ -207,15 +166,19 @@ class PriorityQueues:
             else:
                 queue.remove(item)
 
-    def requeue(self, batch: Batch) -> None:
+    def requeue(self, batch: Batch[InstanceT]) -> None:
         """Put back, first in line, the requests of a batch that never reached its worker."""
         for item in reversed(batch.items):
             self._levels[item.level].waiting.appendleft(item)
-        self._changed.set()
+        self._batch_done(batch)
 
-    def deliver(self, batch: Batch, outcomes: list[InferResult | PbdError]) -> None:
+    def deliver(self, batch: Batch[InstanceT], outcomes: list[InferResult | PbdError]) -> None:
         for item, outcome in zip(batch.items, outcomes, strict=True):
             answer(item, outcome)
+        self._batch_done(batch)
+
+    def _batch_done(self, batch: Batch[InstanceT]) -> None:
+        """``batch`` left its instance (answered, or put back): another may be formed."""
         self._changed.set()
 
     def next_ordinal(self) -> int:
@@ -226,14 +189,10 @@ class PriorityQueues:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
-    def _all(self) -> Iterator[WorkItem]:
-        for level in self._levels.values():
-            yield from itertools.chain(level.waiting, level.delayed)
-
     def fail_older_than(self, when: float, error: PbdError) -> int:
         """Fail queued requests that arrived before ``when``; how many there were."""
         failed = 0
-        for item in list(self._all()):
+        for item in list(self._queued()):
             if item.enqueued_at < when and not item.future.done():
                 answer(item, error)
                 failed += 1
@@ -241,11 +200,9 @@ class PriorityQueues:
 
     def fail_all(self, error: PbdError) -> None:
         self.fail_older_than(float("inf"), error)
-        for level in self._levels.values():
-            level.waiting.clear()
-            level.delayed.clear()
+        self._forget_queued()
 
-    async def next_batch(self, place: Placement) -> Batch:
+    async def next_batch(self, place: Placement[InstanceT]) -> Batch[InstanceT]:
         """One request at a time, as Triton's default scheduler."""
         while True:
             head = next(self.in_order(), None)
@@ -260,21 +217,10 @@ class PriorityQueues:
             return Batch(instances[0], [head], self.next_ordinal())
 
 
-class RequestQueue(PriorityQueues):
+class RequestQueue(PriorityQueues[InstanceT]):
     """Triton's default scheduler, bounded by ``max_size`` (0: unbounded)."""
 
     grants = True
 
     def __init__(self, name: str = "", max_size: int = 0) -> None:
         super().__init__(name, BatchingPolicy(default_policy=QueuePolicy(max_size)))
-
-
-async def wait_result(future: asyncio.Future[InferResult]) -> InferResult:
-    """Await a submitted request; if the caller is cancelled after the result arrived, the
-    result's shared memory is still handed back."""
-    try:
-        return await future
-    except asyncio.CancelledError:
-        if future.done() and not future.cancelled() and future.exception() is None:
-            future.result().release()
-        raise

@@ -1,0 +1,36 @@
+"""Which scheduler a model's config picks, and whether it lets instances pipeline batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbd.repository.config import parse_model_config
+from pbd.scheduling import make_scheduler
+from pbd.scheduling.dynamic_batcher import DynamicBatcher
+from pbd.scheduling.priority_queues import RequestQueue
+from pbd.scheduling.sequence_batcher import SequenceBatcher
+
+BASE = """
+backend: "python"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "pipelined"),
+    [
+        ("", RequestQueue, True),
+        ("dynamic_batching { }", DynamicBatcher, False),
+        ("sequence_batching { }", SequenceBatcher, True),
+    ],
+    ids=["default", "dynamic", "sequence"],
+)
+def test_the_config_picks_the_scheduler_and_its_pipelining(
+    extra: str, kind: type, pipelined: bool
+) -> None:
+    config = parse_model_config(BASE + extra, model_name="m", source="config.pbtxt")
+    scheduler = make_scheduler(config, "model 'm' version 1", 3)
+    assert type(scheduler) is kind
+    assert scheduler.pipelined is pipelined

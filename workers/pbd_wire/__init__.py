@@ -1,0 +1,15 @@
+"""The daemon <-> worker wire, one implementation with two users: the daemon (``pbd``) and the
+worker (``pbd_worker``) both import it, and it imports neither (nor grpc).
+
+- ``worker_pb2``: the control messages, generated from ``protos/pbd_wire/worker.proto`` (whose
+  header draws the conversation);
+- ``framing``: one message per length-prefixed frame on the Unix socket;
+- ``shm``: the shared-memory segments tensors travel in, and the arena that carves them;
+- ``cuda``: CUDA IPC handles of GPU tensors (CuPy imported only when one is used);
+- ``dtypes``: the protocol's datatype names and their numpy dtypes;
+- ``otlp``: the OTLP span bytes a worker encodes and the daemon forwards.
+"""
+
+PROTOCOL_VERSION = 1
+# The environment variable that carries a worker's one-time connection token.
+TOKEN_ENV = "PBD_WORKER_TOKEN"
