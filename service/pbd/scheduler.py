@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from pbd.batching_policy import BatchingPolicy, QueuePolicy
-from pbd.errors import PbdError, unavailable
+from pbd.errors import PbdError, rejected
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
 
@@ -138,7 +138,7 @@ class PriorityQueues:
         level = self._levels[level_no]
         limit = level.policy.max_queue_size
         if limit and level.over(limit):
-            raise unavailable(
+            raise rejected(
                 f"Exceeds maximum queue size: {self.name} already has {level.live()} requests "
                 f"waiting (max_queue_size {limit})"
             )
@@ -157,7 +157,7 @@ class PriorityQueues:
     def _expire(self, item: WorkItem) -> None:
         item.timer = None
         if not item.future.done():
-            item.future.set_exception(unavailable(TIMEOUT_EXPIRED))
+            item.future.set_exception(rejected(TIMEOUT_EXPIRED))
 
     def in_order(self) -> Iterator[WorkItem]:
         """Queued requests in the order they are served: level 1 first; in a level, arrival

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from pbd.batching import gather
 from pbd.batching_policy import BatchingPolicy
-from pbd.errors import PbdError, invalid_arg, unavailable
+from pbd.errors import PbdError, invalid_arg, rejected
 from pbd.scheduler import IDLE_RECHECK_S, Batch, Placement, PriorityQueues, WorkItem, answer
 from pbd.types import InferResult
 from pbd.validation import SEQUENCE_END, SEQUENCE_START, PreparedRequest
@@ -69,7 +69,7 @@ class SequenceBatcher(PriorityQueues):
             )
         limit = self.max_size
         if limit and len(self) >= limit:
-            raise unavailable(
+            raise rejected(
                 f"Exceeds maximum queue size: {self.name} already has {len(self)} requests "
                 f"waiting (max_queue_size {limit})"
             )

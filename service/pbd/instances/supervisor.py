@@ -35,7 +35,7 @@ from pbd.repository.config import ModelConfig
 from pbd.scheduler import Batch, wait_result
 from pbd.scheduling import make_scheduler
 from pbd.settings import Settings
-from pbd.stats import ModelStats
+from pbd.stats import ModelStats, failure_reason
 from pbd.tracing.provider import Tracing
 from pbd.types import InferResult
 from pbd.validation import PreparedRequest
@@ -197,6 +197,7 @@ class VersionRuntime:
             plans = plan_instances(self.config, self.gpus)
             limits = version_limits(self.config, self.settings, source)
             self.policy = scaling_policy(self.config, self.settings, plans, source)
+            self.reason = "loading: preparing the model's environment"
             self.worker_env = await model_worker_env(
                 self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
             )
@@ -206,6 +207,7 @@ class VersionRuntime:
         self.templates = plans
         self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
         instances = [self._new_instance(p) for p in plans]
+        self.reason = f"loading: initialize() of {len(instances)} instance(s)"
         outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
@@ -221,7 +223,7 @@ class VersionRuntime:
             self.slots.append(slot)
         self._monitor = asyncio.create_task(self._watch_heartbeats(), name="heartbeats")
         self._dispatcher = asyncio.create_task(self._dispatch(), name=f"dispatch {self.id}")
-        self.state = VersionState.READY
+        self.state, self.reason = VersionState.READY, ""
         if self.policy.enabled:
             self.scaler = Scaler(self)
             self.scaler.start()
@@ -240,8 +242,8 @@ class VersionRuntime:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s: %d request(s) waiting", self.id, len(self.queue))
             result = await wait_result(future)
-        except PbdError:
-            self.stats.fail.add(time.perf_counter_ns() - began)
+        except PbdError as exc:
+            self.stats.failed(time.perf_counter_ns() - began, failure_reason(exc))
             raise
         self.stats.success.add(time.perf_counter_ns() - began)
         return result
