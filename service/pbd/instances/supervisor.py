@@ -280,7 +280,7 @@ class VersionRuntime:
                 self.stats.queue.add(int((now - item.enqueued_at) * 1e9))
                 if item.prepared.request.trace is not None:
                     item.prepared.request.trace.dispatched(
-                        batch.instance.plan.name, len(batch.items)
+                        batch.instance.plan.name, len(batch.items), self.version
                     )
             task = asyncio.create_task(self._run_batch(batch))
             self._running.add(task)
