@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install pbd into .venv and serve the bundled example models on 127.0.0.1:8001.
+# Install pbd into .venv, with what the README's "Try it" clients need (the examples extra:
+# tritonclient), and serve the bundled example models on 127.0.0.1:8001.
 # Extra arguments go to `pbd serve` (see `.venv/bin/pbd serve --help`).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/bootstrap.sh"
+"$root/scripts/bootstrap.sh" examples
 exec "$root/.venv/bin/pbd" serve --model-repository "$root/examples/models" "$@"

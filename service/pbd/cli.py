@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pbd import __version__
-from pbd.settings import add_arguments, from_args
+from pbd.settings import ENV_PREFIX, add_arguments, from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="print each model version's state, and instance counts of autoscaled models",
     )
-    status.add_argument("--url", default="127.0.0.1:8001", help="the daemon's gRPC address")
+    status.add_argument(
+        "--url",
+        default=None,
+        help="the daemon's gRPC address (default: from PBD_GRPC_ADDRESS and PBD_GRPC_PORT, "
+        "as `pbd serve` reads them; else 127.0.0.1:8001)",
+    )
     install = commands.add_parser(
         "install-units",
         help="install pbd.service and pbd-worker@.service for this Python environment",
@@ -51,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _install_units(args: argparse.Namespace) -> int:
-    from pbd.settings import ENV_PREFIX, Settings
+    from pbd.settings import Settings
     from pbd.systemd.units import install
 
     extra: dict[str, str] = {}
@@ -69,6 +76,22 @@ def _install_units(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_url(environ: Mapping[str, str]) -> str:
+    """Where `pbd serve` listens when started with the same PBD_* environment."""
+    address = environ.get(ENV_PREFIX + "GRPC_ADDRESS") or "127.0.0.1"
+    if address.startswith("unix:"):
+        return address
+    if address in ("0.0.0.0", "::", "[::]"):  # bound to all: reach it on loopback
+        address = "127.0.0.1"
+    return f"{address}:{environ.get(ENV_PREFIX + 'GRPC_PORT') or 8001}"
+
+
+def one_line(text: str) -> str:
+    """A reason's first line, marked when more followed (tracebacks keep the table whole)."""
+    first, _, rest = text.strip().partition("\n")
+    return f"{first} [...]" if rest.strip() else first
+
+
 def _status(url: str) -> int:
     import grpc
 
@@ -82,14 +105,15 @@ def _status(url: str) -> int:
     width = max([len(e.name) for e in entries] + [5])
     print(f"{'MODEL':{width}}  VERSION  STATE        DETAIL")
     for e in entries:
-        print(f"{e.name:{width}}  {e.version or '-':7}  {e.state or 'NOT LOADED':11}  {e.reason}")
+        state = e.state or "NOT LOADED"
+        print(f"{e.name:{width}}  {e.version or '-':7}  {state:11}  {one_line(e.reason)}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
-        return _status(args.url)
+        return _status(args.url or status_url(os.environ))
     if args.command == "install-units":
         return _install_units(args)
     try:

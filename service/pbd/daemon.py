@@ -31,6 +31,7 @@ from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.metrics.collector import PbdCollector
+from pbd.metrics.cpu import CpuMetrics
 from pbd.metrics.custom import CustomMetrics
 from pbd.metrics.server import MetricsServer
 from pbd.repository.autocomplete import ConfigCompleter
@@ -153,9 +154,8 @@ class Daemon:
         async def load(name: str) -> None:
             try:
                 await self.repository.load(name)
-            except PbdError as exc:
-                failed.append(name)
-                log.error("%s", exc.message)
+            except PbdError:
+                failed.append(name)  # the repository logged why
 
         await asyncio.gather(*(load(n) for n in names))
         return failed
@@ -174,12 +174,12 @@ class Daemon:
         ones end with their instance)."""
         if await self.dataplane.drain(timeout):
             return
-        rejected = self.repository.reject_waiting(
-            unavailable(
-                "the server is shutting down: the request was still queued after "
-                f"--exit-timeout-secs ({timeout:g}s) and was not executed"
-            )
+        refusal = unavailable(
+            "the server is shutting down: the request was still queued after "
+            f"--exit-timeout-secs ({timeout:g}s) and was not executed"
         )
+        refusal.failure = "OTHER"
+        rejected = self.repository.reject_waiting(refusal)
         log.warning("shutdown: %d queued request(s) refused after %gs", rejected, timeout)
         await self.repository.unload_all(grace=1.0)
         # Let the handlers send those answers before the server stops.
@@ -221,7 +221,7 @@ class Daemon:
         metrics: MetricsServer | None = None
         if settings.allow_metrics:
             metrics = MetricsServer(
-                [PbdCollector(self.dataplane), self.custom_metrics],
+                [PbdCollector(self.dataplane), CpuMetrics(), self.custom_metrics],
                 settings.metrics_address,
                 settings.metrics_port,
             )

@@ -185,16 +185,14 @@ class DataPlane:
                 Code.UNSUPPORTED,
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )
-        try:
-            prepared = prepare_request(request, runtime.config, self.shm)
-        except PbdError:
-            runtime.stats.fail.add(0)
-            raise
+        # A request refused here never reaches the model: no failure in its statistics
+        # (Triton counts none either).
+        prepared = prepare_request(request, runtime.config, self.shm)
         nbytes = sum(len(t.data) for t in prepared.inputs if t.data is not None)
         limit = self.settings.max_queued_bytes
         if limit and self.held_bytes and self.held_bytes + nbytes > limit:
             release_regions(prepared, self.shm)
-            runtime.stats.fail.add(0)
+            runtime.stats.failed(0, "REJECTED")
             raise PbdError(
                 Code.RESOURCE_EXHAUSTED,
                 f"request for model '{request.model_name}' refused: the daemon already holds "

@@ -40,6 +40,8 @@ class PbdError(Exception):
         self.message = message
         # Retrying the same thing would fail the same way (a worker's start is refused).
         self.permanent = False
+        # Triton's failure reason when not the model's doing (pbd.stats.FAILURE_REASONS).
+        self.failure = ""
 
     def __repr__(self) -> str:
         return f"PbdError({self.code.name}, {self.message!r})"
@@ -55,3 +57,10 @@ def not_found(message: str) -> PbdError:
 
 def unavailable(message: str) -> PbdError:
     return PbdError(Code.UNAVAILABLE, message)
+
+
+def rejected(message: str) -> PbdError:
+    """UNAVAILABLE from a queue that refused or dropped a request (Triton's REJECTED)."""
+    error = PbdError(Code.UNAVAILABLE, message)
+    error.failure = "REJECTED"
+    return error

@@ -13,6 +13,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from pbd.errors import Code, PbdError
+
+# Triton's FailureReason values. REJECTED: refused by the queue (full, timed out, over
+# --max-queued-bytes); CANCELED: the client cancelled; BACKEND: the model or its instance
+# failed it; OTHER: anything else (refused at shutdown).
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def failure_reason(error: PbdError) -> str:
+    """Why a request that reached a model version's queue failed, in Triton's words."""
+    if error.code is Code.CANCELLED:
+        return "CANCELED"
+    return error.failure or "BACKEND"
+
 
 @dataclass
 class Duration:
@@ -43,13 +57,33 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     batches: dict[int, BatchStats] = field(default_factory=dict)
+    # Failed requests by Triton's failure reason (the ``reason`` label of
+    # nv_inference_request_failure); ``fail`` holds their total and durations.
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+
+    def failed(self, ns: int, reason: str) -> None:
+        self.fail.add(ns)
+        self.failures[reason] += 1
 
     def executed(
-        self, requests: int, input_ns: int, infer_ns: int, output_ns: int, batch_size: int = 0
+        self,
+        requests: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        batch_size: int = 0,
+        failed: tuple[int, int] = (0, 0),
     ) -> None:
         """One execute of ``requests`` requests whose batch dimensions sum to ``batch_size``
-        (0: one per request)."""
+        (0: one per request), of which ``failed`` (requests, batch rows) failed. As in
+        Triton, only successful requests count as inferences and carry compute durations,
+        and an execute that failed every request is no execution."""
         batch_size = batch_size or requests
+        failed_requests, failed_rows = failed
+        requests -= failed_requests
+        if requests <= 0:
+            return
+        batch_size -= failed_rows
         self.execution_count += 1
         self.inference_count += batch_size
         per_size = self.batches.setdefault(batch_size, BatchStats())

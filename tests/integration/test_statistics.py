@@ -1,4 +1,5 @@
-"""The statistics extension: counts equal the requests sent, failures counted as failures."""
+"""The statistics extension: counts equal the requests sent; requests refused before the
+model (invalid ones) are no failures, as in Triton."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_counts_and_durations_over_grpc_and_http(
         client.infer(
             "add_sub", [infer_input("INPUT0", a, "FP32"), infer_input("INPUT1", a, "FP32")]
         )
-    for _ in range(BAD):  # wrong shape: refused by validation, counted as a failure
+    for _ in range(BAD):  # wrong shape: refused by validation, no failure (Triton: 0)
         error_of(lambda: client.infer("add_sub", [infer_input("INPUT0", a[:3], "FP32"),
                                                   infer_input("INPUT1", a, "FP32")]))  # fmt: skip
 
@@ -31,7 +32,8 @@ def test_counts_and_durations_over_grpc_and_http(
     assert stats["name"] == "add_sub" and stats["version"] == "1"
     assert int(stats["inference_count"]) == GOOD and int(stats["execution_count"]) == GOOD
     infer = stats["inference_stats"]
-    assert int(infer["success"]["count"]) == GOOD and int(infer["fail"]["count"]) == BAD
+    assert int(infer["success"]["count"]) == GOOD
+    assert int(infer.get("fail", {}).get("count", 0)) == 0
     for key in ("queue", "compute_input", "compute_infer", "compute_output"):
         assert int(infer[key]["count"]) == GOOD and int(infer[key]["ns"]) > 0, key
     assert int(infer["success"]["ns"]) >= int(infer["compute_infer"]["ns"])
@@ -48,6 +50,6 @@ def test_counts_and_durations_over_grpc_and_http(
     http = httpclient.InferenceServerClient(daemon.http_url)
     (over_http,) = http.get_inference_statistics("add_sub")["model_stats"]
     assert over_http["inference_count"] == GOOD  # a JSON number, as Triton writes it
-    assert over_http["inference_stats"]["fail"]["count"] == BAD
+    assert over_http["inference_stats"]["fail"]["count"] == 0
     with pytest.raises(Exception, match="requested model 'nope' is not available"):
         http.get_inference_statistics("nope")

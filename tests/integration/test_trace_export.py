@@ -3,6 +3,8 @@ and the trace and log extensions answered as Triton answers them (tritonclient).
 
 from __future__ import annotations
 
+import http.server
+import re
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -93,6 +95,87 @@ def test_spans_reach_an_otlp_receiver(
         assert {service for service, _ in servicer.spans} == {"pbd-under-test"}
         server = next(s for _, s in servicer.spans if s.name.endswith("/ModelInfer"))
     assert server.parent_span_id.hex() == "b7ad6b7169203331"
+
+
+class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):
+    received: list[tuple[str, str, Any]]  # (path, content type, span)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                self.received += [
+                    (self.path, self.headers["Content-Type"], span) for span in scope_spans.spans
+                ]
+        reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+
+def test_tritons_otlp_http_url_gets_the_spans(repository: Path, tmp_path: Path) -> None:
+    """Triton's --trace-config form: OTLP over HTTP (protobuf) to exactly that URL, with
+    Triton's attribute names on the request's span."""
+    handler = type("Handler", (_OtlpHttpHandler,), {"received": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    args = (
+        "--trace-config", "mode=opentelemetry", "--trace-config", "level=TIMESTAMPS",
+        "--trace-config", "rate=1", "--trace-config", f"opentelemetry,url={url}",
+        "--trace-config", "opentelemetry,bsp_schedule_delay=50",
+    )  # fmt: skip
+    try:
+        with running_daemon(repository, tmp_path, *args, settle=["traced"]) as daemon:
+            daemon.client().infer(
+                "traced",
+                [infer_input("INPUT0", np.ones(3, dtype=np.float32), "FP32")],
+                headers={"traceparent": f"00-{TRACE_ID}-b7ad6b7169203331-01"},
+            )
+
+            def names() -> set[str]:
+                return {s.name for _, _, s in handler.received if s.trace_id.hex() == TRACE_ID}
+
+            want = {"inference.GRPCInferenceService/ModelInfer", "compute", "execute"}
+            wait_until(lambda: want <= names(), 60, "spans at the OTLP/HTTP receiver")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert {(path, kind) for path, kind, _ in handler.received} == {
+        ("/v1/traces", "application/x-protobuf")
+    }
+    span = next(s for _, _, s in handler.received if s.name.endswith("/ModelInfer"))
+    attributes = {kv.key: kv.value for kv in span.attributes}
+    assert attributes["triton.model_name"].string_value == "traced"
+    assert attributes["triton.model_version"].int_value == 1  # the version that ran it
+
+
+def test_exporter_trouble_is_logged_as_the_daemon_logs(repository: Path, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    args = (
+        "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
+        "--trace-config", f"opentelemetry,url={url}",
+        "--trace-config", "opentelemetry,bsp_schedule_delay=50",
+    )  # fmt: skip
+    env = {"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    with running_daemon(repository, tmp_path, *args, settle=["traced"], env=env) as daemon:
+        daemon.client().infer(
+            "traced", [infer_input("INPUT0", np.ones(3, dtype=np.float32), "FP32")]
+        )
+        line = wait_until(
+            lambda: re.search(r"^\S+ \S+ WARNING \[span exporter\] pbd.tracing: could not "
+                              r"export \d+ span\(s\) to " + re.escape(url), daemon.log(), re.M),
+            60,
+            "the exporter's warning",
+        )  # fmt: skip
+        assert line
 
 
 @pytest.fixture

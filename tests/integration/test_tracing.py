@@ -111,7 +111,9 @@ def test_one_inference_gives_the_span_tree(traced: Traced) -> None:
         "rpc.service": "inference.GRPCInferenceService",
         "rpc.method": "ModelInfer",
         "model.name": "traced",
-        "model.version": "-1",
+        "model.version": "1",  # the version that ran it (the client asked for the latest)
+        "triton.model_name": "traced",
+        "triton.model_version": 1,
         "rpc.grpc.status_code": 0,
     }
     assert server.status.status_code is StatusCode.UNSET
@@ -265,7 +267,9 @@ def test_an_http_inference_is_traced_under_an_http_server_span(traced: Traced) -
         "http.route": "/v2/models/{model}/infer",
         "url.scheme": "http",
         "model.name": "traced",
-        "model.version": "-1",
+        "model.version": "1",  # the version that ran it (the client asked for the latest)
+        "triton.model_name": "traced",
+        "triton.model_version": 1,
         "http.response.status_code": 200,
     }
     assert server.status.status_code is StatusCode.UNSET

@@ -54,12 +54,25 @@ def load_model_class(model_path: str, model_dir: str, version: str) -> type:
     return cls
 
 
+# pbd's own code between the model and the daemon: its frames are no business of a client.
+_PBD_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_PBD_MODULES = ("triton_python_backend_utils.py",)
+
+
+def _is_pbd_frame(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_PBD_FILES) or os.path.basename(path) in _PBD_MODULES
+
+
 def describe_exception(exc: BaseException) -> tuple[str, str]:
     """``("<Type>: <message>\\n\\nAt:\\n  file(line): func ...", traceback text)``.
 
-    The 'At:' list, innermost frame first, is the shape Triton users know from its stub.
+    The 'At:' list, innermost frame first, is the shape Triton users know from its stub, and
+    like the stub's it holds only the model's frames (and what the model called): pbd's
+    worker frames stay out of what the client sees; the full traceback text keeps them, for
+    the log.
     """
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_pbd_frame(f.filename)]
     at = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     text = f"{type(exc).__name__}: {exc}"
     if at:

@@ -17,6 +17,16 @@ import shutil
 import tarfile
 from pathlib import Path
 
+# An archive of a plain venv: its bin/python links to the interpreter of the machine that
+# made it. Following such a link out of the archive is what the checks exist to refuse (and
+# the interpreter need not exist here), so say what works instead.
+_VENV_HINT = (
+    ". This archive looks like a packed plain venv, whose interpreter is a link to the "
+    "machine that made it: pack a relocatable environment with conda-pack "
+    "(`conda pack -p <env> -o env.tar.gz`), or set EXECUTION_ENV_PATH to the venv's "
+    "directory instead of an archive of it"
+)
+
 
 class UnsafeArchive(ValueError):
     """The archive would write outside its directory, or holds a kind of file it must not."""
@@ -32,7 +42,10 @@ def check_member(member: tarfile.TarInfo) -> None:
     if member.issym():
         target = member.linkname
         if posixpath.isabs(target):
-            raise UnsafeArchive(f"symbolic link '{name}' points to an absolute path '{target}'")
+            raise UnsafeArchive(
+                f"symbolic link '{name}' points to an absolute path '{target}'"
+                + (_VENV_HINT if posixpath.basename(name).startswith("python") else "")
+            )
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
         if resolved == ".." or resolved.startswith("../"):
             raise UnsafeArchive(f"symbolic link '{name}' -> '{target}' leaves the archive")

@@ -118,7 +118,7 @@ class Dispatch:
             self.stats.queue.add(time.perf_counter_ns() - began)
             trace = prepared.request.trace
             if trace is not None:
-                trace.dispatched(instance.plan.name, 1)
+                trace.dispatched(instance.plan.name, 1, instance.version)
             try:
                 outcome = (await instance.execute([prepared]))[0]
             except NotSent:
@@ -189,13 +189,14 @@ class Dispatch:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self.queue.next_batch(self)
-            batch.instance.inflight += 1
+            instance = batch.instance
+            instance.inflight += 1
             now = loop.time()
             for item in batch.items:
                 self.stats.queue.add(int((now - item.enqueued_at) * 1e9))
                 trace = item.prepared.request.trace
                 if trace is not None:
-                    trace.dispatched(batch.instance.plan.name, len(batch.items))
+                    trace.dispatched(instance.plan.name, len(batch.items), instance.version)
             task = asyncio.create_task(self._run_batch(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)

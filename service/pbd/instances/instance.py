@@ -18,11 +18,17 @@ from pathlib import Path
 from pbd.bls.kinds import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
+from pbd.instances.error_log import ErrorBucket
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
-from pbd.instances.messages import batch_results, execute_message, initialize_message
+from pbd.instances.messages import (
+    batch_results,
+    execute_message,
+    failed_share,
+    initialize_message,
+)
 from pbd.instances.records import InstancePlan, NotSent, State
 from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
@@ -104,6 +110,7 @@ class Instance:
         self._span_attributes: dict[str, object] | None = None
         self.readiness = ReadinessProbe(self)
         self.streams = InstanceStreams(self)  # request ids, streamed responses, cancellation
+        self.error_bucket = ErrorBucket()  # how many failed batches it may still log
 
     @property
     def pid(self) -> int | None:
@@ -311,8 +318,9 @@ class Instance:
             batch_computed(traces, result, self._span_attributes)
         ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
-        self.stats.executed(len(batch), *ns, size)
-        return await self.streams.resolve(batch_results(self, batch, result, blocks, request_ids))
+        results = batch_results(self, batch, result, blocks, request_ids)
+        self.stats.executed(len(batch), *ns, size, failed_share(batch, results, self.config))
+        return await self.streams.resolve(results)
 
     def _abandon(
         self,

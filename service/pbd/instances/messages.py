@@ -5,18 +5,18 @@ turned into one result or error per request, with outputs as views into shared m
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from pbd.errors import Code, PbdError
+from pbd.instances.error_log import ErrorBucket, log_failed_batch
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.records import InstancePlan
 from pbd.instances.streaming import InstanceStreams
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
-from pbd.types import InferResult, PreparedRequest
+from pbd.types import InferResult, PreparedRequest, request_batch_size
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block, ShmExhausted
 
@@ -39,10 +39,11 @@ class ExecutingInstance(Protocol):
     def memory(self) -> InstanceMemory: ...
     @property
     def streams(self) -> InstanceStreams: ...
+    @property
+    def error_bucket(self) -> ErrorBucket: ...
     def describe(self) -> str: ...
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
 
-log = logging.getLogger("pbd.instances")
 
 
 def execute_message(
@@ -119,6 +120,7 @@ def batch_results(
             instance.release_batch(result.batch_id, blocks)
 
     streams = instance.streams
+    failed: wpb.Error | None = None
     for request_id, prepared in zip(request_ids, batch, strict=True):
         response = by_id.get(request_id)
         if response is None:
@@ -130,8 +132,8 @@ def batch_results(
             results.append(streams.streamed(request_id, release_one))
         elif response.HasField("error"):
             err = response.error
-            if err.traceback:
-                log.debug("%s: model error traceback:\n%s", instance.describe(), err.traceback)
+            if failed is None:
+                failed = err
             error = PbdError(Code.parse(err.code), err.message)
             results.append(streams.answered(request_id, error))
         else:
@@ -156,7 +158,21 @@ def batch_results(
                 )
             ))  # fmt: skip
     release_one()
+    if failed is not None:
+        log_failed_batch(instance.error_bucket, instance.describe(), failed)
     return results
+
+
+def failed_share(
+    batch: list[PreparedRequest], results: list[Any], config: ModelConfig
+) -> tuple[int, int]:
+    """(requests, batch rows) of ``batch`` that ``results`` answer with an error."""
+    requests = rows = 0
+    for prepared, result in zip(batch, results, strict=True):
+        if isinstance(result, PbdError):
+            requests += 1
+            rows += request_batch_size(prepared, config.max_batch_size)
+    return requests, rows
 
 
 def _json_params(text: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
 from pbd.scheduling import make_scheduler
 from pbd.settings import Settings
-from pbd.stats import ModelStats
+from pbd.stats import ModelStats, failure_reason
 from pbd.tracing.provider import Tracing
 from pbd.types import InferResult, PreparedRequest
 
@@ -178,6 +178,7 @@ class VersionRuntime:
             plans = plan_instances(self.config, self.gpus)
             limits = version_limits(self.config, self.settings, source)
             self.policy = scaling_policy(self.config, self.settings, plans, source)
+            self.reason = "loading: preparing the model's environment"
             self.worker_env = await model_worker_env(
                 self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
             )
@@ -187,6 +188,7 @@ class VersionRuntime:
         self.templates = plans
         self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
         instances = [self._new_instance(p) for p in plans]
+        self.reason = f"loading: initialize() of {len(instances)} instance(s)"
         outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
@@ -201,7 +203,7 @@ class VersionRuntime:
             self.supervisor.watch(slot)
         self.supervisor.start()
         self.dispatch.start()
-        self.state = VersionState.READY
+        self.state, self.reason = VersionState.READY, ""
         if self.policy.enabled:
             self.scaler = Scaler(self)
             self.scaler.start()
@@ -217,8 +219,8 @@ class VersionRuntime:
             prepared.request.trace.queued()
         try:
             result = await self.dispatch.infer(prepared)
-        except PbdError:
-            self.stats.fail.add(time.perf_counter_ns() - began)
+        except PbdError as exc:
+            self.stats.failed(time.perf_counter_ns() - began, failure_reason(exc))
             raise
         self.stats.success.add(time.perf_counter_ns() - began)
         return result

@@ -4,6 +4,7 @@ Nothing is counted here: the statistics extension's counters (:mod:`pbd.stats`) 
 of the ``nv_inference_*`` families (Triton's names, help texts and ``model``/``version`` labels),
 the supervisor's slots give the instance counts, the arenas their sizes. Triton's durations are
 microseconds; ``nv_inference_request_duration_us`` covers successful requests, as Triton's does.
+Failures carry Triton's ``reason`` label; only successful requests count as inferences.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from pbd.stats import ModelStats
 
 _US = 1000  # ns per µs
+# Labelled by Triton's failure reason besides model and version (pbd.stats.FAILURE_REASONS).
+_FAILURE = "nv_inference_request_failure"
 
 # (name, help, value from the counters) for the per model version counters.
 _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
@@ -28,11 +31,6 @@ _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
         lambda s: s.success.count,
-    ),
-    (
-        "nv_inference_request_failure",
-        "Number of failed inference requests, all batch sizes",
-        lambda s: s.fail.count,
     ),
     (
         "nv_inference_count",
@@ -96,6 +94,13 @@ class PbdCollector:
             for labels, runtime in runtimes:
                 family.add_sample(name, labels, read(runtime.stats))
             yield family
+        failure = _family(
+            _FAILURE, "Number of failed inference requests, all batch sizes", "counter"
+        )
+        for labels, runtime in runtimes:
+            for reason, count in runtime.stats.failures.items():
+                failure.add_sample(_FAILURE, {**labels, "reason": reason}, count)
+        yield failure
         yield from self._instances(runtimes)
         yield from self._memory(runtimes)
         inflight = _family("pbd_inflight_requests", "Requests the daemon is serving now", "gauge")

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class ModelEntry:
     error: str = ""  # the model itself failed to load (config, no versions)
     signature: Signature = ()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Versions being loaded (replacing, or beside, those in ``versions``): LOADING in the index.
+    loading: dict[int, VersionRuntime] = field(default_factory=dict)
 
 
 class ModelRepository:
@@ -94,9 +97,11 @@ class ModelRepository:
     async def load(self, name: str, override_json: str | None = None) -> None:
         model_dir = self._model_dir(name)
         if not model_dir.is_dir():
-            raise PbdError(
+            error = PbdError(
                 Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
             )
+            log.error("%s", error.message)
+            raise error
         entry = self.entries.setdefault(name, ModelEntry(name))
         async with entry.lock:
             await self._load_locked(entry, model_dir, override_json)
@@ -127,7 +132,16 @@ class ModelRepository:
             if v in wanted and unchanged and r.serving and r.config.as_dict == config.as_dict
         }
         fresh = {v: self.make_runtime(config, v, model_dir) for v in wanted if v not in keep}
-        results = await asyncio.gather(*(r.load() for r in fresh.values()), return_exceptions=True)
+        began = time.monotonic()
+        if fresh:
+            log.info("loading model '%s' versions %s", name, sorted(fresh))
+        entry.loading = fresh
+        try:
+            results = await asyncio.gather(
+                *(r.load() for r in fresh.values()), return_exceptions=True
+            )
+        finally:
+            entry.loading = {}
         retired = [r for v, r in entry.versions.items() if v not in keep]
         entry.versions = dict(keep)
         failures: list[str] = []
@@ -149,10 +163,11 @@ class ModelRepository:
         for runtime in retired:
             if runtime.version not in entry.versions and runtime.version in wanted:
                 entry.dead.setdefault(runtime.version, runtime.reason)
+        took = time.monotonic() - began
         if failures:
-            log.error("model '%s' failed to load: %s", name, " ".join(failures))
+            log.error("model '%s' failed to load in %.2fs: %s", name, took, " ".join(failures))
             raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
-        log.info("loaded model '%s' versions %s", name, sorted(entry.versions))
+        log.info("loaded model '%s' versions %s in %.2fs", name, sorted(entry.versions), took)
 
     async def unload(self, name: str, grace: float | None = None) -> None:
         entry = self.entries.get(name)
@@ -161,6 +176,8 @@ class ModelRepository:
         grace = self.unload_grace if grace is None else grace
         async with entry.lock:
             runtimes = list(entry.versions.values())
+            if not runtimes:
+                return  # already unloaded (shutdown unloads twice when requests were refused)
             entry.versions.clear()
             await asyncio.gather(*(r.unload(grace) for r in runtimes))
             for runtime in runtimes:
@@ -224,6 +241,8 @@ class ModelRepository:
                 if runtime.scaler is not None and runtime.serving:
                     reason = runtime.scaler.status()
                 rows[version] = IndexEntry(name, str(version), state, reason)
+            for version, runtime in entry.loading.items():
+                rows.setdefault(version, IndexEntry(name, str(version), "LOADING", runtime.reason))
             if entry.error and not entry.versions:
                 rows.setdefault(-1, IndexEntry(name, "", "UNAVAILABLE", entry.error))
             for version in sorted(rows):

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic
 
-from pbd.errors import PbdError, unavailable
+from pbd.errors import PbdError, rejected
 from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import InferResult, PreparedRequest
@@ -57,7 +57,7 @@ class _Level:
 
 
 def queue_full(name: str, waiting: int, limit: int) -> PbdError:
-    return unavailable(
+    return rejected(
         f"Exceeds maximum queue size: {name} already has {waiting} requests "
         f"waiting (max_queue_size {limit})"
     )
@@ -119,7 +119,7 @@ class PriorityQueues(Generic[InstanceT]):
     def _expire(self, item: WorkItem) -> None:
         item.timer = None
         if not item.future.done():
-            item.future.set_exception(unavailable(TIMEOUT_EXPIRED))
+            item.future.set_exception(rejected(TIMEOUT_EXPIRED))
 
     def in_order(self) -> Iterator[WorkItem]:
         """Queued requests in the order they are served: level 1 first; in a level, arrival

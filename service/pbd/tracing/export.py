@@ -1,4 +1,5 @@
-"""pbd's OTLP gRPC span exporter: the SDK's, fed pbd's span records without re-encoding.
+"""pbd's OTLP gRPC span exporter: the SDK's, fed pbd's span records without re-encoding
+(the request bytes are ``OtlpRequestEncoder``'s, which the OTLP/HTTP exporter posts too).
 
 The exporter process's batch processor holds ``EncodedSpans`` (the daemon's spans of one
 request, written by ``encode.encode_record``) and ``WorkerSpans`` (a worker's spans, already
@@ -37,12 +38,11 @@ class _BytesTraceServiceStub:
         )
 
 
-class PbdOTLPSpanExporter(OTLPSpanExporter):
-    def __init__(self, resource: Resource, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # The SDK made its stub on the channel; this one (also after a reconnect) takes bytes.
-        self._stub = _BytesTraceServiceStub
-        self._client = _BytesTraceServiceStub(self._channel)
+class OtlpRequestEncoder:
+    """Writes the serialized ExportTraceServiceRequest of a batch: one ResourceSpans under
+    the daemon's resource, pbd's spans in one ScopeSpans, then the workers' ScopeSpans."""
+
+    def __init__(self, resource: Resource) -> None:
         # ResourceSpans' resource and schema_url fields, serialized once.
         self._resource_fields = ResourceSpans(
             resource=ResourceProto(attributes=_encode_attributes(resource.attributes)),
@@ -50,9 +50,7 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         ).SerializeToString()
         self._own_scope = field_bytes(1, field_bytes(1, SCOPE.name.encode()))
 
-    def _translate_data(self, data: Sequence[Any]) -> bytes:  # type: ignore[override]
-        """The serialized ExportTraceServiceRequest: one ResourceSpans under the daemon's
-        resource, pbd's spans in one ScopeSpans, then the workers' ScopeSpans."""
+    def encode(self, data: Sequence[Any]) -> bytes:
         own: list[bytes] = []  # ScopeSpans.spans fields
         scopes: list[bytes] = []
         sdk_spans = []
@@ -73,7 +71,8 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
             request += encode_spans(sdk_spans).SerializeToString()
         return request
 
-    def _count_data(self, data: Sequence[Any]) -> int:
+    @staticmethod
+    def count(data: Sequence[Any]) -> int:
         count = 0
         for item in data:
             if isinstance(item, EncodedSpans):
@@ -81,3 +80,18 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
             else:
                 count += 1
         return count
+
+
+class PbdOTLPSpanExporter(OTLPSpanExporter):
+    def __init__(self, resource: Resource, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The SDK made its stub on the channel; this one (also after a reconnect) takes bytes.
+        self._stub = _BytesTraceServiceStub
+        self._client = _BytesTraceServiceStub(self._channel)
+        self._encoder = OtlpRequestEncoder(resource)
+
+    def _translate_data(self, data: Sequence[Any]) -> bytes:  # type: ignore[override]
+        return self._encoder.encode(data)
+
+    def _count_data(self, data: Sequence[Any]) -> int:
+        return self._encoder.count(data)

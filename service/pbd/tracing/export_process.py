@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pbd.tracing.encode import encode_record
 from pbd.tracing.records import EncodedSpans, WorkerSpans
 from pbd_wire.framing import HEADER, decode_length
+from pbd_worker.logconfig import LogConfig, apply
 
 NICE = 10  # added to the daemon's niceness
 
@@ -40,10 +41,25 @@ def _read_exact(stream: Any, n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    from pbd.tracing.export import PbdOTLPSpanExporter
-    from pbd.tracing.provider import _bsp_options, _resource
+def _exporter(options: dict[str, list[str]]) -> Any:
+    from pbd.tracing.provider import _resource, otlp_protocol
 
+    urls = options.get("url")
+    url = urls[-1] if urls else None
+    if otlp_protocol(options, os.environ) == "http/protobuf":
+        from pbd.tracing.export_http import OtlpHttpSpanExporter
+
+        return OtlpHttpSpanExporter(_resource(options), url, os.environ)
+    from pbd.tracing.export import PbdOTLPSpanExporter
+
+    return PbdOTLPSpanExporter(_resource(options), **({"endpoint": url} if url else {}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pbd.tracing.provider import _bsp_options
+
+    # The SDK's and the exporters' complaints read like the daemon's lines (time, level).
+    apply(LogConfig(), "span exporter")
     args = sys.argv[1:] if argv is None else argv
     options: dict[str, list[str]] = json.loads(args[0]) if args else {}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when this ends
@@ -52,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     # spans are dropped, as the SDK's batch processor drops them).
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    urls = options.get("url")
-    exporter = PbdOTLPSpanExporter(_resource(options), **({"endpoint": urls[-1]} if urls else {}))
-    processor = BatchSpanProcessor(exporter, **_bsp_options(options))
+    processor = BatchSpanProcessor(_exporter(options), **_bsp_options(options))
     stdin = sys.stdin.buffer
     try:
         while (header := _read_exact(stdin, HEADER.size)) is not None:

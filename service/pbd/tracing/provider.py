@@ -1,7 +1,9 @@
 """The daemon's OpenTelemetry tracer provider, configured by the standard ``OTEL_*`` variables.
 
-``OTEL_TRACES_EXPORTER``: ``otlp`` (default; gRPC, ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT``,
-``_HEADERS``, ``_INSECURE``...), ``console`` or ``none``. ``OTEL_SERVICE_NAME`` and
+``OTEL_TRACES_EXPORTER``: ``otlp`` (default; gRPC or HTTP as ``OTEL_EXPORTER_OTLP_PROTOCOL``
+says, HTTP to Triton's ``--trace-config opentelemetry,url=...``;
+``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT``, ``_HEADERS``, ``_INSECURE``...), ``console`` or
+``none``. ``OTEL_SERVICE_NAME`` and
 ``OTEL_RESOURCE_ATTRIBUTES`` make the resource (service name ``pbd`` unless set),
 ``OTEL_TRACES_SAMPLER[_ARG]`` the SDK's sampler (applied to requests the trace settings
 sample), ``OTEL_BSP_*`` the batch span processor; ``OTEL_SDK_DISABLED=true`` turns tracing
@@ -39,6 +41,7 @@ from pbd.tracing.records import (
 from pbd.tracing.settings import TraceConfig, TraceSettings
 
 log = logging.getLogger("pbd.tracing")
+OTLP_PROTOCOLS = ("grpc", "http/protobuf")
 
 
 class Tracing:
@@ -144,6 +147,22 @@ def _bsp_options(options: Mapping[str, list[str]]) -> dict[str, int]:
     return {names[k]: int(v[-1]) for k, v in options.items() if k in names and v}
 
 
+def otlp_protocol(options: Mapping[str, list[str]], env: Mapping[str, str]) -> str:
+    """``grpc`` or ``http/protobuf``: OTEL_EXPORTER_OTLP[_TRACES]_PROTOCOL when set; else
+    Triton's meaning of ``--trace-config opentelemetry,url=...`` (OTLP over HTTP to that URL);
+    else gRPC, the SDK's default."""
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or ("http/protobuf" if options.get("url") else "grpc")
+    ).strip()
+    if protocol not in OTLP_PROTOCOLS:
+        raise ValueError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: pbd exports OTLP over "
+            + " or ".join(OTLP_PROTOCOLS)
+        )
+    return protocol
+
+
 def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None) -> Tracing:
     """The daemon's tracing from ``--trace-config`` and the ``OTEL_*`` environment."""
     env = os.environ if environ is None else environ
@@ -157,13 +176,7 @@ def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None)
     if exporter_name == "console":
         exporter = ConsoleSpanExporter(service_name="pbd")
     elif exporter_name == "otlp":
-        protocol = env.get(
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        )
-        if protocol != "grpc":
-            raise ValueError(
-                f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: pbd exports OTLP over gRPC only"
-            )
+        otlp_protocol(config.options, env)  # refuses a protocol pbd does not speak
         from pbd.tracing.shipper import DEFAULT_MAX_BATCH, DEFAULT_MAX_QUEUE, ProcessSpanProcessor
 
         bsp = _bsp_options(config.options)

@@ -123,6 +123,9 @@ def server_span(
         attributes = {"rpc.system": system, "rpc.service": RPC_SERVICE, "rpc.method": method}
     attributes["model.name"] = model
     attributes["model.version"] = version or "-1"
+    # Triton's names for the same (its request span's), so existing trace queries match.
+    attributes["triton.model_name"] = model
+    attributes["triton.model_version"] = int(version) if version.isdigit() else -1
     if extra:
         attributes.update(extra)
     if status is not None and http:

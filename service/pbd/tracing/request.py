@@ -88,9 +88,11 @@ class RequestTrace:
         if not self.queued_ns:  # sent back to the queue (its instance died): waits on
             self.queued_ns = time.time_ns()
 
-    def dispatched(self, instance: str, batch_size: int) -> None:
-        """The queue span ends; the compute span starts."""
+    def dispatched(self, instance: str, batch_size: int, version: int) -> None:
+        """The queue span ends; the compute span starts. ``version``: the one that runs it,
+        which the server span reports (the client may have asked for "latest")."""
         self.dispatched_ns = time.time_ns()
+        self.version = str(version)
         self.instance, self.batch_size = instance, batch_size
         self.compute_id = new_span_id()
 

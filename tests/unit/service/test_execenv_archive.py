@@ -97,3 +97,13 @@ def test_not_an_archive(tmp_path: Path) -> None:
     with pytest.raises(tarfile.TarError):
         extract_archive(bogus, tmp_path / "cache" / "env")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_packed_plain_venv_is_refused_with_what_works_instead() -> None:
+    link = tarfile.TarInfo("./bin/python3")
+    link.type, link.linkname = tarfile.SYMTYPE, "/usr/bin/python3.11"
+    with pytest.raises(UnsafeArchive) as info:
+        check_member(link)
+    message = str(info.value)
+    assert "points to an absolute path '/usr/bin/python3.11'" in message
+    assert "conda pack" in message and "EXECUTION_ENV_PATH to the venv's directory" in message

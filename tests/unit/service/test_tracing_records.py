@@ -45,7 +45,7 @@ def _one_request(tracing: Tracing, worker: WorkerTracing) -> None:
         start_ns=time.time_ns(),
     )  # fmt: skip
     request.queued()
-    request.dispatched("m_0_0", 1)
+    request.dispatched("m_0_0", 1, 1)
     traceparent = request.input_copied(time.time_ns(), time.time_ns())
     result = wpb.ExecuteResult(output_ns=1000)
     with pytest.raises(ValueError), worker.execute_span([traceparent], result.execute_span) as ctx:

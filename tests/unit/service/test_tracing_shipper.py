@@ -37,7 +37,7 @@ def _record(traceparent: str | None) -> tuple[Any, ...]:
     )  # fmt: skip
     trace.tracing = keep  # type: ignore[assignment]
     trace.queued()
-    trace.dispatched("m_0", 1)
+    trace.dispatched("m_0", 1, 1)
     trace.input_copied(time.time_ns(), time.time_ns())
     trace.computed(1000, 2000, error="bad")
     trace.responded(time.time_ns())

@@ -1,0 +1,89 @@
+"""What an operator sees: failed executes in the log at the default level, versions still
+loading in the repository index, and a client's error text without pbd's own frames."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from pbd_harness import (
+    ROOT,
+    TEST_MODELS,
+    DaemonFactory,
+    error_of,
+    infer_input,
+    make_repository,
+    wait_until,
+)
+
+FAILURES = 3
+# A log record's first line: "<date> <time> LEVEL logger: message".
+_RECORD = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ", re.MULTILINE)
+
+
+def records(log: str, level: str) -> list[str]:
+    """The first lines of the log's records at ``level``."""
+    return [
+        log[m.start() : log.find("\n", m.start())]
+        for m in _RECORD.finditer(log)
+        if m.group(1) == level
+    ]
+
+
+def test_failed_executes_logged_once_each_without_pbd_frames_for_the_client(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"raise_in_execute": TEST_MODELS / "raise_in_execute"})
+    daemon = start_daemon(repo, settle=["raise_in_execute"])
+    client = daemon.client()
+    bad = [infer_input("INPUT0", np.array([-1], dtype=np.int32), "INT32")]
+    for _ in range(FAILURES):
+        message = error_of(lambda: client.infer("raise_in_execute", bad)).message()
+    # The model's frame, none of pbd's, and no path of pbd's install.
+    assert "model.py" in message
+    assert "pbd_worker" not in message and "executor.py" not in message, message
+    assert str(ROOT / "workers") not in message
+
+    def logged() -> list[str]:
+        return [r for r in records(daemon.log(), "ERROR") if "execute failed" in r]
+
+    lines = wait_until(lambda: len(logged()) == FAILURES and logged(), 30, "the ERROR lines")
+    for line in lines:
+        assert "instance 'raise_in_execute_0_0' of model 'raise_in_execute' version 1" in line
+        assert "boom from execute" in line
+    # The full traceback (pbd's frames too) is in the log for whoever debugs it.
+    assert "pbd_worker" in daemon.log()
+
+
+def test_loading_versions_are_in_the_index_with_what_they_wait_for(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    daemon = start_daemon(repo)
+
+    def loading() -> object:
+        entry = daemon.index().get(("gated", "1"))
+        return entry if entry is not None and entry.state == "LOADING" else None
+
+    try:
+        entry = wait_until(loading, 60, "gated to be LOADING in the index")
+        assert "initialize()" in entry.reason
+        status = subprocess.run(
+            [sys.executable, "-m", "pbd", "status", "--url", daemon.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert re.search(r"gated\s+1\s+LOADING\s+.*initialize\(\)", status), status
+        assert re.search(r"INFO \S+: loading model 'gated'", daemon.log()), daemon.log_tail()
+    finally:
+        hold.unlink()
+    daemon.wait_settled(["gated"])
+    assert daemon.index()[("gated", "1")].state == "READY"
+    assert re.search(r"loaded model 'gated' versions \[1\] in \d+\.\d+s", daemon.log())
