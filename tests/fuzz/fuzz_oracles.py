@@ -31,6 +31,7 @@ from pbd.settings import Settings
 from pbd.types import InferRequest
 from pbd.validation import prepare_request, release_regions
 from pbd_wire import framing
+from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block
 
 MODELS = Path(__file__).resolve().parents[1] / "integration" / "models"
@@ -120,7 +121,8 @@ def check_request(request: InferRequest, config: ModelConfig, box: Sandbox) -> s
         return "invalid"
     blocks: list[Block] = []
     try:
-        message = box.memory.request_message(0, prepared, blocks)
+        message = wpb.Request()
+        box.memory.request_message(0, prepared, blocks, message)
         message.SerializeToString()
     finally:
         box.memory.free(blocks)

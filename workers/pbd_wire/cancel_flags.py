@@ -5,7 +5,7 @@ frame to the main thread), so a ``CancelRequests`` frame sent while ``execute()`
 in the socket. ``InferenceRequest.is_cancelled()`` must see it at once: the daemon also marks
 the request here, and the worker looks here.
 
-The page is ``SLOTS`` little-endian uint64 slots in one /dev/shm segment per instance, created
+The page is ``SLOTS`` native-endian uint64 slots in one /dev/shm segment per instance, created
 by the daemon (0600) and mapped by its worker. Cancelling request ``r`` stores ``r`` in slot
 ``r % SLOTS``; ``r`` is cancelled while that slot holds ``r``. Request ids are the daemon's,
 increasing per connection, so a slot is reused only ``SLOTS`` requests later: a request still
@@ -15,8 +15,6 @@ store is atomic on the platforms pbd runs on, so a reader sees the old id or the
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from pbd_wire.shm import SHM_DIR, Segment
 
@@ -31,7 +29,9 @@ class CancelFlags:
                 f"cancellation page {segment.name!r} has {segment.size} bytes, not {NBYTES}"
             )
         self.segment = segment
-        self._slots = np.frombuffer(segment.buffer, dtype="<u8", count=SLOTS)
+        # A memoryview of native uint64 reads a slot as a Python int without numpy's scalar
+        # machinery (is_cancelled() is asked for every request).
+        self._slots = segment.buffer[:NBYTES].cast("Q")
 
     @classmethod
     def create(cls, name: str, shm_dir: str = SHM_DIR) -> CancelFlags:
@@ -51,10 +51,10 @@ class CancelFlags:
         self._slots[request_id % SLOTS] = request_id
 
     def cancelled(self, request_id: int) -> bool:
-        return bool(self._slots[request_id % SLOTS] == request_id)
+        return self._slots[request_id % SLOTS] == request_id
 
     def close(self, unlink: bool = False) -> None:
-        del self._slots
+        self._slots.release()
         self.segment.close()
         if unlink:
             self.segment.unlink()

@@ -154,8 +154,13 @@ class BatchExecutor:
             trace_context=None,
         )
 
-    def run(self, execute: wpb.Execute) -> wpb.ExecuteResult:
-        result = wpb.ExecuteResult(batch_id=execute.batch_id)
+    def run(
+        self, execute: wpb.Execute, into: wpb.ExecuteResult | None = None
+    ) -> wpb.ExecuteResult:
+        """Run the batch; its result is written into ``into`` (a frame's field: protobuf
+        copies a message handed to a constructor) or a new message."""
+        result = into if into is not None else wpb.ExecuteResult()
+        result.batch_id = execute.batch_id
         ids = [r.request_id for r in execute.requests]
         began = time.perf_counter_ns()
         try:

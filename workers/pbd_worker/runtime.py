@@ -160,10 +160,13 @@ class WorkerRuntime:
         kind = message.WhichOneof("kind")
         if kind == "execute":
             assert self.executor is not None
-            self.executor.release(list(message.execute.release))
-            self.bls.begin_batch(message.execute)
+            execute = message.execute
+            if execute.release:
+                self.executor.release(list(execute.release))
+            self.bls.begin_batch(execute)
+            frame = wpb.WorkerToDaemon()
             try:
-                result = self.executor.run(message.execute)
+                self.executor.run(execute, frame.result)
             except MemoryError as exc:
                 self._exit(
                     EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}"
@@ -173,8 +176,8 @@ class WorkerRuntime:
             finally:
                 self.bls.end_batch()
             self.executed += 1
-            self.requests += len(message.execute.requests)
-            self.send(wpb.WorkerToDaemon(result=result))
+            self.requests += len(execute.requests)
+            self.send(frame)
             tracing = self.executor.tracing
             if tracing is not None and tracing.pending():
                 # Encoded after the result went out (the daemon answers the client meanwhile);

@@ -272,18 +272,19 @@ class Instance:
         copy_began = time.perf_counter_ns()
         request_ids = [self.streams.register(prepared) for prepared in batch]
         try:
-            message = execute_message(self.memory, batch_id, batch, request_ids, blocks)
+            frame = execute_message(self.memory, batch_id, batch, request_ids, blocks)
         except PbdError:
             self.streams.forget(request_ids)
             self._free_room()
             raise
         future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
         self._pending[batch_id] = (future, blocks)
-        message.release.extend(self._to_release)
-        self._to_release.clear()
+        if self._to_release:
+            frame.execute.release.extend(self._to_release)
+            self._to_release.clear()
         copy_ns = time.perf_counter_ns() - copy_began
         try:
-            self.conn.send(wpb.DaemonToWorker(execute=message))
+            self.conn.send(frame)
         except PbdError:
             # The worker died and the reader has not seen it yet: the batch never left.
             self._pending.pop(batch_id, None)

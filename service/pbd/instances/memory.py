@@ -47,19 +47,24 @@ class InstanceMemory:
         return self._cancel
 
     def request_message(
-        self, request_id: int, prepared: PreparedRequest, blocks: list[Block]
-    ) -> wpb.Request:
-        """The descriptor of one request, its inputs copied into the arena (blocks appended,
-        so the caller frees them even when a later allocation fails)."""
-        msg = wpb.Request(
-            request_id=request_id,
-            id=prepared.request.id,
-            requested_outputs=prepared.requested_outputs,
-            parameters_json=prepared.parameters_json,
-            flags=prepared.flags,
-            timeout_us=prepared.timeout_us,
-            bls_call=prepared.request.bls_call,
-        )
+        self, request_id: int, prepared: PreparedRequest, blocks: list[Block], msg: wpb.Request
+    ) -> None:
+        """Fill ``msg``, the descriptor of one request, its inputs copied into the arena
+        (blocks appended, so the caller frees them even when a later allocation fails)."""
+        msg.request_id = request_id
+        request = prepared.request
+        if request.id:
+            msg.id = request.id
+        if prepared.requested_outputs:
+            msg.requested_outputs.extend(prepared.requested_outputs)
+        if prepared.parameters_json:
+            msg.parameters_json = prepared.parameters_json
+        if prepared.flags:
+            msg.flags = prepared.flags
+        if prepared.timeout_us:
+            msg.timeout_us = prepared.timeout_us
+        if request.bls_call:
+            msg.bls_call = request.bls_call
         if isinstance(prepared.correlation_id, str):
             msg.correlation_id_str = prepared.correlation_id
         else:
@@ -89,7 +94,6 @@ class InstanceMemory:
                 blocks.append(block)
                 block.view()[:] = tensor.data
                 ref.region, ref.offset = block.segment.name, block.offset
-        return msg
 
     def output(self, ref: wpb.TensorRef, in_client_shm: bool = False) -> OutputTensor:
         """A view of an output; it may point into our own arena (a model returning its input).

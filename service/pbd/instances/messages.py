@@ -52,26 +52,29 @@ def execute_message(
     batch: list[PreparedRequest],
     request_ids: list[int],
     blocks: list[Block],
-) -> wpb.Execute:
-    """The Execute of ``batch``: inputs copied into the instance's arena (their blocks added
-    to ``blocks``), each traced request's input copy recorded. On failure the blocks are freed
-    and a PbdError says why (RESOURCE_EXHAUSTED: no shared memory left)."""
-    message = wpb.Execute(batch_id=batch_id)
+) -> wpb.DaemonToWorker:
+    """The frame carrying the Execute of ``batch`` (built in place: protobuf copies a
+    message given to a constructor): inputs copied into the instance's arena (their blocks
+    added to ``blocks``), each traced request's input copy recorded. On failure the blocks are
+    freed and a PbdError says why (RESOURCE_EXHAUSTED: no shared memory left)."""
+    frame = wpb.DaemonToWorker()
+    message = frame.execute
+    message.batch_id = batch_id
     try:
         for request_id, prepared in zip(request_ids, batch, strict=True):
             trace = prepared.request.trace
             began = time.time_ns() if trace is not None else 0
-            request = memory.request_message(request_id, prepared, blocks)
+            request = message.requests.add()
+            memory.request_message(request_id, prepared, blocks, request)
             if trace is not None:
                 request.traceparent = trace.input_copied(began, time.time_ns())
-            message.requests.append(request)
     except ShmExhausted as exc:
         memory.free(blocks)
         raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
     except ValueError as exc:  # a value validation let through that protobuf refuses
         memory.free(blocks)
         raise PbdError(Code.INVALID_ARG, f"request cannot reach the model: {exc}") from None
-    return message
+    return frame
 
 
 def initialize_message(instance: ExecutingInstance) -> wpb.Initialize:

@@ -44,14 +44,31 @@ FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class _Entry:
-    __slots__ = ("prepared", "stream", "own", "executed", "final")
+    __slots__ = ("prepared", "_stream", "own", "executed", "final")
 
-    def __init__(self, prepared: PreparedRequest, stream: ResponseStream, own: bool) -> None:
+    def __init__(self, prepared: PreparedRequest, stream: ResponseStream | None) -> None:
         self.prepared = prepared
-        self.stream = stream
-        self.own = own  # a private stream: ModelInfer, not infer_stream
+        # The caller's stream (infer_stream), or None: a private one, made only if the model
+        # answers through its response sender (most ModelInfer requests never need one).
+        self._stream = stream
+        self.own = stream is None  # a private stream: ModelInfer, not infer_stream
         self.executed = False  # its ExecuteResult came
         self.final = False  # its final StreamedResponse came (it may precede the result)
+
+    @property
+    def stream(self) -> ResponseStream:
+        if self._stream is None:
+            self._stream = ResponseStream()
+        return self._stream
+
+    @property
+    def has_stream(self) -> bool:
+        return self._stream is not None
+
+    def close_own(self) -> None:
+        """A private stream nobody will read any more."""
+        if self.own and self._stream is not None:
+            self._stream.close()
 
 
 class _Awaiting:
@@ -75,9 +92,7 @@ class InstanceStreams:
     def register(self, prepared: PreparedRequest) -> int:
         """A new id for ``prepared``, about to be sent in an Execute."""
         request_id = next(self._ids)
-        stream = getattr(prepared, "stream", None)
-        own = stream is None
-        self._entries[request_id] = _Entry(prepared, stream or ResponseStream(), own)
+        self._entries[request_id] = _Entry(prepared, getattr(prepared, "stream", None))
         prepared.on_cancel = functools.partial(self.cancel, request_id)
         return request_id
 
@@ -94,7 +109,7 @@ class InstanceStreams:
         entry = self._entries.pop(request_id, None)
         if entry is None or entry.own:
             if entry is not None:
-                entry.stream.close()
+                entry.close_own()
             return result
         if isinstance(result, PbdError):
             return result  # the scheduling task fails, which ends the stream with it
@@ -191,7 +206,8 @@ class InstanceStreams:
         """The worker is gone: every open stream ends with ``error``."""
         entries, self._entries = self._entries, {}
         for entry in entries.values():
-            entry.stream.fail(error)
+            if not entry.own or entry.has_stream:
+                entry.stream.fail(error)
 
 
 def _placeholder(result: InferResult) -> InferResult:
