@@ -11,7 +11,7 @@ import platform
 import threading
 from pathlib import Path
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -57,14 +57,14 @@ def cpu_seconds(pid: int) -> float:
     fields = _stat_fields(pid)
     if fields is None:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def machine_seconds() -> tuple[float, float]:
     """All CPUs together since boot, from ``/proc/stat``: (busy, stolen by the hypervisor)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
-    return (user + nice + system + irq + softirq) / _TICKS, steal / _TICKS
+    return (user + nice + system + irq + softirq) / TICKS, steal / TICKS
 
 
 def cpu_model() -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -141,3 +142,13 @@ def test_scenario_result_takes_medians_and_ratios() -> None:
     assert result.cpu_ratio == pytest.approx(2.0)
     assert result.valid
     assert "0.50" in format_row(result)
+
+
+def test_cpu_split_reads_this_process_threads() -> None:
+    import threading
+
+    from bench.cpu_split import threads
+
+    seen = threads(os.getpid())
+    assert threading.get_native_id() in seen
+    assert all(sample.cpu_s >= 0 and sample.switches >= 0 for sample in seen.values())
