@@ -201,7 +201,7 @@ class Dispatch:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _run_batch(self, batch: Batch) -> None:
+    async def _run_batch(self, batch: Batch[Instance]) -> None:
         instance = batch.instance
         outcomes: list[InferResult | PbdError]
         try:
