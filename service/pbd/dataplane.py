@@ -220,6 +220,8 @@ class DataPlane:
         """Stop accepting requests; wait (up to ``timeout``) for those in flight. True when
         none is left."""
         self.accepting = False
+        if self._idle.is_set():
+            return True  # wait_for would time out at once with a timeout of 0, even so
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
