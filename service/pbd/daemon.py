@@ -56,6 +56,7 @@ class Daemon:
         self.tracing = tracing or build_tracing(parse_trace_config(settings.trace_config))
         self.daemon_id = new_daemon_id()
         self.launcher: InstanceLauncher
+        self.systemd: SystemdLauncher | None
         if settings.launcher == "systemd":
             # A path that outlives this process: running workers reconnect to the next daemon.
             self.hub = WorkerHub(settings.worker_socket or "/run/pbd/worker.sock")

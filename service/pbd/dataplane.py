@@ -21,11 +21,12 @@ from pbd.streams import ResponseStream, StreamResult
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings
-from pbd.types import IndexEntry, InferRequest, InferResult
+from pbd.types import IndexEntry, InferRequest, InferResult, PreparedRequest
 from pbd.validation import prepare_request, release_regions
 
 if TYPE_CHECKING:
     from pbd.instances.instance import Instance
+    from pbd.instances.version import VersionRuntime
 
 # Only what pbd really implements is advertised.
 EXTENSIONS = (
@@ -173,7 +174,9 @@ class DataPlane:
             return False
         return runtime.config.decoupled
 
-    def _admit(self, request: InferRequest, *, decoupled_ok: bool) -> tuple[Any, Any, int]:
+    def _admit(
+        self, request: InferRequest, *, decoupled_ok: bool
+    ) -> tuple[VersionRuntime, PreparedRequest, int]:
         """Checks and accounting before a request is queued: (runtime, prepared, bytes)."""
         if not self.accepting:
             raise unavailable(
@@ -204,7 +207,7 @@ class DataPlane:
         self._idle.clear()
         return runtime, prepared, nbytes
 
-    def _leave(self, prepared: Any, nbytes: int) -> None:
+    def _leave(self, prepared: PreparedRequest, nbytes: int) -> None:
         # The worker is done with client regions once the result is back: outputs aimed
         # at them are already written there.
         release_regions(prepared, self.shm)
@@ -217,6 +220,8 @@ class DataPlane:
         """Stop accepting requests; wait (up to ``timeout``) for those in flight. True when
         none is left."""
         self.accepting = False
+        if self._idle.is_set():
+            return True  # wait_for would time out at once with a timeout of 0, even so
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:

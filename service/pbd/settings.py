@@ -197,7 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         default = f.default
         # A bare boolean flag means true (Triton's --disable-auto-complete-config takes none).
-        bare = {"nargs": "?", "const": True} if f.type == "bool" else {}
+        bare: dict[str, Any] = {"nargs": "?", "const": True} if f.type == "bool" else {}
         parser.add_argument(
             _flag(f.name),
             dest=f.name,

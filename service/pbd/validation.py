@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TypeGuard
 
 from pbd.errors import Code, PbdError, invalid_arg
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
@@ -134,7 +135,7 @@ def _apply_reshape(dims: tuple[int, ...], reshape: tuple[int, ...]) -> tuple[int
     return tuple(missing if d == -1 else d for d in reshape)
 
 
-def _is_uint64(value: object) -> bool:
+def _is_uint64(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _UINT64_MAX
 
 

@@ -26,7 +26,7 @@ def encode_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def decode_length(header: bytes) -> int:
+def decode_length(header: bytes | bytearray) -> int:
     length: int = HEADER.unpack(header)[0]
     if length > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")

@@ -251,7 +251,7 @@ class BlsClient:
         owner = np.frombuffer(view, dtype=np.uint8)
         call.live += 1
         weakref.finalize(owner, self._owner_gone, call)
-        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(owner))
+        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), owner.data)
 
     def _owner_gone(self, call: _Call) -> None:
         call.live -= 1

@@ -293,8 +293,8 @@ class BatchExecutor:
         held: list[Block],
     ) -> wpb.Response:
         out = wpb.Response(request_id=msg.request_id)
-        if response.has_error():
-            err = response.error()
+        err = response.error()
+        if err is not None:
             out.error.CopyFrom(_error(err._code_name(), err.message()))
             return out
         params = response.parameters()
@@ -334,7 +334,7 @@ class BatchExecutor:
             array = self.cuda.array(ref.cuda, ref.offset, ref.nbytes, dt.numpy, list(ref.shape))
             return Tensor._from_device(ref.name, ref.datatype, array, ref.cuda.device_id)
         host = self.cuda.to_host(ref.cuda, ref.offset, ref.nbytes)
-        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), memoryview(host))
+        return Tensor._from_buffer(ref.name, ref.datatype, list(ref.shape), host.data)
 
     def forget_cuda_regions(self, generations: list[int]) -> None:
         self.cuda.forget(generations)

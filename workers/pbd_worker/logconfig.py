@@ -46,10 +46,8 @@ class _SeverityFilter(logging.Filter):
 
 
 class _Iso8601Formatter(logging.Formatter):
-    converter = time.gmtime
-
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", self.converter(record.created))
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
 
 
 def apply(config: LogConfig, prefix: str = "") -> None:

@@ -55,7 +55,9 @@ class MetricsChannel:
         if full:
             self._flush()
 
-    def metric_new(self, metric: int, family: int, labels: dict[str, str], buckets: list[float]):
+    def metric_new(
+        self, metric: int, family: int, labels: dict[str, str], buckets: list[float]
+    ) -> None:
         self._post(["new", metric, (family, labels, buckets)])
 
     def increment(self, metric: int, value: float) -> None:

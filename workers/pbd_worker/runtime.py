@@ -208,12 +208,12 @@ class WorkerRuntime:
             self.send(wpb.WorkerToDaemon(finalized=self._finalize()))
             self.exit_code = 0
         elif kind == "ready_query":
-            reply = ask_ready(self.model, self.loop, message.ready_query)
-            self.send(wpb.WorkerToDaemon(ready_reply=reply))
+            ready = ask_ready(self.model, self.loop, message.ready_query)
+            self.send(wpb.WorkerToDaemon(ready_reply=ready))
         elif kind == "auto_complete":
             # A worker started only for this: answer, then exit.
-            reply = auto_complete(message.auto_complete)
-            self.send(wpb.WorkerToDaemon(auto_completed=reply))
+            completed = auto_complete(message.auto_complete)
+            self.send(wpb.WorkerToDaemon(auto_completed=completed))
             self.exit_code = 0
 
     def _exit(self, code: int, why: str) -> NoReturn:

@@ -108,7 +108,7 @@ class LiveRequests:
             return  # answered already, or its daemon is gone: nobody to send to
         out = wpb.StreamedResponse(request_id=request_id, flags=flags)
         if response is not None:
-            held: list = []
+            held: list[Block] = []
             out.response.CopyFrom(self.executor.build_response(live[1], request, response, held))
             if held:
                 out.held = STREAM_HELD_BIT | next(self._held_ids)

@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -31,6 +31,11 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.otlp import new_span_id, parse_traceparent
 from pbd_worker.model_api.request import InferenceTrace
+
+if TYPE_CHECKING:
+    from contextvars import Token
+
+    from opentelemetry.context import Context
 
 
 class _Collector(SpanProcessor):
@@ -95,7 +100,7 @@ class ExecuteSpan:
         self.span_id = span_id = new_span_id()
         self.traces = [InferenceTrace._of(trace_id, span_id, flags) if p is not None else None
                        for p in parents]  # fmt: skip
-        self.token: object = None
+        self.token: Token[Context] | None = None
         self.start = 0
 
     def __enter__(self) -> list[InferenceTrace | None]:

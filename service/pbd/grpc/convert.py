@@ -145,7 +145,8 @@ def infer_response_to_wire(result: InferResult) -> bytes:
 
 
 def model_config_to_pb(config_dict: Mapping[str, Any]) -> mc.ModelConfig:
-    return json_format.ParseDict(config_dict, mc.ModelConfig(), ignore_unknown_fields=True)
+    # ParseDict is typed to take a dict (it only reads it); the copy is shallow.
+    return json_format.ParseDict(dict(config_dict), mc.ModelConfig(), ignore_unknown_fields=True)
 
 
 def tensor_metadata_to_pb(

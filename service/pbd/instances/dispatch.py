@@ -79,8 +79,9 @@ class Dispatch:
 
     async def wait_capacity(self) -> None:
         self._capacity.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._capacity.wait(), RECHECK_S)
+        with contextlib.suppress(TimeoutError):  # asyncio.timeout: see PriorityQueues.wait_changed
+            async with asyncio.timeout(RECHECK_S):
+                await self._capacity.wait()
 
     def on_capacity(self) -> None:
         """An instance has room again (a result came, one started or restarted)."""
@@ -201,7 +202,7 @@ class Dispatch:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _run_batch(self, batch: Batch) -> None:
+    async def _run_batch(self, batch: Batch[Instance]) -> None:
         instance = batch.instance
         outcomes: list[InferResult | PbdError]
         try:

@@ -145,15 +145,16 @@ class Instance:
                 )
             )
             for attempt in range(2):
-                self.conn = await wait_connected(self, connected)
+                conn = self.conn = await wait_connected(self, connected)
                 reply = await initialize_worker(self, initialize_message(self))
                 if not reply.HasField("error"):
                     self.adopted = reply.adopted
                     break
                 err = reply.error
-                if self.conn.hello.initialized and attempt == 0:
+                assert conn.hello is not None  # the hub hands over a link after its hello
+                if conn.hello.initialized and attempt == 0:
                     log.info("%s: %s", self.describe(), err.message)
-                    self.conn.close()
+                    conn.close()
                     connected = self.hub.expect(self.id, token)
                     continue
                 if err.traceback:
@@ -173,7 +174,7 @@ class Instance:
             self.pid,
             ", re-attached without re-initializing" if self.adopted else "",
         )
-        self.conn.attach(self.on_message)
+        conn.attach(self.on_message)
 
     # -- running -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import math
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from pbd.errors import unavailable
@@ -40,7 +41,7 @@ class ScaledVersion(Protocol):
     @property
     def queue(self) -> Scheduler[Any]: ...
     def load_now(self) -> int: ...
-    async def add_instance(self) -> Any: ...
+    async def add_instance(self) -> object: ...
     async def retire_instance(self, slot: Slot, drain_timeout: float) -> None: ...
 
 log = logging.getLogger("pbd.autoscale")
@@ -54,7 +55,7 @@ class Scaler:
         self.last_scale_up = -math.inf
         self.decision = Decision(len(runtime.slots), "initial count")
         self._task: asyncio.Task[None] | None = None
-        self._changes: set[asyncio.Task[None]] = set()
+        self._changes: set[asyncio.Task[object]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"scaler {self.runtime.id}")
@@ -114,8 +115,8 @@ class Scaler:
                             self.runtime.retire_instance(slot, self.policy.scale_down_delay_s)
                         )
 
-    def _spawn(self, change: object) -> None:
-        task = asyncio.ensure_future(change)  # type: ignore[arg-type]
+    def _spawn(self, change: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(change)
         self._changes.add(task)
         task.add_done_callback(self._changes.discard)
 

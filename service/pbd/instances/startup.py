@@ -5,7 +5,7 @@ first). The parameter is the instance being started (``Instance.start`` drives t
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Any, Protocol
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle
@@ -61,7 +61,8 @@ async def wait_connected(
     exited = asyncio.ensure_future(
         instance.launcher.wait(instance.handle, instance.settings.worker_start_timeout_secs)
     )
-    done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
+    racing: set[asyncio.Future[Any]] = {connected, exited}
+    done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
     if connected in done:
         exited.cancel()
         conn = connected.result()

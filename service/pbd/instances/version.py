@@ -29,7 +29,7 @@ from pbd.instances.scaler import Scaler
 from pbd.instances.supervisor import Slot, Supervisor
 from pbd.metrics.custom import CustomMetrics
 from pbd.repository.config import ModelConfig
-from pbd.scheduling import make_scheduler
+from pbd.scheduling import Scheduler, make_scheduler
 from pbd.settings import Settings
 from pbd.stats import ModelStats, failure_reason
 from pbd.tracing.provider import Tracing
@@ -65,7 +65,7 @@ class VersionRuntime:
         self.custom_metrics = custom_metrics if custom_metrics is not None else CustomMetrics()
         self.state = VersionState.LOADING
         self.reason = ""
-        self.queue = make_scheduler(
+        self.queue: Scheduler[Instance] = make_scheduler(
             config, f"model '{config.name}' version {version}", settings.max_queue_size
         )
         self.stats = ModelStats()

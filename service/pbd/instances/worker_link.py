@@ -62,7 +62,9 @@ class WorkerLink(asyncio.Protocol):
                     break
                 start = pos + size
                 pos = start + length
-                self._deliver(wpb.WorkerToDaemon.FromString(buffer[start:pos]))
+                # FromString parses any buffer; its stub says bytes.
+                frame = buffer[start:pos]
+                self._deliver(wpb.WorkerToDaemon.FromString(frame))  # type: ignore[arg-type]
                 if self._ended:
                     return
         except (FrameError, ValueError) as exc:  # ValueError: protobuf's DecodeError

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
@@ -34,7 +34,7 @@ class Series:
     total: float = 0.0  # histograms: the sum of observations
     refs: int = 0
 
-    def observe(self, values: list[float] | tuple[float, ...]) -> None:
+    def observe(self, values: Iterable[float]) -> None:
         for v in values:
             self.counts[bisect.bisect_left(self.buckets, v)] += 1
             self.total += v

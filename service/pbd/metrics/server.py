@@ -42,7 +42,7 @@ class _Gather:
 
 def exposition(sources: Iterable[Source]) -> bytes:
     gather = _Gather(sources)
-    text = generate_latest(gather).decode()  # type: ignore[arg-type]
+    text = generate_latest(gather).decode()
     for name in gather.counters:
         text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ", 1)
         text = text.replace(f"# TYPE {name}_total counter\n", f"# TYPE {name} counter\n", 1)

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
@@ -106,7 +107,8 @@ class ConfigCompleter:
             exited = asyncio.ensure_future(
                 self.launcher.wait(handle, self.settings.worker_start_timeout_secs)
             )
-            done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
+            racing: set[asyncio.Future[Any]] = {connected, exited}
+            done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if connected not in done:
                 status = exited.result()
                 how = status.describe() if status else "did not connect in time"

@@ -7,9 +7,12 @@ numbers and every field. This walks the descriptor so the conversion is exact.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor, json_format
+
+if TYPE_CHECKING:
+    from google._upb import _message as upb
 
 from pbd._proto import model_config_pb2 as mc
 
@@ -28,7 +31,9 @@ def config_to_dict(message: mc.ModelConfig) -> dict[str, Any]:
     return _triton_json(document, message.DESCRIPTOR)
 
 
-def _triton_json(document: dict[str, Any], desc: descriptor.Descriptor) -> dict[str, Any]:
+def _triton_json(
+    document: dict[str, Any], desc: descriptor.Descriptor | upb.Descriptor
+) -> dict[str, Any]:
     """``document`` (MessageToDict of a ``desc`` message) with 64-bit integers as numbers and
     keys in .proto declaration order, as Triton prints it. Map keys stay strings: JSON has no
     other kind of key."""
@@ -48,7 +53,7 @@ def _triton_json(document: dict[str, Any], desc: descriptor.Descriptor) -> dict[
     return fixed
 
 
-def _triton_value(field: descriptor.FieldDescriptor, value: Any) -> Any:
+def _triton_value(field: descriptor.FieldDescriptor | upb.FieldDescriptor, value: Any) -> Any:
     if field.message_type is not None:
         return _triton_json(value, field.message_type)
     if field.type in _INT64_TYPES:

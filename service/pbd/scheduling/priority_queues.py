@@ -186,8 +186,11 @@ class PriorityQueues(Generic[InstanceT]):
 
     async def wait_changed(self, timeout: float = IDLE_RECHECK_S) -> None:
         self._changed.clear()
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that comes
+        # as the event is set, and the dispatcher task being stopped would run on.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
 
     def fail_older_than(self, when: float, error: PbdError) -> int:
         """Fail queued requests that arrived before ``when``; how many there were."""

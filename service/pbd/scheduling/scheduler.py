@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pbd.errors import PbdError
 from pbd.types import InferResult, PreparedRequest
@@ -61,7 +61,9 @@ class Placement(Protocol[InstanceT]):
 @dataclass(eq=False)  # one request is equal only to itself
 class WorkItem:
     prepared: PreparedRequest
-    future: asyncio.Future[InferResult]
+    # The request's InferResult; for a granting scheduler (``grants``), the instance granted
+    # to it. Any: a WorkItem is not generic in the instance type, which the dispatch knows.
+    future: asyncio.Future[Any]
     enqueued_at: float = 0.0
     level: int = 0
     deadline: float = float("inf")  # loop time past which it has timed out

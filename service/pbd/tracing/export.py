@@ -87,7 +87,9 @@ class PbdOTLPSpanExporter(OTLPSpanExporter):
         super().__init__(**kwargs)
         # The SDK made its stub on the channel; this one (also after a reconnect) takes bytes.
         self._stub = _BytesTraceServiceStub
-        self._client = _BytesTraceServiceStub(self._channel)
+        # The SDK's attribute is inferred as None from its own __init__ (it assigns a stub the
+        # same way in _initialize_channel_and_stub).
+        self._client = _BytesTraceServiceStub(self._channel)  # type: ignore[assignment]
         self._encoder = OtlpRequestEncoder(resource)
 
     def _translate_data(self, data: Sequence[Any]) -> bytes:  # type: ignore[override]

@@ -20,8 +20,6 @@ import signal
 import sys
 from typing import Any
 
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
 from pbd.tracing.encode import encode_record
 from pbd.tracing.records import EncodedSpans, WorkerSpans
 from pbd_wire.framing import HEADER, decode_length
@@ -56,7 +54,7 @@ def _exporter(options: dict[str, list[str]]) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pbd.tracing.provider import _bsp_options
+    from pbd.tracing.provider import batch_processor
 
     # The SDK's and the exporters' complaints read like the daemon's lines (time, level).
     apply(LogConfig(), "span exporter")
@@ -68,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     # spans are dropped, as the SDK's batch processor drops them).
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    processor = BatchSpanProcessor(_exporter(options), **_bsp_options(options))
+    processor = batch_processor(_exporter(options), options)
     stdin = sys.stdin.buffer
     try:
         while (header := _read_exact(stdin, HEADER.size)) is not None:

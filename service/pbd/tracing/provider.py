@@ -27,7 +27,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
@@ -133,7 +133,8 @@ def _resource(options: Mapping[str, list[str]]) -> Resource:
     for item in options.get("resource", []):
         key, _, value = item.partition("=")
         extra[key] = value
-    if resource.attributes.get("service.name", "").startswith("unknown_service"):
+    service_name = resource.attributes.get("service.name", "")
+    if isinstance(service_name, str) and service_name.startswith("unknown_service"):
         extra.setdefault("service.name", "pbd")
     return resource.merge(Resource(extra)) if extra else resource
 
@@ -145,6 +146,18 @@ def _bsp_options(options: Mapping[str, list[str]]) -> dict[str, int]:
         "bsp_max_export_batch_size": "max_export_batch_size",
     }
     return {names[k]: int(v[-1]) for k, v in options.items() if k in names and v}
+
+
+def batch_processor(exporter: SpanExporter, options: Mapping[str, list[str]]) -> SpanProcessor:
+    """The SDK's batch processor with Triton's ``--trace-config opentelemetry,bsp_*=...``
+    settings; an unset one keeps the SDK's default (and its ``OTEL_BSP_*`` variable)."""
+    bsp = _bsp_options(options)
+    return BatchSpanProcessor(
+        exporter,
+        max_queue_size=bsp.get("max_queue_size"),
+        schedule_delay_millis=bsp.get("schedule_delay_millis"),
+        max_export_batch_size=bsp.get("max_export_batch_size"),
+    )
 
 
 def otlp_protocol(options: Mapping[str, list[str]], env: Mapping[str, str]) -> str:
@@ -190,5 +203,4 @@ def build_tracing(config: TraceConfig, environ: Mapping[str, str] | None = None)
         return Tracing(settings, processor, _resource(config.options), queues_records=True)
     else:
         raise ValueError(f"OTEL_TRACES_EXPORTER={exporter_name}: expected otlp, console or none")
-    processor = BatchSpanProcessor(exporter, **_bsp_options(config.options))
-    return Tracing(settings, processor, _resource(config.options))
+    return Tracing(settings, batch_processor(exporter, config.options), _resource(config.options))

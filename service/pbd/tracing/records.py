@@ -192,8 +192,9 @@ def expand(wire: tuple[Any, ...]) -> TraceRecord:
             links=tuple((t, s) for t, s in links),
         ))  # fmt: skip
     if output_copy is not None:
+        copy_start, copy_end = output_copy
         spans.append(SpanData("output_copy", derived_span_id(server_id, 3), compute_id,
-                              *output_copy, attributes))  # fmt: skip
+                              copy_start, copy_end, attributes))  # fmt: skip
     if compute_id and compute_end:
         compute_events: tuple[tuple[str, int, None], ...] = (("COMPUTE_START", dispatched, None),)
         if infer_ns >= 0:

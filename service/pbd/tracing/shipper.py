@@ -90,7 +90,7 @@ class ProcessSpanProcessor(SpanProcessor):
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         pass
 
-    def on_end(self, span: ReadableSpan | tuple[Any, ...] | WorkerSpans) -> None:  # type: ignore[override]
+    def on_end(self, span: ReadableSpan | tuple[Any, ...] | WorkerSpans) -> None:
         if len(self._queue) >= self.max_queue_size:
             self.dropped += 1
             if self.dropped in (1, 100) or self.dropped % 10000 == 0:
@@ -151,7 +151,7 @@ class ProcessSpanProcessor(SpanProcessor):
                 return
 
     def _take(self) -> list[Any]:
-        batch = []
+        batch: list[Any] = []
         queue = self._queue
         while queue and len(batch) < self.max_batch:
             batch.append(to_wire(queue.popleft()))

@@ -41,8 +41,9 @@ def get_output_tensor_by_name(inference_response: Any, name: str) -> Any:
     return None
 
 
-def _config_entry(model_config: dict[str, Any], section: str, name: str) -> Any:
-    for entry in model_config.get(section, ()):
+def _config_entry(model_config: dict[str, Any], section: str, name: str) -> dict[str, Any] | None:
+    entries: list[dict[str, Any]] = model_config.get(section, [])
+    for entry in entries:
         if entry["name"] == name:
             return entry
     return None

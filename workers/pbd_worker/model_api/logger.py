@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from enum import IntEnum
+from typing import TypeAlias
 
 _log = logging.getLogger("pbd_worker.model")
 
@@ -34,7 +35,8 @@ def _emit(level: LogLevel, message: object) -> None:
 
 
 class Logger:
-    LogLevel = LogLevel
+    # pb_utils.Logger.LogLevel.INFO, as in Triton; an alias, so it also names the type below.
+    LogLevel: TypeAlias = LogLevel
     INFO = LogLevel.INFO
     WARNING = LogLevel.WARNING
     ERROR = LogLevel.ERROR

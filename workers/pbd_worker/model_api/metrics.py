@@ -17,10 +17,13 @@ import contextlib
 import math
 import re
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pbd_worker.model_api import state
 from pbd_worker.model_api.errors import TritonModelException
+
+if TYPE_CHECKING:
+    from pbd_worker.metrics import MetricsChannel
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -47,7 +50,7 @@ _TRITON_KIND = {
 }
 
 
-def _channel() -> Any:
+def _channel() -> MetricsChannel:
     channel = state.metrics_channel
     if channel is None:
         raise TritonModelException("custom metrics are available only inside a pbd worker")
@@ -63,6 +66,15 @@ def _number(value: Any, what: str) -> float:
 class Metric:
     """One series of a family (one label set). Made by ``MetricFamily.Metric(...)``."""
 
+    _kind: MetricKind
+    _id: int
+    _channel: MetricsChannel
+    _cleared: bool
+    # Checked on every update: plain attributes, not enum lookups (this is the hot path).
+    _counter: bool
+    _gauge: bool
+    _histogram: bool
+
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         raise TypeError("Metric objects are made by MetricFamily.Metric(labels, buckets)")
 
@@ -73,7 +85,6 @@ class Metric:
         metric._id = family._channel.new_id()
         metric._channel = family._channel
         metric._cleared = False
-        # Checked on every update: plain attributes, not enum lookups (this is the hot path).
         metric._counter = kind is MetricKind.COUNTER
         metric._gauge = kind is MetricKind.GAUGE
         metric._histogram = kind is MetricKind.HISTOGRAM

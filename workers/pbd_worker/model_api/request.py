@@ -174,7 +174,7 @@ class InferenceRequest:
         self._model_name = model_name
         self._model_version = model_version
         self._trace = trace
-        self._preferred_memory: PreferredMemory | None = None
+        self._preferred_memory = None
         self._cancelled = False
         self._cancel_flag: Callable[[], bool] | None = None  # the daemon's page (runtime)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL

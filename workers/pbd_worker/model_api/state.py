@@ -8,7 +8,10 @@ then refuses them with a precise message instead of pretending.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pbd_worker.metrics import MetricsChannel
 
 # The hooks take a ``pbd_worker.model_api.request.InferenceRequest``; it is not named here
 # because that module reads this one (the API sits above its state).
@@ -23,8 +26,8 @@ bls_executor: BlsExecutor | None = None
 # ``model_control(op, model_name, **fields)``: load_model / unload_model / is_model_ready
 # (``pbd_worker.bls.BlsClient.control``); returns the daemon's reply, raises on its error.
 model_control: Callable[..., Any] | None = None
-# The worker runtime's ``pbd_worker.metrics.MetricsChannel`` (custom metrics).
-metrics_channel: Any = None
+# The worker runtime's channel for custom metrics.
+metrics_channel: MetricsChannel | None = None
 response_sender_factory: ResponseSenderFactory | None = None
 
 _model_dir: str | None = None

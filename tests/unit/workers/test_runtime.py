@@ -1,0 +1,224 @@
+"""The worker runtime without a daemon: ``WorkerRuntime.handle()`` driven with real frames.
+
+The test holds the daemon's end of the socket (a listener in this process) and the daemon's
+input segment (an arena in a temporary directory standing for /dev/shm); the model is a small
+``model.py``. What crosses processes for real is in tests/integration.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import os
+import socket
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import SocketFrameReader
+from pbd_wire.shm import Arena, SegmentMap
+from pbd_worker.model_api import state
+from pbd_worker.runtime import EXIT_INIT_FAILED, WorkerRuntime
+
+WAIT_S = 30.0  # a bound on a read that went wrong, never reached when it passes
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+_addresses = itertools.count()
+
+MODEL = textwrap.dedent(
+    """
+    import json
+
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            config = json.loads(args["model_config"])
+            if config["name"] == "broken":
+                raise ValueError("no weights")
+            self.decoupled = config.get("model_transaction_policy", {}).get("decoupled")
+            self.held = []  # decoupled: requests answered later with their response sender
+            self.finalized = False
+
+        def execute(self, requests):
+            if self.decoupled:
+                self.held += requests
+                return None
+            out = []
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+            return out
+
+        def finalize(self):
+            self.finalized = True
+    """
+)
+
+
+class Daemon:
+    """The daemon's end: frames to the worker go through ``runtime.handle``, frames from it
+    are read here; inputs are written into the daemon's arena."""
+
+    def __init__(self, runtime: WorkerRuntime, conn: socket.socket, shm_dir: Path) -> None:
+        self.runtime = runtime
+        self.conn = conn
+        self.reader = SocketFrameReader(conn)
+        self.shm_dir = str(shm_dir)
+        self.inputs = Arena("pbdtest-in-", 1 << 16, 1 << 16, shm_dir=self.shm_dir)
+        self.outputs = SegmentMap(self.shm_dir)  # the worker's output segments
+
+    def send(self, **kind: object) -> None:
+        self.runtime.handle(wpb.DaemonToWorker(**kind))  # type: ignore[arg-type]
+
+    def read(self) -> wpb.WorkerToDaemon:
+        frame = self.reader.read()
+        assert frame is not None, "the worker closed the connection"
+        return wpb.WorkerToDaemon.FromString(frame)
+
+    def initialize(self, model_dir: Path, config: dict[str, object]) -> wpb.Initialized:
+        self.send(
+            initialize=wpb.Initialize(
+                args={
+                    "model_config": json.dumps(config),
+                    "model_name": str(config["name"]),
+                    "model_instance_name": f"{config['name']}_0",
+                    "model_version": "1",
+                },
+                model_path=str(model_dir / "1" / "model.py"),
+                model_dir=str(model_dir),
+                version="1",
+                output_region_prefix="pbdtest-out-",
+                output_region_bytes=1 << 16,
+                heartbeat_interval_ms=3_600_000,  # none during a test
+                shm_dir=self.shm_dir,
+            )
+        )
+        reply = self.read()
+        assert reply.WhichOneof("kind") == "initialized"
+        return reply.initialized
+
+    def execute(self, batch_id: int, *values: list[float]) -> None:
+        """One request per list of values (FP32 input ``IN``), ids 1, 2, ..."""
+        requests = []
+        for request_id, floats in enumerate(values, start=1):
+            data = np.asarray(floats, np.float32).tobytes()
+            block = self.inputs.allocate(len(data))
+            block.view()[:] = data
+            ref = wpb.TensorRef(
+                name="IN", datatype="FP32", shape=[len(floats)], region=block.segment.name,
+                offset=block.offset, nbytes=len(data),
+            )  # fmt: skip
+            requests.append(wpb.Request(request_id=request_id, id=f"r{request_id}", inputs=[ref]))
+        self.send(execute=wpb.Execute(batch_id=batch_id, requests=requests))
+
+    def output(self, ref: wpb.TensorRef) -> list[float]:
+        view = self.outputs.view(ref.region, ref.offset, ref.nbytes)
+        return np.frombuffer(view, np.float32).tolist()
+
+    def close(self) -> None:
+        self.outputs.close()
+        self.inputs.close()
+        self.conn.close()
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.py").write_text(MODEL)
+    return tmp_path / "m"
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    address = f"@pbd-test-runtime-{os.getpid()}-{next(_addresses)}"
+    # The runtime sets the model API's process-wide hooks; other tests expect them unset.
+    saved = {name: getattr(state, name) for name in _STATE}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(b"\0" + address[1:].encode())
+        server.listen(1)
+        runtime = WorkerRuntime(address, "m_0")
+        runtime.link.connect()
+        conn, _ = server.accept()
+    conn.settimeout(WAIT_S)
+    end = Daemon(runtime, conn, shm_dir)
+    try:
+        yield end
+    finally:
+        if not runtime.finalizing:
+            runtime.finalize_alone("the test ended")
+        runtime.link.disconnect()
+        runtime.loop.close()  # a worker process keeps its loop until it exits
+        end.close()
+        for name, value in saved.items():
+            setattr(state, name, value)
+        gc.unfreeze()  # initialize() froze what the model loaded
+
+
+_STATE = ("bls_executor", "model_control", "metrics_channel", "response_sender_factory")
+
+
+def test_initialize_execute_release_finalize(daemon: Daemon, model_dir: Path) -> None:
+    assert not daemon.initialize(model_dir, {"name": "m"}).HasField("error")
+    daemon.execute(1, [1.0, 2.0], [3.0])
+    reply = daemon.read()
+    assert reply.WhichOneof("kind") == "result"
+    result = reply.result
+    assert result.batch_id == 1 and [r.request_id for r in result.responses] == [1, 2]
+    assert not any(r.HasField("error") for r in result.responses)
+    outputs = [r.outputs[0] for r in result.responses]
+    assert [o.name for o in outputs] == ["OUT", "OUT"]
+    assert [list(o.shape) for o in outputs] == [[2], [1]]
+    assert [daemon.output(o) for o in outputs] == [[2.0, 4.0], [6.0]]
+    executor = daemon.runtime.executor
+    assert executor is not None and executor.held_batches() == [1]
+    assert (daemon.runtime.executed, daemon.runtime.requests) == (1, 2)
+
+    daemon.send(release=wpb.Release(batch_ids=[1]))
+    assert executor.held_batches() == [] and executor.outputs.used == 0
+
+    model = daemon.runtime.model
+    daemon.send(finalize=wpb.Finalize())
+    reply = daemon.read()
+    assert reply.WhichOneof("kind") == "finalized" and not reply.finalized.HasField("error")
+    assert model.finalized and daemon.runtime.model is None
+    assert daemon.runtime.exit_code == 0
+
+
+def test_an_initialize_that_raises_is_reported_and_the_worker_is_to_exit(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    reply = daemon.initialize(model_dir, {"name": "broken"})
+    assert reply.error.code == "INTERNAL"
+    assert reply.error.message.startswith("initialize() failed: ValueError: no weights\n")
+    assert "model.py" in reply.error.traceback
+    assert daemon.runtime.exit_code == EXIT_INIT_FAILED
+
+
+def test_a_cancel_frame_reaches_a_request_still_answered_by_its_sender(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    config = {"name": "m", "model_transaction_policy": {"decoupled": True}}
+    assert not daemon.initialize(model_dir, config).HasField("error")
+    daemon.execute(1, [1.0], [2.0])
+    result = daemon.read().result
+    assert [(r.request_id, r.streamed) for r in result.responses] == [(1, True), (2, True)]
+    first, second = daemon.runtime.model.held
+
+    daemon.send(cancel=wpb.CancelRequests(request_ids=[2, 99]))  # 99: unknown, ignored
+    assert (first.is_cancelled(), second.is_cancelled()) == (False, True)
+
+    first.get_response_sender().send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    streamed = daemon.read().streamed
+    assert (streamed.request_id, streamed.flags) == (1, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert not streamed.HasField("response")
+    daemon.send(cancel=wpb.CancelRequests(request_ids=[1]))  # finished: nothing to cancel
+    assert not first.is_cancelled()
