@@ -160,6 +160,38 @@ class Daemon:
         await asyncio.gather(*(load(n) for n in names))
         return failed
 
+    def _still_loading(self) -> list[str]:
+        return sorted(name for name, e in self.repository.entries.items() if e.loading)
+
+    async def _load_unless_stopped(self) -> list[str] | None:
+        """The startup models that failed to load, or None when a stop came first: loads
+        still running then get --exit-timeout-secs to finish, and are cancelled after that
+        (an instance cancelled in initialize() has its worker killed)."""
+        loading = asyncio.ensure_future(self._load_startup_models())
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not self._stop.is_set():
+            return loading.result()
+        timeout = self.settings.exit_timeout_secs
+        log.warning(
+            "shutting down while models are still loading (%s): they get %gs to finish, "
+            "then their instances are stopped",
+            ", ".join(self._still_loading()),
+            timeout,
+        )
+        await asyncio.wait({loading}, timeout=timeout)
+        if not loading.done():
+            log.warning(
+                "stopping the instances of %s: still loading after %gs",
+                ", ".join(self._still_loading()),
+                timeout,
+            )
+        loading.cancel()  # nothing to cancel when it finished in time
+        with contextlib.suppress(asyncio.CancelledError):
+            await loading
+        return None
+
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self.settings.repository_poll_secs)
@@ -240,7 +272,7 @@ class Daemon:
                 await self.hub.close()
                 return 2
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
-        failed = await self._load_startup_models()
+        failed = await self._load_unless_stopped()
         self.dataplane.started = True
         # What start-up made lives as long as the daemon: out of the collector's way, so its
         # full collections under load walk only what serving allocates.
@@ -248,7 +280,9 @@ class Daemon:
         gc.freeze()
         code = 0
         poller: asyncio.Task[None] | None = None
-        if failed and settings.exit_on_error:
+        if failed is None:
+            log.info("shutting down")
+        elif failed and settings.exit_on_error:
             log.error("models failed to load: %s; exiting (--exit-on-error)", ", ".join(failed))
             code = 1
         else:

@@ -87,3 +87,24 @@ def test_loading_versions_are_in_the_index_with_what_they_wait_for(
     daemon.wait_settled(["gated"])
     assert daemon.index()[("gated", "1")].state == "READY"
     assert re.search(r"loaded model 'gated' versions \[1\] in \d+\.\d+s", daemon.log())
+
+
+def test_sigterm_while_a_model_is_in_initialize_stops_it_and_exits(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    (repo / "gated" / "hold_initialize").write_text("")  # never removed: initialize() hangs
+    daemon = start_daemon(repo, "--exit-timeout-secs", "1")
+    wait_until(
+        lambda: (
+            daemon.index().get(("gated", "1"), None) is not None
+            and daemon.index()[("gated", "1")].state == "LOADING"
+            and daemon.workers_of("gated")
+        ),
+        60,
+        "gated's worker to be in initialize()",
+    )
+    # The harness waits STOP_TIMEOUT_S at most; the hung initialize() holds the worker for
+    # 300 s, so only stopping the instance ends the daemon in time. Clean exit is checked too.
+    daemon.assert_clean_exit()
+    assert re.search(r"still loading .*gated", daemon.log()), daemon.log_tail()

@@ -189,7 +189,11 @@ class VersionRuntime:
         self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
         instances = [self._new_instance(p) for p in plans]
         self.reason = f"loading: initialize() of {len(instances)} instance(s)"
-        outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+        except asyncio.CancelledError:  # shutdown during loading: those that started go too
+            await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
+            raise
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
             await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
