@@ -17,6 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
+from pbd import status_line
 from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
@@ -114,15 +115,7 @@ class Daemon:
         self._stop.set()
 
     def status_text(self) -> str:
-        """One line for systemd's STATUS=: models, and instances ready of all."""
-        models = ready = total = 0
-        for entry in self.repository.entries.values():
-            for runtime in entry.versions.values():
-                models += runtime.ready
-                for instance in runtime.instances():
-                    total += 1
-                    ready += instance.state.value == "READY"
-        return f"{models} model version(s) ready, {ready}/{total} instances ready"
+        return status_line.status_text(self.repository)
 
     async def _stop_orphan_units(self) -> None:
         """Instance units left from an earlier daemon that no model of ours took back (a model
@@ -288,10 +281,7 @@ class Daemon:
         else:
             if settings.model_control_mode == "poll":
                 poller = asyncio.create_task(self._poll())
-            log.info(
-                "pbd ready: %d model(s) loaded",
-                sum(1 for e in self.repository.index() if e.state == "READY"),
-            )
+            log.log(*status_line.ready_line(self.repository))
             if self.systemd is not None:
                 await self._stop_orphan_units()
             self.notifier.ready()
@@ -314,6 +304,8 @@ class Daemon:
             await metrics.stop()
         await self.hub.bls.close()
         await self.repository.unload_all()
+        if self.systemd is not None and not self.launcher.detaching:
+            await self.systemd.reset_failed()
         await self.hub.close()
         self.dataplane.shm.close()
         self.cuda_pools.close()
