@@ -265,6 +265,7 @@ class Daemon:
                 await self.hub.close()
                 return 2
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
+        self.notifier.start()  # STATUS= says what is loading meanwhile
         failed = await self._load_unless_stopped()
         self.dataplane.started = True
         # What start-up made lives as long as the daemon: out of the collector's way, so its
@@ -285,7 +286,6 @@ class Daemon:
             if self.systemd is not None:
                 await self._stop_orphan_units()
             self.notifier.ready()
-            self.notifier.start()
             await self._stop.wait()
             log.info("shutting down")
         await self._decide_detach()

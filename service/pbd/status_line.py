@@ -1,6 +1,7 @@
 """What the daemon says about its models in one line: systemd's STATUS= and the "pbd ready"
 log line. Both name the versions that failed, with why, so `systemctl status pbd` and the
-journal never read "ready" over a model that is not."""
+journal never read "ready" over a model that is not; while models load, STATUS says what each
+one is doing (initialize(), unpacking its environment and how far)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def ready_line(repository: ModelRepository) -> tuple[int, str]:
 
 
 def status_text(repository: ModelRepository) -> str:
-    """systemd's STATUS=: versions ready, instances ready of all, and what failed."""
+    """systemd's STATUS=: what is loading and how far, versions ready, instances ready of
+    all, and what failed."""
     rows = repository.index()
     models = ready = total = 0
     for entry in repository.entries.values():
@@ -68,5 +70,12 @@ def status_text(repository: ModelRepository) -> str:
                 total += 1
                 ready += instance.state.value == "READY"
     text = f"{models} model version(s) ready, {ready}/{total} instances ready"
+    loading = [
+        IndexEntry(r.name, r.version, r.state, r.reason.removeprefix("loading: ") or "starting")
+        for r in rows
+        if r.state == "LOADING"
+    ]
+    if loading:
+        text = f"loading {len(loading)} model version(s): {named(loading, rows)}; {text}"
     bad = failed(rows)
     return f"{text}; {len(bad)} failed: {named(bad, rows)}" if bad else text

@@ -4,8 +4,11 @@ loading in the repository index, and a client's error text without pbd's own fra
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ from pbd_harness import (
     error_of,
     infer_input,
     make_repository,
+    running_daemon,
     wait_until,
 )
 
@@ -108,3 +112,39 @@ def test_sigterm_while_a_model_is_in_initialize_stops_it_and_exits(
     # 300 s, so only stopping the instance ends the daemon in time. Clean exit is checked too.
     daemon.assert_clean_exit()
     assert re.search(r"still loading .*gated", daemon.log()), daemon.log_tail()
+
+
+def _notified(sock: socket.socket, wanted: Callable[[str], bool], timeout_s: float) -> str:
+    """The first sd_notify datagram on ``sock`` that ``wanted`` accepts."""
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            message = sock.recv(65536).decode()
+        except TimeoutError:
+            break
+        if wanted(message):
+            return message
+        seen.append(message)
+    raise AssertionError(f"no such sd_notify message in {timeout_s:g}s; got {seen}")
+
+
+def test_status_while_loading_says_what_each_model_does(tmp_path: Path) -> None:
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "notify.sock"))
+        env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}  # workers send theirs too
+        with running_daemon(repo, tmp_path, env=env):
+            try:
+                _notified(
+                    sock,
+                    lambda m: "STATUS=loading 1 model version(s): gated (initialize() of 1 " in m,
+                    60,
+                )
+            finally:
+                hold.unlink()
+            ready = _notified(sock, lambda m: "READY=1" in m and "model version(s)" in m, 120)
+            assert "STATUS=1 model version(s) ready, 1/1 instances ready" in ready, ready

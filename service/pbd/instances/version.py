@@ -171,6 +171,10 @@ class VersionRuntime:
     def instances(self) -> list[Instance]:
         return [s.instance for s in self.slots]
 
+    def _loading(self, step: str) -> None:
+        """What loading does now (shown in the index and in systemd's STATUS)."""
+        self.reason = f"loading: {step}"
+
     async def load(self) -> None:
         """Start every instance; on any failure stop the rest and raise the first error."""
         source = str(self.model_dir / "config.pbtxt")
@@ -180,7 +184,10 @@ class VersionRuntime:
             self.policy = scaling_policy(self.config, self.settings, plans, source)
             self.reason = "loading: preparing the model's environment"
             self.worker_env = await model_worker_env(
-                self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
+                self.config.parameters,
+                self.model_dir,
+                self.settings.execution_env_cache_dir,
+                self._loading,
             )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
