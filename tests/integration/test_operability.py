@@ -148,3 +148,31 @@ def test_status_while_loading_says_what_each_model_does(tmp_path: Path) -> None:
                 hold.unlink()
             ready = _notified(sock, lambda m: "READY=1" in m and "model version(s)" in m, 120)
             assert "STATUS=1 model version(s) ready, 1/1 instances ready" in ready, ready
+
+
+def test_two_workers_printing_at_once_write_whole_prefixed_lines(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"chatty": TEST_MODELS / "chatty"})
+    (repo / "chatty" / "print_lines").write_text("")
+    daemon = start_daemon(repo, settle=["chatty"])
+    assert daemon.index()[("chatty", "1")].state == "READY"
+    short = re.compile(r"\[chatty/1/(chatty_0_[01])\] chatty-line \1 \d+ x{3000} end")
+    piece = re.compile(r"\[chatty/1/(chatty_0_[01])\] ((?:chatty-long \1 \d+ )?y+(?: end)?)")
+    printed = {"chatty_0_0": 0, "chatty_0_1": 0}
+    long_text = {"chatty_0_0": "", "chatty_0_1": ""}
+    log = daemon.log()
+    assert not re.search(r"^\[chatty/1/chatty_0_\d\] $", log, re.MULTILINE)  # no empty lines
+    for line in log.splitlines():
+        if "x" * 20 in line:
+            match = short.fullmatch(line)
+            assert match, f"not a whole line of one worker: {line[:200]}...{line[-100:]}"
+            printed[match.group(1)] += 1
+        elif "y" * 20 in line:
+            match = piece.fullmatch(line)
+            assert match, f"not a whole line of one worker: {line[:200]}...{line[-100:]}"
+            assert len(line) < 4096  # cut to fit one atomic write
+            long_text[match.group(1)] += match.group(2)
+    assert printed == {"chatty_0_0": 300, "chatty_0_1": 300}
+    for name, text in long_text.items():  # the long lines, cut into pieces, lose nothing
+        assert text == "".join(f"chatty-long {name} {i} " + "y" * 10_000 + " end" for i in range(3))
