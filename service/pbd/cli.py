@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pbd import __version__
 from pbd.settings import ENV_PREFIX, add_arguments, from_args
+from pbd.status_line import one_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,12 +85,6 @@ def status_url(environ: Mapping[str, str]) -> str:
     if address in ("0.0.0.0", "::", "[::]"):  # bound to all: reach it on loopback
         address = "127.0.0.1"
     return f"{address}:{environ.get(ENV_PREFIX + 'GRPC_PORT') or 8001}"
-
-
-def one_line(text: str) -> str:
-    """A reason's first line, marked when more followed (tracebacks keep the table whole)."""
-    first, _, rest = text.strip().partition("\n")
-    return f"{first} [...]" if rest.strip() else first
 
 
 def _status(url: str) -> int:

@@ -17,6 +17,7 @@ import logging
 import signal
 from pathlib import Path
 
+from pbd import status_line
 from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
@@ -115,15 +116,7 @@ class Daemon:
         self._stop.set()
 
     def status_text(self) -> str:
-        """One line for systemd's STATUS=: models, and instances ready of all."""
-        models = ready = total = 0
-        for entry in self.repository.entries.values():
-            for runtime in entry.versions.values():
-                models += runtime.ready
-                for instance in runtime.instances():
-                    total += 1
-                    ready += instance.state.value == "READY"
-        return f"{models} model version(s) ready, {ready}/{total} instances ready"
+        return status_line.status_text(self.repository)
 
     async def _stop_orphan_units(self) -> None:
         """Instance units left from an earlier daemon that no model of ours took back (a model
@@ -160,6 +153,38 @@ class Daemon:
 
         await asyncio.gather(*(load(n) for n in names))
         return failed
+
+    def _still_loading(self) -> list[str]:
+        return sorted(name for name, e in self.repository.entries.items() if e.loading)
+
+    async def _load_unless_stopped(self) -> list[str] | None:
+        """The startup models that failed to load, or None when a stop came first: loads
+        still running then get --exit-timeout-secs to finish, and are cancelled after that
+        (an instance cancelled in initialize() has its worker killed)."""
+        loading = asyncio.ensure_future(self._load_startup_models())
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not self._stop.is_set():
+            return loading.result()
+        timeout = self.settings.exit_timeout_secs
+        log.warning(
+            "shutting down while models are still loading (%s): they get %gs to finish, "
+            "then their instances are stopped",
+            ", ".join(self._still_loading()),
+            timeout,
+        )
+        await asyncio.wait({loading}, timeout=timeout)
+        if not loading.done():
+            log.warning(
+                "stopping the instances of %s: still loading after %gs",
+                ", ".join(self._still_loading()),
+                timeout,
+            )
+        loading.cancel()  # nothing to cancel when it finished in time
+        with contextlib.suppress(asyncio.CancelledError):
+            await loading
+        return None
 
     async def _poll(self) -> None:
         while True:
@@ -241,7 +266,8 @@ class Daemon:
                 await self.hub.close()
                 return 2
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
-        failed = await self._load_startup_models()
+        self.notifier.start()  # STATUS= says what is loading meanwhile
+        failed = await self._load_unless_stopped()
         self.dataplane.started = True
         # What start-up made lives as long as the daemon: out of the collector's way, so its
         # full collections under load walk only what serving allocates.
@@ -249,20 +275,18 @@ class Daemon:
         gc.freeze()
         code = 0
         poller: asyncio.Task[None] | None = None
-        if failed and settings.exit_on_error:
+        if failed is None:
+            log.info("shutting down")
+        elif failed and settings.exit_on_error:
             log.error("models failed to load: %s; exiting (--exit-on-error)", ", ".join(failed))
             code = 1
         else:
             if settings.model_control_mode == "poll":
                 poller = asyncio.create_task(self._poll())
-            log.info(
-                "pbd ready: %d model(s) loaded",
-                sum(1 for e in self.repository.index() if e.state == "READY"),
-            )
+            log.log(*status_line.ready_line(self.repository))
             if self.systemd is not None:
                 await self._stop_orphan_units()
             self.notifier.ready()
-            self.notifier.start()
             await self._stop.wait()
             log.info("shutting down")
         await self._decide_detach()
@@ -281,6 +305,8 @@ class Daemon:
             await metrics.stop()
         await self.hub.bls.close()
         await self.repository.unload_all()
+        if self.systemd is not None and not self.launcher.detaching:
+            await self.systemd.reset_failed()
         await self.hub.close()
         self.dataplane.shm.close()
         self.cuda_pools.close()

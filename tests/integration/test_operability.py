@@ -4,8 +4,11 @@ loading in the repository index, and a client's error text without pbd's own fra
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ from pbd_harness import (
     error_of,
     infer_input,
     make_repository,
+    running_daemon,
     wait_until,
 )
 
@@ -87,3 +91,88 @@ def test_loading_versions_are_in_the_index_with_what_they_wait_for(
     daemon.wait_settled(["gated"])
     assert daemon.index()[("gated", "1")].state == "READY"
     assert re.search(r"loaded model 'gated' versions \[1\] in \d+\.\d+s", daemon.log())
+
+
+def test_sigterm_while_a_model_is_in_initialize_stops_it_and_exits(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    (repo / "gated" / "hold_initialize").write_text("")  # never removed: initialize() hangs
+    daemon = start_daemon(repo, "--exit-timeout-secs", "1")
+    wait_until(
+        lambda: (
+            daemon.index().get(("gated", "1"), None) is not None
+            and daemon.index()[("gated", "1")].state == "LOADING"
+            and daemon.workers_of("gated")
+        ),
+        60,
+        "gated's worker to be in initialize()",
+    )
+    # The harness waits STOP_TIMEOUT_S at most; the hung initialize() holds the worker for
+    # 300 s, so only stopping the instance ends the daemon in time. Clean exit is checked too.
+    daemon.assert_clean_exit()
+    assert re.search(r"still loading .*gated", daemon.log()), daemon.log_tail()
+
+
+def _notified(sock: socket.socket, wanted: Callable[[str], bool], timeout_s: float) -> str:
+    """The first sd_notify datagram on ``sock`` that ``wanted`` accepts."""
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            message = sock.recv(65536).decode()
+        except TimeoutError:
+            break
+        if wanted(message):
+            return message
+        seen.append(message)
+    raise AssertionError(f"no such sd_notify message in {timeout_s:g}s; got {seen}")
+
+
+def test_status_while_loading_says_what_each_model_does(tmp_path: Path) -> None:
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "notify.sock"))
+        env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}  # workers send theirs too
+        with running_daemon(repo, tmp_path, env=env):
+            try:
+                _notified(
+                    sock,
+                    lambda m: "STATUS=loading 1 model version(s): gated (initialize() of 1 " in m,
+                    60,
+                )
+            finally:
+                hold.unlink()
+            ready = _notified(sock, lambda m: "READY=1" in m and "model version(s)" in m, 120)
+            assert "STATUS=1 model version(s) ready, 1/1 instances ready" in ready, ready
+
+
+def test_two_workers_printing_at_once_write_whole_prefixed_lines(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repo = make_repository(tmp_path, {"chatty": TEST_MODELS / "chatty"})
+    (repo / "chatty" / "print_lines").write_text("")
+    daemon = start_daemon(repo, settle=["chatty"])
+    assert daemon.index()[("chatty", "1")].state == "READY"
+    short = re.compile(r"\[chatty/1/(chatty_0_[01])\] chatty-line \1 \d+ x{3000} end")
+    piece = re.compile(r"\[chatty/1/(chatty_0_[01])\] ((?:chatty-long \1 \d+ )?y+(?: end)?)")
+    printed = {"chatty_0_0": 0, "chatty_0_1": 0}
+    long_text = {"chatty_0_0": "", "chatty_0_1": ""}
+    log = daemon.log()
+    assert not re.search(r"^\[chatty/1/chatty_0_\d\] $", log, re.MULTILINE)  # no empty lines
+    for line in log.splitlines():
+        if "x" * 20 in line:
+            match = short.fullmatch(line)
+            assert match, f"not a whole line of one worker: {line[:200]}...{line[-100:]}"
+            printed[match.group(1)] += 1
+        elif "y" * 20 in line:
+            match = piece.fullmatch(line)
+            assert match, f"not a whole line of one worker: {line[:200]}...{line[-100:]}"
+            assert len(line) < 4096  # cut to fit one atomic write
+            long_text[match.group(1)] += match.group(2)
+    assert printed == {"chatty_0_0": 300, "chatty_0_1": 300}
+    for name, text in long_text.items():  # the long lines, cut into pieces, lose nothing
+        assert text == "".join(f"chatty-long {name} {i} " + "y" * 10_000 + " end" for i in range(3))

@@ -183,8 +183,24 @@ def test_initialize_failure_is_a_failed_unit(private_systemd: PrivateSystemd) ->
         assert client.is_model_ready("counted")
         np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
         assert systemd.show(unit, "NRestarts")["NRestarts"] == "0"
+        # systemd's view says what failed, and why: STATUS, the ready line, the unit's journal.
+        status = systemd.show("pbd.service", "StatusText")["StatusText"]
+        assert status.startswith("1 model version(s) ready, 1/1 instances ready"), status
+        assert "; 1 failed: fail_initialize (initialize() failed: " in status, status
+        assert "init exploded" in status, status
+        assert re.search(
+            r"pbd ready: 1 of 2 model version\(s\) loaded; failed: fail_initialize "
+            r"\(initialize\(\) failed: .*init exploded",
+            pbd.daemon_log(),
+        ), pbd.daemon_log()
+        worker_journal = systemd.journal("-u", unit)
+        assert "initialize() failed: " in worker_journal, worker_journal
+        assert "init exploded" in worker_journal, worker_journal
         systemd.systemctl("stop", "pbd.service")
         assert pbd.shm_segments() == []
+        # Stopped for good: no failed instance unit is left behind.
+        assert pbd.worker_units("failed") == []
+        assert systemd.show(unit, "ActiveState")["ActiveState"] == "inactive"
     finally:
         pbd.close()
 

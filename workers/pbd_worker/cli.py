@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 
+from pbd_worker import output
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
 from pbd_worker.runtime import WorkerRuntime
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    output.install(opts.instance)
     apply_logging(LogConfig(), opts.instance)
     runtime = WorkerRuntime(opts.socket, opts.instance, opts.reconnect_secs)
     if opts.reconnect_secs:

@@ -20,6 +20,7 @@ from pbd_worker.loader import (
 )
 from pbd_worker.model_api import state
 from pbd_worker.model_api.model_config import ModelConfig
+from pbd_worker.notify import Notifier
 
 log = logging.getLogger("pbd_worker")
 
@@ -80,3 +81,12 @@ def ask_ready(model: Any, loop: Any, query: wpb.ReadyQuery) -> wpb.ReadyReply:
         )
         return wpb.ReadyReply(query=query.query, ready=False, error=error, hooked=True)
     return wpb.ReadyReply(query=query.query, ready=answer, hooked=True)
+
+
+def report_init_failure(notify: Notifier, error: wpb.Error) -> None:
+    """As a systemd unit, say in the unit's own journal and STATUS why initialize() failed
+    (the daemon's journal has it too; under the process launcher only the daemon logs it,
+    so the shared log carries it once)."""
+    first = error.message.partition("\n")[0]  # the rest: the model's frames, in the traceback
+    log.error("%s", f"{first}\n{error.traceback.rstrip()}" if error.traceback else error.message)
+    notify.status(f"failed: {first}")

@@ -64,7 +64,9 @@ def apply(config: LogConfig, prefix: str = "") -> None:
         formatter = _Iso8601Formatter(f"%(asctime)s {body}")
     else:
         formatter = logging.Formatter(f"%(asctime)s {body}")
-    handler = logging.StreamHandler(sys.stderr)
+    # A worker's stderr prefixes each line with the instance (pbd_worker.output); its records
+    # name the instance themselves and go to the same descriptor, whole, without it.
+    handler = logging.StreamHandler(getattr(sys.stderr, "unprefixed", sys.stderr))
     handler.setFormatter(formatter)
     handler.addFilter(_SeverityFilter(config))
     root = logging.getLogger()

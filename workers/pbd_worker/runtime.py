@@ -38,7 +38,7 @@ from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.lifecycle import ask_ready, auto_complete
+from pbd_worker.lifecycle import ask_ready, auto_complete, report_init_failure
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
@@ -201,6 +201,8 @@ class WorkerRuntime:
             self.send(wpb.WorkerToDaemon(initialized=reply))
             if reply.HasField("error"):
                 self.exit_code = EXIT_STALE if self.model is not None else EXIT_INIT_FAILED
+                if self.model is None and self.reconnect_s:  # in a systemd unit
+                    report_init_failure(self.notify, reply.error)
             else:
                 self.notify.ready(self._status())
         elif kind == "finalize":

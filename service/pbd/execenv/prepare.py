@@ -25,14 +25,15 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pbd_wire
 import pbd_worker
 from pbd.errors import Code, PbdError
-from pbd.execenv.archive import UnsafeArchive, extract_archive
+from pbd.execenv.archive import Progress, UnsafeArchive, extract_archive
 
 log = logging.getLogger("pbd.execenv")
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -102,9 +103,10 @@ _lock = threading.Lock()
 _prepared: dict[tuple[str, int, int, str], WorkerEnv] = {}
 
 
-def prepare(path: Path, cache_dir: Path) -> WorkerEnv:
+def prepare(path: Path, cache_dir: Path, step: Callable[[str], None] | None = None) -> WorkerEnv:
     """The :class:`WorkerEnv` of the environment at ``path`` (unpacking an archive into
-    ``cache_dir`` first); raises :class:`EnvError`. Blocking: call it from a thread."""
+    ``cache_dir`` first); raises :class:`EnvError`. Blocking: call it from a thread.
+    ``step`` hears what it does meanwhile ("unpacking the model's environment 40%")."""
     shown = str(path)
     try:
         st = path.stat()
@@ -114,13 +116,15 @@ def prepare(path: Path, cache_dir: Path) -> WorkerEnv:
     with _lock:  # one unpacking per archive, even when several models load it at once
         env = _prepared.get(key)
         if env is None:
-            root = _unpacked(path, cache_dir, st) if path.is_file() else path
+            root = _unpacked(path, cache_dir, st, step) if path.is_file() else path
             env = _checked(shown, root, cache_dir)
             _prepared[key] = env
     return env
 
 
-def _unpacked(archive: Path, cache_dir: Path, st: os.stat_result) -> Path:
+def _unpacked(
+    archive: Path, cache_dir: Path, st: os.stat_result, step: Callable[[str], None] | None
+) -> Path:
     digest = hashlib.sha256(
         f"{archive.resolve()}\0{st.st_mtime_ns}\0{st.st_size}".encode()
     ).hexdigest()[:16]
@@ -130,9 +134,16 @@ def _unpacked(archive: Path, cache_dir: Path, st: os.stat_result) -> Path:
         return root
     if root.exists():
         raise EnvError(str(archive), f"{root} exists but is not a complete unpacking; remove it")
-    log.info("unpacking %s into %s", archive, root)
+    log.info("unpacking %s into %s (%.1f MB)", archive, root, st.st_size / 1e6)
+    began = time.monotonic()
+
+    def report(progress: Progress) -> None:
+        log.info("unpacking %s: %s", archive.name, progress.describe())
+        if step is not None:
+            step(f"unpacking the model's environment {progress.percent}%")
+
     try:
-        extract_archive(archive, root)
+        members = extract_archive(archive, root, report)
     except UnsafeArchive as exc:
         raise EnvError(str(archive), f"unsafe archive, not unpacked: {exc}") from None
     except (tarfile.TarError, EOFError) as exc:
@@ -140,6 +151,7 @@ def _unpacked(archive: Path, cache_dir: Path, st: os.stat_result) -> Path:
     except OSError as exc:
         raise EnvError(str(archive), f"cannot unpack into {root}: {exc}") from None
     (root / _DONE_MARK).touch()
+    log.info("unpacked %s in %.1fs (%d members)", archive, time.monotonic() - began, members)
     return root
 
 
@@ -224,12 +236,16 @@ def _checked(shown: str, root: Path, cache_dir: Path) -> WorkerEnv:
 
 
 async def model_worker_env(
-    parameters: Mapping[str, str], model_dir: Path, cache_dir: str
+    parameters: Mapping[str, str],
+    model_dir: Path,
+    cache_dir: str,
+    step: Callable[[str], None] | None = None,
 ) -> WorkerEnv | None:
     """The environment a model's workers run in (None: the daemon's own), prepared off the
-    event loop; ``cache_dir`` "" means :func:`default_cache_dir`."""
+    event loop; ``cache_dir`` "" means :func:`default_cache_dir`; ``step`` as for
+    :func:`prepare` (called from that thread)."""
     path = env_path(parameters, model_dir)
     if path is None:
         return None
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    return await asyncio.to_thread(prepare, path, cache)
+    return await asyncio.to_thread(prepare, path, cache, step)

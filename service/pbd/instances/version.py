@@ -171,6 +171,10 @@ class VersionRuntime:
     def instances(self) -> list[Instance]:
         return [s.instance for s in self.slots]
 
+    def _loading(self, step: str) -> None:
+        """What loading does now (shown in the index and in systemd's STATUS)."""
+        self.reason = f"loading: {step}"
+
     async def load(self) -> None:
         """Start every instance; on any failure stop the rest and raise the first error."""
         source = str(self.model_dir / "config.pbtxt")
@@ -180,7 +184,10 @@ class VersionRuntime:
             self.policy = scaling_policy(self.config, self.settings, plans, source)
             self.reason = "loading: preparing the model's environment"
             self.worker_env = await model_worker_env(
-                self.config.parameters, self.model_dir, self.settings.execution_env_cache_dir
+                self.config.parameters,
+                self.model_dir,
+                self.settings.execution_env_cache_dir,
+                self._loading,
             )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
@@ -189,7 +196,11 @@ class VersionRuntime:
         self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
         instances = [self._new_instance(p) for p in plans]
         self.reason = f"loading: initialize() of {len(instances)} instance(s)"
-        outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+        except asyncio.CancelledError:  # shutdown during loading: those that started go too
+            await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
+            raise
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
             await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)

@@ -252,15 +252,28 @@ class SystemdLauncher:
             log.warning("could not ask systemd about our own unit: %s", exc.message)
             return ""
 
-    async def running_units(self) -> list[str]:
-        """Instance units that are running or starting."""
+    async def _units(self, states: list[str]) -> list[str]:
         (rows,) = await self.bus.manager(
-            "ListUnitsByPatterns",
-            "asas",
-            ["active", "activating", "reloading"],
-            ["pbd-worker@*.service"],
+            "ListUnitsByPatterns", "asas", states, ["pbd-worker@*.service"]
         )
         return [str(row[0]) for row in rows]
+
+    async def running_units(self) -> list[str]:
+        """Instance units that are running or starting."""
+        return await self._units(["active", "activating", "reloading"])
+
+    async def reset_failed(self) -> None:
+        """Forget the failed instance units (initialize() raised, start limit hit): stopping
+        pbd for good leaves no failed unit behind; their journal keeps why they failed."""
+        try:
+            failed = await self._units(["failed"])
+            for unit in failed:
+                await self.bus.manager("ResetFailedUnit", "s", unit)
+        except PbdError as exc:
+            log.warning("could not reset the failed instance units: %s", exc.message)
+            return
+        if failed:
+            log.info("reset failed instance unit(s): %s", ", ".join(failed))
 
     async def stop_unit(self, unit: str) -> None:
         result = await self.bus.run_job("StopUnit", unit, STOP_JOB_TIMEOUT_S)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pbd.cli import one_line, status_url
+from pbd.cli import status_url
+from pbd.status_line import one_line
 
 
 def test_status_reads_the_daemons_environment() -> None:

@@ -4,12 +4,14 @@ anything is written; a good archive lands complete or not at all."""
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from pbd.execenv.archive import UnsafeArchive, check_member, extract_archive
+from pbd.execenv.archive import Progress, UnsafeArchive, check_member, extract_archive
 
 
 def member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
@@ -107,3 +109,34 @@ def test_a_packed_plain_venv_is_refused_with_what_works_instead() -> None:
     message = str(info.value)
     assert "points to an absolute path '/usr/bin/python3.11'" in message
     assert "conda pack" in message and "EXECUTION_ENV_PATH to the venv's directory" in message
+
+
+def test_progress_is_reported_through_both_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pbd.execenv.archive as archive_module
+
+    monkeypatch.setattr(archive_module, "PROGRESS_INTERVAL_S", 0.0)  # report on every read
+    random = np.random.default_rng(7)
+    files = [(member(f"lib/f{i}.bin"), random.bytes(100_000)) for i in range(40)]  # ~4 MB
+    archive = write_archive(tmp_path / "big.tar.gz", files)
+    reports: list[Progress] = []
+    assert extract_archive(archive, tmp_path / "cache" / "env", reports.append) == 40
+    checking = [p for p in reports if not p.extracting]
+    extracting = [p for p in reports if p.extracting]
+    assert len(checking) > 5 and len(extracting) > 5, reports
+    assert all(p.size == archive.stat().st_size and p.members_total == 0 for p in checking)
+    assert all(p.members_total == 40 for p in extracting)
+    assert checking[-1].members >= 30 and extracting[-1].members >= 30
+    percents = [p.percent for p in reports]
+    assert percents == sorted(percents) and percents[0] < 10 and percents[-1] > 90
+    assert checking[-1].percent <= 50 < extracting[-1].percent
+    assert re.fullmatch(
+        r"\d+%, extracting \(\d+ of 40 members, \d+\.\d MB of 4\.\d MB read\)",
+        extracting[0].describe(),
+    ), extracting[0].describe()
+    assert re.fullmatch(
+        r"\d+%, checking members \(\d+ so far, \d+\.\d MB of 4\.\d MB read\)",
+        checking[0].describe(),
+    ), checking[0].describe()
+

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 import sys
+import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from pbd.execenv import archive
 from pbd.execenv.prepare import EnvError, default_cache_dir, env_path, prepare
 
 
@@ -58,3 +64,26 @@ def test_the_daemons_own_environment_passes(tmp_path: Path) -> None:
         "sdnotify",
         "triton_python_backend_utils.py",
     ]
+
+
+def test_unpacking_logs_its_progress_and_tells_the_loading_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(archive, "PROGRESS_INTERVAL_S", 0.0)  # report on every read
+    packed = tmp_path / "env.tar.gz"
+    data = np.random.default_rng(3).bytes(1_000_000)
+    with tarfile.open(packed, "w:gz") as tar:  # an environment without an interpreter
+        for i in range(3):
+            info = tarfile.TarInfo(f"lib/blob{i}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    steps: list[str] = []
+    with caplog.at_level(logging.INFO, "pbd.execenv"), pytest.raises(EnvError):
+        prepare(packed, tmp_path / "cache", steps.append)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(re.fullmatch(r"unpacking env\.tar\.gz: \d+%, checking members .*", m) for m in lines)
+    assert any(re.fullmatch(r"unpacking env\.tar\.gz: \d+%, extracting .*", m) for m in lines)
+    assert re.fullmatch(rf"unpacked {packed} in \d+\.\ds \(3 members\)", lines[-1]), lines
+    assert steps and all(
+        re.fullmatch(r"unpacking the model's environment \d+%", step) for step in steps
+    )
