@@ -40,6 +40,7 @@ def test_frames_split_and_joined_arrive_whole_and_in_order() -> None:
             got.append(message.heartbeat.executed)
         worker.close()
         assert await asyncio.wait_for(link.recv(), 5) is None  # EOF
+        link.close()
         return got
 
     assert asyncio.run(go()) == [1, 2, 3, 4, 5]
@@ -61,6 +62,7 @@ def test_attach_takes_what_recv_left_then_every_frame_as_read() -> None:
             if len(seen) == 3:
                 break
             await asyncio.sleep(0.01)
+        link.close()
         return seen
 
     assert asyncio.run(go()) == [2, 3, None]
@@ -98,6 +100,8 @@ def test_a_handler_that_raises_does_not_end_the_link() -> None:
                 break
             await asyncio.sleep(0.01)
         worker.close()
+        link.close()
+        await asyncio.sleep(0)
         return seen
 
     assert asyncio.run(go()) == [1, 2]
@@ -109,11 +113,16 @@ def test_sends_in_one_iteration_are_one_write_of_whole_frames() -> None:
         for batch_id in (1, 2, 3):
             link.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=[batch_id])))
         await asyncio.sleep(0.05)
-        link.close()
-        reader = SocketFrameReader(worker)
-        got = []
-        while (frame := reader.read()) is not None:
-            got.append(wpb.DaemonToWorker.FromString(frame).release.batch_ids[0])
+        link.close()  # the transport closes in a later loop iteration: read off the loop
+
+        def read_all() -> list[int]:
+            reader = SocketFrameReader(worker)
+            got = []
+            while (frame := reader.read()) is not None:
+                got.append(wpb.DaemonToWorker.FromString(frame).release.batch_ids[0])
+            return got
+
+        got = await asyncio.wait_for(asyncio.to_thread(read_all), 10)
         worker.close()
         return got
 
