@@ -94,6 +94,8 @@ class Daemon:
             ClientShmRegistry(
                 enabled=settings.allow_client_shm,
                 key_prefixes=settings.client_shm_key_prefix,
+                shm_dir=str(settings.shm_dir),
+                own_prefix=settings.shm_prefix,
                 gpus=self.gpus,
             ),
             self.tracing,
