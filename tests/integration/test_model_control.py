@@ -177,6 +177,16 @@ def test_an_override_cannot_name_code_outside_the_repository(
     )
 
 
+def test_a_model_name_too_long_for_a_file_is_not_in_the_repository(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """Issue 18, finding 7: was UNKNOWN "File name too long"."""
+    name = "m" * 300
+    error = error_of(lambda: client.load_model(name))
+    assert error.status() == "StatusCode.INTERNAL"
+    assert error.message() == f"failed to load '{name}', failed to poll from model repository"
+
+
 def test_load_of_a_failing_model(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:
     error = error_of(lambda: client.load_model("fail_initialize"))
     assert "init exploded" in error.message()

@@ -92,7 +92,7 @@ class ModelRepository:
 
     async def load(self, name: str, override_json: str | None = None) -> None:
         model_dir = self._model_dir(name)
-        if not model_dir.is_dir():
+        if not _is_dir(model_dir):
             raise PbdError(
                 Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
             )
@@ -260,13 +260,19 @@ class ModelRepository:
         return sorted(v for v, r in entry.versions.items() if r.serving) if entry else []
 
 
+def _is_dir(path: Path) -> bool:
+    """False for any name the file system cannot hold (too long, say), as for a missing one."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def parse_version(text: str) -> int:
     if text == "":
         return -1
-    try:
-        value = int(text)
-    except ValueError:
-        value = -2
+    # ASCII digits only: int() also reads "1_0" as 10 and "١" (Arabic-Indic one) as 1.
+    value = int(text) if text.isascii() and text.isdigit() else -2
     if value < 0:
         raise invalid_arg(
             f"failed to get model version from specified version string '{text}' (details: "
