@@ -177,7 +177,11 @@ class Daemon:
             )
         )
         log.warning("shutdown: %d queued request(s) refused after %gs", rejected, timeout)
-        await self.repository.unload_all(grace=1.0)
+        # No grace: nothing new may start, and what still executes fails now.
+        await self.repository.unload_all(
+            grace=0.0,
+            why=f" (the server is shutting down; --exit-timeout-secs {timeout:g}s passed)",
+        )
         # Let the handlers send those answers before the server stops.
         await self.dataplane.drain(SHUTDOWN_ANSWER_S)
 

@@ -153,7 +153,7 @@ class ModelRepository:
             raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
         log.info("loaded model '%s' versions %s", name, sorted(entry.versions))
 
-    async def unload(self, name: str, grace: float | None = None) -> None:
+    async def unload(self, name: str, grace: float | None = None, why: str = "") -> None:
         entry = self.entries.get(name)
         if entry is None:
             return  # Triton: unloading a model that is not loaded succeeds
@@ -161,14 +161,15 @@ class ModelRepository:
         async with entry.lock:
             runtimes = list(entry.versions.values())
             entry.versions.clear()
-            await asyncio.gather(*(r.unload(grace) for r in runtimes))
+            await asyncio.gather(*(r.unload(grace, why) for r in runtimes))
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
             log.info("unloaded model '%s'", name)
 
-    async def unload_all(self, grace: float | None = None) -> None:
+    async def unload_all(self, grace: float | None = None, why: str = "") -> None:
+        """Unload every model; ``why`` ends the message of requests still executing."""
         await asyncio.gather(
-            *(self.unload(n, grace) for n in list(self.entries)), return_exceptions=True
+            *(self.unload(n, grace, why) for n in list(self.entries)), return_exceptions=True
         )
 
     def reject_waiting(self, error: PbdError) -> int:
