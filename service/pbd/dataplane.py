@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
+from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.instances.hooks import version_ready
 from pbd.logsettings import log_settings_answer, update_log_settings
@@ -55,7 +56,7 @@ class DataPlane:
         self.accepting = True
         self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
-        self.held_bytes = 0  # input bytes of accepted requests not answered yet
+        self.budget = ByteBudget(settings.max_queued_bytes)  # inputs accepted, not answered
         self._idle = asyncio.Event()
         self._idle.set()
         shm.on_cuda_removed = self._cuda_region_removed
@@ -193,18 +194,13 @@ class DataPlane:
             runtime.stats.fail.add(0)
             raise
         nbytes = sum(len(t.data) for t in prepared.inputs if t.data is not None)
-        limit = self.settings.max_queued_bytes
-        if limit and self.held_bytes and self.held_bytes + nbytes > limit:
+        try:
+            self.budget.take(request.model_name, nbytes)
+        except PbdError:
             release_regions(prepared, self.shm)
             runtime.stats.fail.add(0)
-            raise PbdError(
-                Code.RESOURCE_EXHAUSTED,
-                f"request for model '{request.model_name}' refused: the daemon already holds "
-                f"{self.held_bytes} bytes of request inputs and this request adds {nbytes}, "
-                f"over the limit of {limit} bytes (--max-queued-bytes)",
-            )
+            raise
         self.inflight += 1
-        self.held_bytes += nbytes
         self._idle.clear()
         return runtime, prepared, nbytes
 
@@ -212,7 +208,7 @@ class DataPlane:
         # The worker is done with client regions once the result is back: outputs aimed
         # at them are already written there.
         release_regions(prepared, self.shm)
-        self.held_bytes -= nbytes
+        self.budget.give(prepared.request.model_name, nbytes)
         self.inflight -= 1
         if self.inflight == 0:
             self._idle.set()
