@@ -12,8 +12,10 @@ the share): a single request larger than the budget is served alone, not refused
 After a flood, the memory the flood's messages took goes back to the system: glibc keeps
 freed heap (pbd raises its trim threshold for speed, see :mod:`pbd.memory.malloc`), so once
 :data:`TRIM_AFTER_BYTES` of requests (admitted or refused) came in and then nothing was
-admitted for :data:`TRIM_IDLE_S`, the heap is trimmed, off the event loop. A busy server is
-never trimmed: the heap it keeps is what makes large requests fast.
+admitted for :data:`TRIM_IDLE_S`, the heap is trimmed, off the event loop, and once more
+:data:`TRIM_AGAIN_S` later if still idle (gRPC frees some of a flood's buffers only after its
+calls have ended). A busy server is never trimmed: the heap it keeps is what makes large
+requests fast.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ MIB = 1024 * 1024
 MODEL_SHARE = 0.75
 TRIM_AFTER_BYTES = 32 * MIB
 TRIM_IDLE_S = 1.0
+TRIM_AGAIN_S = 5.0
 
 
 class ByteBudget:
@@ -74,11 +77,13 @@ class ByteBudget:
             loop = asyncio.get_running_loop()
             self._trim = loop.call_later(TRIM_IDLE_S, self._trim_if_idle, self._admitted)
 
-    def _trim_if_idle(self, admitted: int) -> None:
+    def _trim_if_idle(self, admitted: int, again: bool = True) -> None:
         loop = asyncio.get_running_loop()
+        self._trim = None
         if self.held or self._admitted != admitted:  # busy again: look again later
             self._trim = loop.call_later(TRIM_IDLE_S, self._trim_if_idle, self._admitted)
             return
-        self._trim = None
         self._received = 0
         loop.run_in_executor(None, trim_heap)
+        if again:
+            self._trim = loop.call_later(TRIM_AGAIN_S, self._trim_if_idle, admitted, False)
