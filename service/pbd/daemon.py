@@ -97,6 +97,8 @@ class Daemon:
             ClientShmRegistry(
                 enabled=settings.allow_client_shm,
                 key_prefixes=settings.client_shm_key_prefix,
+                shm_dir=str(settings.shm_dir),
+                own_prefix=settings.shm_prefix,
                 gpus=self.gpus,
                 on_cuda_removed=self._cuda_region_removed,
             ),
@@ -207,7 +209,11 @@ class Daemon:
         refusal.failure = "OTHER"
         rejected = self.repository.reject_waiting(refusal)
         log.warning("shutdown: %d queued request(s) refused after %gs", rejected, timeout)
-        await self.repository.unload_all(grace=1.0)
+        # No grace: nothing new may start, and what still executes fails now.
+        await self.repository.unload_all(
+            grace=0.0,
+            why=f" (the server is shutting down; --exit-timeout-secs {timeout:g}s passed)",
+        )
         # Let the handlers send those answers before the server stops.
         await self.dataplane.drain(SHUTDOWN_ANSWER_S)
 

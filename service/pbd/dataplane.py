@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
+from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.logsettings import log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
@@ -55,7 +56,7 @@ class DataPlane:
         self.accepting = True
         self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
-        self.held_bytes = 0  # input bytes of accepted requests not answered yet
+        self.budget = ByteBudget(settings.max_queued_bytes)  # inputs accepted, not answered
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -192,18 +193,13 @@ class DataPlane:
         # (Triton counts none either).
         prepared = prepare_request(request, runtime.config, self.shm)
         nbytes = sum(len(t.data) for t in prepared.inputs if t.data is not None)
-        limit = self.settings.max_queued_bytes
-        if limit and self.held_bytes and self.held_bytes + nbytes > limit:
+        try:
+            self.budget.take(request.model_name, nbytes)
+        except PbdError:
             release_regions(prepared, self.shm)
             runtime.stats.failed(0, "REJECTED")
-            raise PbdError(
-                Code.RESOURCE_EXHAUSTED,
-                f"request for model '{request.model_name}' refused: the daemon already holds "
-                f"{self.held_bytes} bytes of request inputs and this request adds {nbytes}, "
-                f"over the limit of {limit} bytes (--max-queued-bytes)",
-            )
+            raise
         self.inflight += 1
-        self.held_bytes += nbytes
         self._idle.clear()
         return runtime, prepared, nbytes
 
@@ -211,7 +207,7 @@ class DataPlane:
         # The worker is done with client regions once the result is back: outputs aimed
         # at them are already written there.
         release_regions(prepared, self.shm)
-        self.held_bytes -= nbytes
+        self.budget.give(prepared.request.model_name, nbytes)
         self.inflight -= 1
         if self.inflight == 0:
             self._idle.set()

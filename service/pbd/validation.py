@@ -29,8 +29,11 @@ from pbd_wire import dtypes
 
 _NO_BYTES = memoryview(b"")
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
+_BOOL_TRITON_KEYS = ("triton_enable_empty_final_response",)
+MAX_STRING_SEQUENCE_ID = 128
 # Past validation, correlation IDs, priorities and timeouts are uint64 (the worker descriptor).
 _UINT64_MAX = 2**64 - 1
+_INT64_MAX = 2**63 - 1
 
 
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
@@ -112,6 +115,12 @@ def _prepare_input(
         )
     count = math.prod(shape)
     dt = dtypes.BY_NAME[cfg.datatype]
+    if math.prod(d for d in shape if d) * max(dt.itemsize, 1) > _INT64_MAX:
+        # Zero elements, but no array of this shape can exist (numpy: "array is too big").
+        raise invalid_arg(
+            f"[request id: {rid}] unexpected shape for input '{tensor.name}' for model "
+            f"'{model}'. Shape {_shape_text(shape)} exceeds the largest tensor size."
+        )
     size = len(tensor.data) if nbytes is None else nbytes
     if dt.is_bytes:
         if nbytes is None:
@@ -153,6 +162,11 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
                     f"invalid value for 'sequence_id' parameter: {value} is not a valid "
                     "correlation ID (0 to 2^64-1)"
                 )
+            if isinstance(value, str) and len(value) > MAX_STRING_SEQUENCE_ID:
+                raise invalid_arg(
+                    f"invalid value for 'sequence_id' parameter: a string correlation ID has "
+                    f"at most {MAX_STRING_SEQUENCE_ID} characters, got {len(value)}"
+                )
             prepared.correlation_id = value
         elif key in ("sequence_start", "sequence_end"):
             if not isinstance(value, bool):
@@ -179,6 +193,8 @@ def _parameters(request: InferRequest, prepared: PreparedRequest) -> None:
                     "the following keys starting with 'triton_' are allowed: "
                     + " ".join(_ALLOWED_TRITON_KEYS)
                 )
+            if key in _BOOL_TRITON_KEYS and not isinstance(value, bool):
+                raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
             prepared.extras[key] = value
         elif isinstance(value, Uint64):
             raise invalid_arg(
@@ -202,6 +218,8 @@ def prepare_request(
                 f"[request id: {rid}] unexpected inference input '{tensor.name}' for model "
                 f"'{model}'"
             )
+        if tensor.name in given:  # Triton's wording (InferenceRequest::AddOriginalInput)
+            raise invalid_arg(f"input '{tensor.name}' already exists in request")
         given[tensor.name] = tensor
     missing = [c.name for c in config.inputs if not c.optional and c.name not in given]
     if missing:

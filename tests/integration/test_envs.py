@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 from pbd_harness import TEST_MODELS, Daemon, infer_input, make_repository, running_daemon
 
 GOOD = ("env_dir", "env_archive")
-BROKEN = ("env_zipslip", "env_no_numpy", "env_no_python", "env_missing")
+BROKEN = ("env_zipslip", "env_no_numpy", "env_no_python", "env_missing", "env_outside")
 
 
 def _model(repository: Path, name: str, env_value: str) -> Path:
@@ -60,11 +60,12 @@ def daemon(workdir: Path) -> Iterator[Daemon]:
     archive_model = _model(repository, "env_archive", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
     (archive_model / "env.tar.gz").symlink_to(pyenvs.packed(env))
     _zipslip_archive(_model(repository, "env_zipslip", "evil.tar.gz") / "evil.tar.gz")
-    _model(repository, "env_no_numpy", str(bare))
+    (_model(repository, "env_no_numpy", "$$TRITON_MODEL_DIRECTORY/env") / "env").symlink_to(bare)
     (_model(repository, "env_no_python", "$$TRITON_MODEL_DIRECTORY/env") / "env/bin").mkdir(
         parents=True
     )
-    _model(repository, "env_missing", "/nonexistent/env.tar.gz")
+    _model(repository, "env_missing", "$$TRITON_MODEL_DIRECTORY/nonexistent.tar.gz")
+    _model(repository, "env_outside", str(env))  # an absolute path out of the repository
     args = ("--execution-env-cache-dir", str(workdir / "env-cache"))
     with running_daemon(repository, workdir, *args, settle=[*GOOD, *BROKEN]) as daemon:
         yield daemon
@@ -121,7 +122,7 @@ def test_an_archive_member_with_dotdot_is_refused(daemon: Daemon, workdir: Path)
 
 def test_an_env_without_numpy_fails_with_the_path_and_what_is_missing(daemon: Daemon) -> None:
     reason = _reason(daemon, "env_no_numpy")
-    assert str(pyenvs.venv(requirements=())) in reason
+    assert "env_no_numpy/env" in reason
     assert "cannot import numpy" in reason
 
 
@@ -131,7 +132,11 @@ def test_an_env_without_an_interpreter_fails_clearly(daemon: Daemon) -> None:
 
 
 def test_a_missing_env_fails_clearly(daemon: Daemon) -> None:
-    assert "'/nonexistent/env.tar.gz': cannot be read" in _reason(daemon, "env_missing")
+    assert "env_missing/nonexistent.tar.gz': cannot be read" in _reason(daemon, "env_missing")
+
+
+def test_an_env_outside_the_repository_is_refused(daemon: Daemon) -> None:
+    assert "leaves the model repository" in _reason(daemon, "env_outside")
 
 
 def test_the_broken_envs_leave_the_good_models_serving(

@@ -243,3 +243,27 @@ def test_http_can_be_turned_off(start_daemon: DaemonFactory) -> None:
     daemon = start_daemon(EXAMPLE_MODELS, "--allow-http", "false", settle=["add_sub"])
     assert "HTTP server listening" not in daemon.log()
     assert "gRPC server listening" in daemon.log()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "message"),
+    [
+        ("gzip", b"not gzip at all", "does not decode as Content-Encoding 'gzip'"),
+        ("deflate", b"not deflate either", "does not decode as Content-Encoding 'deflate'"),
+        ("x-unknown", b'{"inputs": []}', "unsupported Content-Encoding 'x-unknown'"),
+    ],
+)
+def test_a_body_that_does_not_decode_is_a_client_error(
+    examples_daemon: Daemon, encoding: str, body: bytes, message: str
+) -> None:
+    """Issue 18, findings 7 and 8: 400 naming the encoding (was 500, or ignored)."""
+    request = urllib.request.Request(
+        f"http://{examples_daemon.http_url}/v2/models/add_sub/infer",
+        data=body,
+        headers={"Content-Encoding": encoding},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    assert caught.value.code == 400
+    assert message in json.loads(caught.value.read())["error"]
+    assert "Traceback" not in examples_daemon.log()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,6 +129,62 @@ def test_load_with_config_override(
     assert result.as_numpy("UPPER").tolist() == [b"ABC", b""]
     client.unload_model("string_ops")
     wait_no_workers(daemon, "string_ops")
+
+
+def test_an_override_cannot_name_code_outside_the_repository(
+    client: grpcclient.InferenceServerClient, daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 18, finding 4: neither an environment nor the model file may leave the
+    repository, absolute or through '..'; nothing outside runs."""
+    ran = tmp_path / "ran"
+    outside = tmp_path / "env"
+    (outside / "bin").mkdir(parents=True)
+    for name in ("python3", "python"):
+        script = outside / "bin" / name
+        script.write_text(f'#!/bin/sh\ntouch {ran}\nexec {sys.executable} "$@"\n')
+        script.chmod(0o755)
+    (tmp_path / "evil.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    config = client.get_model_config("add_sub", as_json=True)["config"]
+    config = {k: v for k, v in config.items() if k in ("name", "backend", "input", "output")}
+    # A bad environment fails the version's load (INTERNAL, as Triton's); a bad file name the
+    # config itself (INVALID_ARGUMENT).
+    bad = {
+        "EXECUTION_ENV_PATH": [str(outside), "$$TRITON_MODEL_DIRECTORY/../../env"],
+        "default_model_filename": [f"../../{'../' * 12}{tmp_path}/evil.py", "x/model.py"],
+    }
+    status = {"EXECUTION_ENV_PATH": "INTERNAL", "default_model_filename": "INVALID_ARGUMENT"}
+    for field, values in bad.items():
+        for value in values:
+            override = dict(config)
+            if field == "default_model_filename":
+                override[field] = value
+            else:
+                override["parameters"] = {field: {"string_value": value}}
+            error = error_of(lambda o=override: client.load_model("add_sub", config=json.dumps(o)))
+            assert error.status() == f"StatusCode.{status[field]}", error
+            assert field in error.message() and value in error.message(), error.message()
+    assert not ran.exists()
+    client.load_model("add_sub")  # the repository's own config loads again
+    np.testing.assert_array_equal(
+        client.infer(
+            "add_sub",
+            [
+                infer_input("INPUT0", np.ones(4, np.float32), "FP32"),
+                infer_input("INPUT1", np.ones(4, np.float32), "FP32"),
+            ],
+        ).as_numpy("OUTPUT0"),
+        [2, 2, 2, 2],
+    )
+
+
+def test_a_model_name_too_long_for_a_file_is_not_in_the_repository(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """Issue 18, finding 7: was UNKNOWN "File name too long"."""
+    name = "m" * 300
+    error = error_of(lambda: client.load_model(name))
+    assert error.status() == "StatusCode.INTERNAL"
+    assert error.message() == f"failed to load '{name}', failed to poll from model repository"
 
 
 def test_load_of_a_failing_model(client: grpcclient.InferenceServerClient, daemon: Daemon) -> None:

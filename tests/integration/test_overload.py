@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from pbd_harness import (
 from traffic import background_add_sub, executing, gated_inputs, hold_gated
 from tritonclient.utils import InferenceServerException
 
+from pbd import admission
+
 MIB = 1024 * 1024
 QUEUE_LIMIT = 2
 EXTRA_REQUESTS = 5
@@ -31,6 +34,12 @@ FLOOD_HELD_LIMIT = 16 * MIB
 FLOOD_CONCURRENT_RPCS = 4
 # Long enough that the test opens the first gate well within it, even on a loaded machine.
 EXIT_TIMEOUT_S = 8
+# Allocator and gRPC bookkeeping on top of the documented flood bound; the least heap the
+# idle trim gives back after it (measured: 33-70 MiB).
+FLOOD_RSS_SLACK_BYTES = 64 * MIB
+FLOOD_TRIMMED_BYTES = 16 * MIB
+# What docs/threat-model.md promises past --exit-timeout-secs, plus slack for a loaded machine.
+SHUTDOWN_MARGIN_S = 5 + 10
 
 
 @pytest.fixture
@@ -107,11 +116,11 @@ def test_bytes_held_in_requests_are_bounded(
     gate.touch()
     with ThreadPoolExecutor(max_workers=2) as pool:
         holder = pool.submit(
-            client.infer, "gated", gated_inputs(1, gate, payload_bytes=6 * MIB),
+            client.infer, "gated", gated_inputs(1, gate, payload_bytes=5 * MIB),
             client_timeout=SETTLE_TIMEOUT_S,
         )  # fmt: skip
         wait_until(executing(gate).exists, SETTLE_TIMEOUT_S, "the large request to run")
-        error = error_of(lambda: client.infer("gated", gated_inputs(2, payload_bytes=6 * MIB)))
+        error = error_of(lambda: client.infer("gated", gated_inputs(2, payload_bytes=5 * MIB)))
         small = pool.submit(client.infer, "gated", gated_inputs(3, payload_bytes=1024))
         gate.unlink()
         assert holder.result(timeout=SETTLE_TIMEOUT_S).as_numpy("ID")[0] == 1
@@ -119,13 +128,13 @@ def test_bytes_held_in_requests_are_bounded(
     assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
     # The payload, plus a few bytes of ID and GATE.
     assert re.fullmatch(
-        r"request for model 'gated' refused: the daemon already holds 6291\d{3} bytes of "
-        r"request inputs and this request adds 6291\d{3}, over the limit of 8388608 bytes "
+        r"request for model 'gated' refused: the daemon already holds 5242\d{3} bytes of "
+        r"request inputs and this request adds 5242\d{3}, over the limit of 8388608 bytes "
         r"\(--max-queued-bytes\)",
         error.message(),
     ), error.message()
     # Nothing is held once every request is answered: a large one fits again.
-    assert client.infer("gated", gated_inputs(4, payload_bytes=6 * MIB)).as_numpy("ID")[0] == 4
+    assert client.infer("gated", gated_inputs(4, payload_bytes=5 * MIB)).as_numpy("ID")[0] == 4
 
 
 def test_memory_stays_bounded_under_a_flood_of_large_requests(
@@ -226,7 +235,8 @@ def test_sigterm_under_load_answers_every_accepted_request(
     second.unlink()
     assert run_error.status() == "StatusCode.UNAVAILABLE"
     assert run_error.message() == (
-        "instance 'gated_0_0' of model 'gated' version 1 was stopped before execute() returned"
+        "instance 'gated_0_0' of model 'gated' version 1 was stopped before execute() returned "
+        f"(the server is shutting down; --exit-timeout-secs {EXIT_TIMEOUT_S}s passed)"
     )
     refused = (
         "the server is shutting down: the request was still queued after --exit-timeout-secs "
@@ -242,3 +252,126 @@ def test_sigterm_under_load_answers_every_accepted_request(
     assert daemon.process is not None
     daemon.process.wait(SETTLE_TIMEOUT_S)  # it exits on its own: no second SIGTERM
     daemon.assert_clean_exit()
+
+
+def test_exit_timeout_bounds_shutdown_with_a_model_stuck_in_execute(
+    start_daemon: DaemonFactory, repository: Path, tmp_path: Path
+) -> None:
+    """Issue 18, finding 6: execute() never returns. After --exit-timeout-secs nothing new
+    starts (a request already sent to the worker is refused, not run), the executing one fails,
+    finalize() is not waited for (it cannot run while execute() does), and the daemon exits
+    within the documented margin, far below --model-finalize-timeout-secs."""
+    exit_timeout, finalize_timeout = 2, 60
+    daemon = start_daemon(
+        repository,
+        "--exit-timeout-secs", str(exit_timeout),
+        "--model-finalize-timeout-secs", str(finalize_timeout),
+        "--log-verbose", "1",
+        settle=["gated"],
+    )  # fmt: skip
+    stuck, behind = tmp_path / "stuck", tmp_path / "behind"
+    behind.touch()
+    client = daemon.client()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holder = hold_gated(pool, daemon, stuck)
+        seen = len(daemon.log())
+        queued = pool.submit(
+            client.infer, "gated", gated_inputs(1, behind), client_timeout=SETTLE_TIMEOUT_S
+        )
+        # Accepted; with the default pipeline depth it goes on to wait in the worker.
+        wait_until(
+            lambda: "gated/1: 1 request(s) waiting" in daemon.log()[seen:],
+            SETTLE_TIMEOUT_S,
+            "the second request to be accepted",
+        )
+        os.kill(daemon.pid, signal.SIGTERM)
+        assert daemon.process is not None
+        daemon.process.wait(exit_timeout + SHUTDOWN_MARGIN_S + finalize_timeout / 2)
+        running_error = error_of(lambda: holder.result(timeout=SETTLE_TIMEOUT_S))
+        queued_error = error_of(lambda: queued.result(timeout=SETTLE_TIMEOUT_S))
+    stuck.unlink()
+    behind.unlink()
+    assert not executing(behind).exists(), "a request started after --exit-timeout-secs"
+    assert running_error.status() == "StatusCode.UNAVAILABLE"
+    assert "--exit-timeout-secs" in running_error.message(), running_error.message()
+    assert queued_error.status() == "StatusCode.UNAVAILABLE"
+    log = daemon.log()
+    assert "finalize() did not return" not in log
+    assert "stopping its worker without finalize()" in log
+    daemon.assert_clean_exit()
+
+
+def rss_anon_bytes(pid: int) -> int:
+    """Resident heap and other private memory (not the shared-memory arenas, which stay)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon")
+
+
+def _settled_heap(pid: int) -> int:
+    """The heap once the post-flood trims are done: it stops shrinking (bounded wait)."""
+    last = rss_anon_bytes(pid)
+    for _ in range(10):
+        time.sleep(admission.TRIM_AGAIN_S / 2)
+        now = rss_anon_bytes(pid)
+        if now >= last:
+            return now
+        last = now
+    return last
+
+
+def test_one_models_flood_neither_takes_the_memory_nor_refuses_another_model(
+    start_daemon: DaemonFactory, repository: Path, tmp_path: Path
+) -> None:
+    """Issue 18, finding 5: 8 clients send 4 MiB requests to a model held in execute(), in
+    bounded rounds. Every small request of another model succeeds meanwhile, peak RSS stays
+    within the bound docs/threat-model.md states, and once idle the heap is trimmed: part of
+    what the flood took goes back to the system (not all of it yet: see the threat model)."""
+    clients, rounds, size, limit = 8, 6, 4 * MIB, 16 * MIB
+    daemon = start_daemon(repository, "--max-queued-bytes", str(limit),
+                          settle=["gated", "add_sub"])  # fmt: skip
+    daemon.client().infer("gated", gated_inputs(0, payload_bytes=size))  # warm up
+    before_peak = vm_hwm_bytes(daemon.pid)
+    gate = tmp_path / "gate"
+    outcomes: dict[str, int] = {}
+
+    def flood(ident: int) -> list[str]:
+        client, got = daemon.client(), []
+        for i in range(rounds):
+            try:
+                client.infer("gated", gated_inputs(ident * 100 + i, payload_bytes=size),
+                             client_timeout=SETTLE_TIMEOUT_S)  # fmt: skip
+                got.append("OK")
+            except InferenceServerException as exc:
+                got.append(exc.status())
+        client.close()
+        return got
+
+    with ThreadPoolExecutor(max_workers=1 + clients) as pool, background_add_sub(daemon) as small:
+        holder = hold_gated(pool, daemon, gate)
+        started = small[0]
+        floods = [pool.submit(flood, c) for c in range(clients)]
+        wait_until(
+            lambda: sum(f.done() for f in floods) >= clients // 2 or small[0] >= started + 20,
+            SETTLE_TIMEOUT_S,
+            "small requests to go on during the flood",
+        )
+        gate.unlink()
+        holder.result(timeout=SETTLE_TIMEOUT_S)
+        for future in floods:
+            for outcome in future.result(timeout=SETTLE_TIMEOUT_S):
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        assert small[0] > started, "no small request was served during the flood"
+    growth = vm_hwm_bytes(daemon.pid) - before_peak
+    after = rss_anon_bytes(daemon.pid)
+    settled = _settled_heap(daemon.pid)
+    print(f"flood: {outcomes}, heap {after / MIB:.0f} -> {settled / MIB:.0f} MiB once trimmed, "
+          f"peak growth {growth / MIB:.0f} MiB")  # fmt: skip
+    assert set(outcomes) <= {"OK", "StatusCode.RESOURCE_EXHAUSTED"}, outcomes
+    assert outcomes.get("StatusCode.RESOURCE_EXHAUSTED"), "the budget never refused the flood"
+    # The documented bound: twice the budget (arena copy + the received message) plus what
+    # gRPC is receiving at once (every client's message, twice: its buffer and Python's copy).
+    bound = 2 * limit + 2 * clients * size + FLOOD_RSS_SLACK_BYTES
+    assert growth < bound, f"peak RSS grew {growth / MIB:.0f} MiB, bound {bound / MIB:.0f} MiB"
+    assert settled < after - FLOOD_TRIMMED_BYTES, "the idle heap was not trimmed"

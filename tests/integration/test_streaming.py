@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
+import tritonclient.grpc.service_pb2 as service_pb2
 from pbd_harness import (
     SETTLE_TIMEOUT_S,
     TEST_MODELS,
@@ -18,7 +20,14 @@ from pbd_harness import (
     running_daemon,
     wait_until,
 )
-from streaming_helpers import STREAM_MODELS, final_flag, mode_input, open_stream, repeat_inputs
+from streaming_helpers import (
+    STREAM_MODELS,
+    STREAM_TIMEOUT_S,
+    final_flag,
+    mode_input,
+    open_stream,
+    repeat_inputs,
+)
 from traffic import executing, gated_inputs
 
 
@@ -52,6 +61,39 @@ def test_good_and_bad_requests_on_one_stream(daemon: Daemon) -> None:
     # Answers (errors too) keep the order of the requests.
     order = ["g1", "unknown", "bad-type", "g3", "m", "g4"]
     assert [e is None for _, e in got] == [o.startswith("g") and o != "bad-type" for o in order]
+
+
+def test_undecodable_messages_are_answered_in_band_and_the_stream_goes_on(daemon: Daemon) -> None:
+    """Issue 18, finding 3: a message that does not parse, or that has both ``contents`` and
+    raw contents, is answered with its error; the later requests are answered; the call ends."""
+
+    def good(ident: int) -> bytes:
+        return service_pb2.ModelInferRequest(
+            model_name="gated",
+            id=f"g{ident}",
+            inputs=[{"name": "ID", "datatype": "INT32", "shape": [1]}],
+            raw_input_contents=[np.array([ident], np.int32).tobytes()],
+        ).SerializeToString()
+
+    both = service_pb2.ModelInferRequest(
+        model_name="gated",
+        id="both",
+        inputs=[
+            {"name": "ID", "datatype": "INT32", "shape": [1], "contents": {"int_contents": [5]}}
+        ],
+        raw_input_contents=[np.array([5], np.int32).tobytes()],
+    ).SerializeToString()
+    messages = [good(1), b"\xff\xff\xff", both, good(2)]
+    with grpc.insecure_channel(daemon.url) as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
+        )
+        got = list(call(iter(messages), timeout=STREAM_TIMEOUT_S))
+    assert [r.infer_response.id for r in got if not r.error_message] == ["g1", "g2"]
+    errors = [r.error_message for r in got if r.error_message]
+    assert len(errors) == 2 and errors[0].startswith("malformed request")
+    assert "contents field must not be specified when using raw_input_contents" in errors[1]
 
 
 def test_every_response_says_it_is_final(daemon: Daemon) -> None:

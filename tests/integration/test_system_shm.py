@@ -191,6 +191,32 @@ def test_misuse_is_refused_and_the_daemon_keeps_serving(daemon: Daemon, regions:
     del small
 
 
+def test_links_and_the_daemons_own_segments_cannot_be_registered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Issue 18, findings 1 and 2: a link to a file outside /dev/shm, and a worker arena."""
+    target = tmp_path / "secret"
+    target.write_bytes(b"secret!!" * 2)
+    link = Path("/dev/shm", f"{PREFIX}link")
+    link.symlink_to(target)
+    client = daemon.client()
+    try:
+        refused = error_of(lambda: client.register_system_shared_memory("l", f"/{link.name}", 16))
+    finally:
+        link.unlink()
+    assert refused.status() == "StatusCode.INTERNAL"
+    assert refused.message() == (
+        f"Unable to open shared memory region: '/{link.name}' (a symbolic link)"
+    )
+    data = np.ones((1, 4), np.float32)
+    client.infer("identity_fp32", [infer_input("INPUT0", data, "FP32")])  # the arena exists
+    arena = daemon.shm_segments()[0]
+    own = error_of(lambda: client.register_system_shared_memory("a", f"/{arena}", 16))
+    assert own.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "segment of a pbd server" in own.message()
+    assert client.get_system_shared_memory_status().regions == {}
+
+
 def test_key_allow_list(start_daemon: DaemonFactory, regions: dict, tmp_path: Path) -> None:
     repo = make_repository(tmp_path, {"identity_fp32": EXAMPLE_MODELS / "identity_fp32"})
     d = start_daemon(

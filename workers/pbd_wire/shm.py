@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pbd_wire.client_region import RegionIdentity, RegionRefused, open_region
+
 SHM_DIR = "/dev/shm"
 ALIGNMENT = 64
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -97,13 +99,23 @@ class Segment:
     @classmethod
     def attach(cls, name: str, shm_dir: str = SHM_DIR) -> Segment:
         _check_name(name)
-        fd = os.open(os.path.join(shm_dir, name), os.O_RDWR)
+        fd = os.open(os.path.join(shm_dir, name), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
         except BaseException:
             os.close(fd)
             raise
         return cls(name, fd, size, owner=False, shm_dir=shm_dir)
+
+    @classmethod
+    def attach_client(cls, identity: RegionIdentity, shm_dir: str = SHM_DIR) -> Segment:
+        """A client's registered region: the very file the daemon registered, or
+        :class:`RegionRefused`."""
+        try:
+            fd, st = open_region(shm_dir, identity.file, identity=identity)
+        except RegionRefused as exc:
+            raise RegionRefused(f"client shared-memory file '{identity.file}': {exc}") from None
+        return cls(identity.file, fd, st.st_size, owner=False, shm_dir=shm_dir)
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
@@ -243,15 +255,19 @@ class SegmentMap:
         self.segments: dict[str, Segment] = {}
 
     def get(self, name: str) -> Segment:
-        """``name`` is a file name, optionally with ``#<generation>``: a client region the
-        daemon registered anew is mapped anew, even if its file has the same name."""
+        """``name`` is a file name, or a client region's worker-side name (see
+        :mod:`pbd_wire.client_region`): a client region the daemon registered anew is
+        mapped anew, even if its file has the same name."""
         segment = self.segments.get(name)
         if segment is None:
             if not name.startswith(self.allowed_prefix):
                 raise ValueError(f"segment {name!r} is not one of this peer's")
-            base, generation = name.partition("#")[::2]
-            segment = Segment.attach(base, self.shm_dir)
-            if generation:
+            base = name.partition("#")[0]
+            identity = RegionIdentity.parse(name)
+            if identity is None:
+                segment = Segment.attach(base, self.shm_dir)
+            else:
+                segment = Segment.attach_client(identity, self.shm_dir)
                 # A new registration of a client region replaces the older ones: keeping
                 # every generation mapped would grow by a mapping per registration.
                 for old in [n for n in self.segments if n.partition("#")[0] == base]:

@@ -82,12 +82,21 @@ class WorkerEnv:
 
 def env_path(parameters: Mapping[str, str], model_dir: Path) -> Path | None:
     """The environment ``parameters`` name, with ``$$TRITON_MODEL_DIRECTORY`` substituted;
-    None when the model has none."""
+    None when the model has none. The path as written must stay inside the model repository
+    (``model_dir``'s parent): a config, which a client may override, never names code from
+    elsewhere. Links inside the repository are the operator's to place and may point out."""
     raw = parameters.get(ENV_PARAMETER, "").strip()
     if not raw:
         return None
-    path = Path(raw.replace(MODEL_DIR_TOKEN, str(model_dir)))
-    return path if path.is_absolute() else model_dir / path
+    path = Path(os.path.normpath(model_dir / raw.replace(MODEL_DIR_TOKEN, str(model_dir))))
+    repository = Path(os.path.normpath(model_dir.parent))
+    if path == repository or not path.is_relative_to(repository):
+        raise EnvError(
+            raw,
+            f"leaves the model repository '{repository}': an environment must be inside it "
+            "(for one kept elsewhere, place a link to it in the model's directory)",
+        )
+    return path
 
 
 def default_cache_dir() -> Path:

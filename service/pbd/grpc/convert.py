@@ -50,9 +50,11 @@ def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamVa
     out: dict[str, ParamValue] = {}
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
+        if which is None:
+            raise invalid_arg(f"parameter '{key}' has no value (no *_param field is set)")
         if which == "uint64_param":
             out[key] = Uint64(param.uint64_param)
-        elif which is not None:
+        else:
             out[key] = getattr(param, which)
     return out
 

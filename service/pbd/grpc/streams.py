@@ -67,18 +67,21 @@ class StreamSession:
                 self._out.get_nowait()
 
     async def _read(self, requests: AsyncIterator[bytes]) -> None:
-        async for raw in requests:
-            self._spawn(raw)
-        while self._tasks:  # half-closed: finish once everything is answered
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._out.put_nowait(None)
+        try:
+            async for raw in requests:
+                self._spawn(raw)
+            while self._tasks:  # half-closed: finish once everything is answered
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            # Whatever ends the reader ends the call: run() must never wait for nothing.
+            self._out.put_nowait(None)
 
     def _spawn(self, raw: bytes) -> None:
         request: InferRequest | None
         try:
             request = convert.infer_request_from_wire(raw)
-        except (ValueError, TypeError):
-            request = None  # answered in order, with the parse error
+        except (PbdError, ValueError, TypeError):
+            request = None  # answered in band, in order, with the parse error
         if request is not None and self.dp.is_decoupled(request):
             task = asyncio.create_task(self._decoupled(request, time.time_ns()))
         else:

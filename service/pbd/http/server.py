@@ -18,10 +18,16 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
-from pbd.http.tensors import HEADER_LENGTH, build_infer_response, parse_infer_request
+from pbd.http.tensors import (
+    HEADER_LENGTH,
+    build_infer_response,
+    parse_infer_request,
+    unique_keys,
+)
 from pbd.settings import Settings
 from pbd.tracing.answer import run_traced
 
@@ -41,6 +47,7 @@ _ABSENT = {
     "trace": "the server does not support trace",
     "logging": "the server does not support dynamic logging",
 }
+_DECODED = ("", "identity", "gzip", "deflate")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -60,6 +67,16 @@ def _compress(request: web.Request, response: web.StreamResponse) -> None:
         response.enable_compression()
 
 
+def _check_content_encoding(request: web.Request) -> None:
+    """Only encodings the server decodes: any other would reach the parser still encoded."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in _DECODED:
+        raise PbdError(
+            Code.INVALID_ARG,
+            f"unsupported Content-Encoding '{encoding}': the server accepts gzip, deflate or none",
+        )
+
+
 class HttpFrontend:
     def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
         self.dp = dataplane
@@ -74,9 +91,20 @@ class HttpFrontend:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            _check_content_encoding(request)
             return await handler(request)
         except PbdError as exc:
             return _error(HTTP_STATUS.get(exc.code, 400), exc.message)
+        except RequestPayloadError:
+            # The rest of the body cannot be decoded either: end it here (aiohttp would read
+            # on and log the error again), and close the connection after the answer.
+            request.content.feed_eof()
+            encoding = request.headers.get("Content-Encoding", "")
+            response = _error(
+                400, f"the request body does not decode as Content-Encoding '{encoding}'"
+            )
+            response.force_close()
+            return response
         except web.HTTPRequestEntityTooLarge:
             return _error(
                 413,
@@ -332,7 +360,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, object_pairs_hook=unique_keys)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise PbdError(Code.INVALID_ARG, f"failed to parse the request JSON: {exc}") from None
     if not isinstance(doc, dict):

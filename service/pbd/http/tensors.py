@@ -77,10 +77,29 @@ def json_to_wire(name: str, datatype: str, shape: list[int], data: Any) -> bytes
         )
     if datatype == "BOOL" and not all(isinstance(v, bool) for v in values):
         raise invalid_arg(f"input '{name}': BOOL elements must be JSON true or false")
+    # JSON types are not converted: a string or a bool in a number tensor is a client's bug.
+    number = int if datatype.startswith(("INT", "UINT")) else (int, float)
+    wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, number)), None)
+    if datatype != "BOOL" and wrong is not None:
+        kind = "integers" if number is int else "numbers"
+        raise invalid_arg(
+            f"input '{name}': 'data' element {json.dumps(wrong)} is not valid for {datatype} "
+            f"(JSON {kind} only)"
+        )
     try:
         return np.asarray(values, dtype=dt.numpy).tobytes()
     except (TypeError, ValueError, OverflowError) as exc:
         raise invalid_arg(f"input '{name}': data does not fit {datatype}: {exc}") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (which one wins differs between parsers)."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        keys = [key for key, _ in pairs]
+        twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+        raise ValueError(f"duplicate key '{twice}'")
+    return doc
 
 
 def _params(value: Any, where: str) -> dict[str, Any]:
@@ -111,7 +130,7 @@ def parse_infer_request(
     else:
         header, binary = view, view[:0]
     try:
-        doc = json.loads(bytes(header))
+        doc = json.loads(bytes(header), object_pairs_hook=unique_keys)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
         raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -123,7 +142,7 @@ def parse_infer_request(
     inputs: list[InputTensor] = []
     offset = 0
     for key in ("inputs", "outputs"):
-        if not isinstance(doc.get(key) or [], list):
+        if key in doc and not isinstance(doc[key], list):
             raise invalid_arg(f"'{key}' must be a JSON array")
     for item in doc.get("inputs") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
@@ -140,6 +159,10 @@ def parse_infer_request(
         tparams = _params(item.get("parameters"), f"input '{name}'")
         size = tparams.pop("binary_data_size", None)
         data: memoryview | None
+        if size is not None and "data" in item:
+            raise invalid_arg(
+                f"input '{name}': has both 'data' and binary_data_size; send its bytes one way"
+            )
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise invalid_arg(f"input '{name}': invalid binary_data_size {size!r}")

@@ -359,15 +359,21 @@ class Instance:
 
     # -- stop ----------------------------------------------------------------------------------
 
-    async def stop(self, grace: float) -> None:
+    async def stop(self, grace: float, why: str = "") -> None:
         """finalize() the model (up to --model-finalize-timeout-secs), then end the process
         (SIGTERM, SIGKILL after ``grace``, 5 s at most); or, while the
-        daemon restarts under systemd, let go of a running worker without finalize()."""
+        daemon restarts under systemd, let go of a running worker without finalize().
+        Requests still executing fail with a message that ends with ``why``."""
         if self.launcher.detaching and self.state is State.READY:
             self.state = State.STOPPED
             self._release_resources()
             return
-        if self.state is State.READY and self.conn is not None:
+        if self.state is State.READY and self.conn is not None and self.inflight:
+            # finalize() would only run after execute() returns: waiting for it blames
+            # finalize() for execute()'s time and lets pipelined requests start meanwhile.
+            log.warning("%s: execute() still running; stopping its worker without finalize()",
+                        self.describe())  # fmt: skip
+        elif self.state is State.READY and self.conn is not None:
             self.state = State.STOPPED
             with contextlib.suppress(PbdError, ConnectionError):
                 self.conn.send(wpb.DaemonToWorker(finalize=wpb.Finalize()))
@@ -376,7 +382,9 @@ class Instance:
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
         # Batches the worker never answered: their callers get an answer, not silence.
-        self._fail_pending(unavailable(f"{self.describe()} was stopped before execute() returned"))
+        self._fail_pending(
+            unavailable(f"{self.describe()} was stopped before execute() returned{why}")
+        )
 
     def _fail_pending(self, error: PbdError) -> None:
         """The worker is gone: every batch it had fails with ``error``, and its room is free."""

@@ -259,7 +259,7 @@ class VersionRuntime:
         """Fail the requests waiting for an instance; how many there were."""
         return self.queue.fail_older_than(float("inf"), error)
 
-    async def unload(self, grace: float) -> None:
+    async def unload(self, grace: float, why: str = "") -> None:
         """Stop taking requests, let queued and running ones finish (up to ``grace``), then
         finalize and stop every instance."""
         if self.state is VersionState.READY:
@@ -279,7 +279,7 @@ class VersionRuntime:
         self.queue.fail_all(gone)
         self.reject_waiting(gone)
         await asyncio.gather(
-            *(s.instance.stop(max(deadline - loop.time(), 1.0)) for s in self.slots),
+            *(s.instance.stop(max(deadline - loop.time(), 1.0), why) for s in self.slots),
             return_exceptions=True,
         )
         self.state = VersionState.UNAVAILABLE

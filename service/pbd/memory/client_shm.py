@@ -26,6 +26,13 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found
 from pbd.memory.cuda import IPC_HANDLE_SIZE, CudaIpc, CudaUnavailable
+from pbd.memory.segments import is_daemon_segment
+from pbd_wire.client_region import (
+    RegionIdentity,
+    RegionRefused,
+    check_file_name,
+    open_region,
+)
 from pbd_wire.shm import SHM_DIR
 
 log = logging.getLogger("pbd.memory")
@@ -39,14 +46,14 @@ class SystemRegion:
     key: str
     offset: int
     byte_size: int
-    generation: int
+    identity: RegionIdentity
     in_use: int = 0
     awaiting_unregister: bool = False
 
     @property
     def worker_name(self) -> str:
-        """What a worker maps: the file name, plus the generation after '#'."""
-        return f"{self.key.lstrip('/')}#{self.generation}"
+        """What a worker maps: the file, this registration, and the file's identity."""
+        return self.identity.worker_name
 
 
 @dataclass
@@ -71,12 +78,14 @@ class ClientShmRegistry:
         enabled: bool,
         key_prefixes: list[str],
         shm_dir: str = SHM_DIR,
+        own_prefix: str = "pbd",
         gpus: list[int] | None = None,
         on_cuda_removed: Callable[[CudaRegion], None] = lambda region: None,
     ) -> None:
         self.enabled = enabled
         self.key_prefixes = [p.lstrip("/") for p in key_prefixes]
         self.shm_dir = shm_dir
+        self.own_prefix = own_prefix
         self.gpus = list(gpus or [])
         self.regions: dict[str, Region] = {}
         self._generations = itertools.count(1)
@@ -98,26 +107,48 @@ class ClientShmRegistry:
             )
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register ``key`` (a file in the shm directory) after checking it as
+        :mod:`pbd_wire.client_region` says: the client's own regular file, owned by the
+        daemon's uid, never a link, never a segment of a pbd daemon."""
         self._check_enabled()
         bare = key.lstrip("/")
-        if not bare or "/" in bare or bare.startswith(RESERVED_PREFIX) or "#" in bare:
+        try:
+            check_file_name(bare)
+        except RegionRefused:
+            bare = ""
+        if not bare or bare.startswith(RESERVED_PREFIX):
             raise invalid_arg(
                 f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
+            )
+        if is_daemon_segment(bare, self.own_prefix):
+            raise invalid_arg(
+                f"cannot register shared memory region '{name}' - shm key '{key}' names a "
+                "segment of a pbd server, not one a client created"
             )
         if self.key_prefixes and not any(bare.startswith(p) for p in self.key_prefixes):
             raise invalid_arg(
                 f"cannot register shared memory region '{name}' - shm key '{key}' is not allowed "
                 f"(--client-shm-key-prefix allows: {', '.join(self.key_prefixes)})"
             )
+        if offset < 0 or byte_size < 0:
+            field = "offset" if offset < 0 else "byte_size"
+            raise invalid_arg(
+                f"failed to register shared memory region '{name}': invalid args ({field} "
+                "must not be negative)"
+            )
         if name in self.regions:
             raise PbdError(Code.ALREADY_EXISTS, f"shared memory region '{name}' already in manager")
         try:
-            size = os.stat(os.path.join(self.shm_dir, bare)).st_size
-        except OSError:
-            raise PbdError(Code.INTERNAL, f"Unable to open shared memory region: '{key}'") from None
-        if offset + byte_size > size:
+            fd, st = open_region(self.shm_dir, bare, owner_uid=os.geteuid())
+        except RegionRefused as exc:
+            raise PbdError(
+                Code.INTERNAL, f"Unable to open shared memory region: '{key}' ({exc})"
+            ) from None
+        os.close(fd)
+        if offset + byte_size > st.st_size:
             raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
-        self.regions[name] = SystemRegion(name, key, offset, byte_size, next(self._generations))
+        identity = RegionIdentity(bare, next(self._generations), st.st_dev, st.st_ino)
+        self.regions[name] = SystemRegion(name, key, offset, byte_size, identity)
 
     def status(self, name: str) -> list[SystemRegion]:
         return self._status(name, SystemRegion)

@@ -51,3 +51,14 @@ def tune_malloc() -> dict[str, bool]:
     if refused:
         log.warning("mallopt refused: %s", ", ".join(refused))
     return accepted
+
+
+def trim_heap() -> None:
+    """Give freed heap back to the system (``malloc_trim(0)``); nothing without glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

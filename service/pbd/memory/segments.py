@@ -18,6 +18,16 @@ from pbd_wire.shm import SHM_DIR
 log = logging.getLogger("pbd.memory")
 
 
+# The shape of every segment a pbd daemon or its workers create, whatever the prefix.
+_ANY_DAEMON_SEGMENT = re.compile(r"-\d+x[0-9a-f]+-\d+-[dw]\d+$")
+
+
+def is_daemon_segment(name: str, prefix: str) -> bool:
+    """``name`` is under this daemon's ``prefix``, or has the shape of any pbd daemon's
+    segment: a client may register neither (it would read other clients' tensors)."""
+    return name.startswith(f"{prefix}-") or _ANY_DAEMON_SEGMENT.search(name) is not None
+
+
 def new_daemon_id() -> str:
     return f"{os.getpid()}x{secrets.token_hex(3)}"
 

@@ -32,6 +32,7 @@ from pbd.repository.config import (
     DEFAULT_MODEL_FILENAME,
     ModelConfig,
     build_model_config,
+    check_model_filename,
     model_config_from_json,
     read_model_config,
 )
@@ -68,6 +69,8 @@ class ConfigCompleter:
             message.name = name
         if not message.backend and not message.platform:
             message.backend = "python"
+        if message.default_model_filename:  # checked before the hook's file is even read
+            check_model_filename(message.default_model_filename, source)
         model_file = _model_file(model_dir, message.default_model_filename)
         if message.backend != "python" or model_file is None:
             return build_model_config(message, name, source)

@@ -253,14 +253,24 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
         )
     if msg.max_batch_size < 0:
         raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
-    if not msg.default_model_filename.endswith(".py"):
-        raise ConfigError(
-            f"{src}: default_model_filename '{msg.default_model_filename}' must name a Python "
-            "file (end in '.py')"
-        )
+    check_model_filename(msg.default_model_filename, src)
     _check_preferred(msg.dynamic_batching.preferred_batch_size, msg, f"{src}: dynamic_batching")
     oldest = msg.sequence_batching.oldest
     _check_preferred(oldest.preferred_batch_size, msg, f"{src}: sequence_batching oldest")
+
+
+def check_model_filename(filename: str, src: str) -> None:
+    """``default_model_filename`` is one Python file's name in a version directory: never a
+    path, so no config (nor a client's override) makes pbd import code from elsewhere."""
+    if not filename.endswith(".py"):
+        raise ConfigError(
+            f"{src}: default_model_filename '{filename}' must name a Python file (end in '.py')"
+        )
+    if "/" in filename or "\0" in filename:
+        raise ConfigError(
+            f"{src}: default_model_filename '{filename}' must be a file name in the version "
+            "directory, not a path"
+        )
 
 
 def _check_preferred(sizes: Sequence[int], msg: mc.ModelConfig, where: str) -> None:

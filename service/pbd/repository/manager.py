@@ -96,7 +96,7 @@ class ModelRepository:
 
     async def load(self, name: str, override_json: str | None = None) -> None:
         model_dir = self._model_dir(name)
-        if not model_dir.is_dir():
+        if not _is_dir(model_dir):
             error = PbdError(
                 Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
             )
@@ -169,7 +169,7 @@ class ModelRepository:
             raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
         log.info("loaded model '%s' versions %s in %.2fs", name, sorted(entry.versions), took)
 
-    async def unload(self, name: str, grace: float | None = None) -> None:
+    async def unload(self, name: str, grace: float | None = None, why: str = "") -> None:
         entry = self.entries.get(name)
         if entry is None:
             return  # Triton: unloading a model that is not loaded succeeds
@@ -179,14 +179,15 @@ class ModelRepository:
             if not runtimes:
                 return  # already unloaded (shutdown unloads twice when requests were refused)
             entry.versions.clear()
-            await asyncio.gather(*(r.unload(grace) for r in runtimes))
+            await asyncio.gather(*(r.unload(grace, why) for r in runtimes))
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
             log.info("unloaded model '%s'", name)
 
-    async def unload_all(self, grace: float | None = None) -> None:
+    async def unload_all(self, grace: float | None = None, why: str = "") -> None:
+        """Unload every model; ``why`` ends the message of requests still executing."""
         await asyncio.gather(
-            *(self.unload(n, grace) for n in list(self.entries)), return_exceptions=True
+            *(self.unload(n, grace, why) for n in list(self.entries)), return_exceptions=True
         )
 
     def reject_waiting(self, error: PbdError) -> int:
@@ -280,13 +281,19 @@ class ModelRepository:
         return sorted(v for v, r in entry.versions.items() if r.serving) if entry else []
 
 
+def _is_dir(path: Path) -> bool:
+    """False for any name the file system cannot hold (too long, say), as for a missing one."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def parse_version(text: str) -> int:
     if text == "":
         return -1
-    try:
-        value = int(text)
-    except ValueError:
-        value = -2
+    # ASCII digits only: int() also reads "1_0" as 10 and "١" (Arabic-Indic one) as 1.
+    value = int(text) if text.isascii() and text.isdigit() else -2
     if value < 0:
         raise invalid_arg(
             f"failed to get model version from specified version string '{text}' (details: "

@@ -102,10 +102,10 @@ def test_an_admitted_request_is_counted_until_it_is_answered() -> None:
         plane, (version,) = make(ADD_SUB)
         task = asyncio.ensure_future(plane.infer(request()))
         await until(lambda: bool(version.running))
-        assert (plane.inflight, plane.held_bytes) == (1, INPUT_BYTES)
+        assert (plane.inflight, plane.budget.held) == (1, INPUT_BYTES)
         version.answer()
         assert (await task).id == "r"
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 
@@ -121,10 +121,10 @@ def test_past_max_queued_bytes_a_request_is_refused_and_counted_rejected() -> No
         assert f"already holds {INPUT_BYTES} bytes" in refused.value.message
         assert "--max-queued-bytes" in refused.value.message
         assert version.stats.failures["REJECTED"] == 1 and len(version.running) == 1
-        assert (plane.inflight, plane.held_bytes) == (1, INPUT_BYTES)  # the refused left none
+        assert (plane.inflight, plane.budget.held) == (1, INPUT_BYTES)  # the refused left none
         version.answer()
         await first
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 
@@ -148,7 +148,7 @@ def test_model_infer_refuses_a_decoupled_model_and_holds_nothing() -> None:
         assert refused.value.message == (
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )
-        assert not version.running and (plane.inflight, plane.held_bytes) == (0, 0)
+        assert not version.running and (plane.inflight, plane.budget.held) == (0, 0)
         assert plane.is_decoupled(request("d")) and not plane.is_decoupled(request("nothing"))
 
     run(scenario)
@@ -161,7 +161,7 @@ def test_a_stream_gives_every_response_of_a_decoupled_model_then_the_final_flag(
         items = [item async for item in plane.infer_stream(request("d"))]
         assert [i.result.id if i.result else None for i in items] == ["r.0", "r.1", None]
         assert [i.final for i in items] == [False, False, True]
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 
@@ -172,7 +172,7 @@ def test_a_stream_of_a_model_that_is_not_decoupled_fails_with_its_error() -> Non
         with pytest.raises(PbdError) as unknown:
             await anext(plane.infer_stream(request("nothing")))
         assert unknown.value.code is Code.NOT_FOUND
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 
@@ -186,7 +186,7 @@ def test_a_caller_that_gives_up_cancels_its_request_in_the_worker() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert version.cancelled == ["gone"]
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 
@@ -202,7 +202,7 @@ def test_a_stream_left_early_cancels_its_request() -> None:
             await reading
         await stream.aclose()
         assert version.cancelled == ["left"]
-        assert (plane.inflight, plane.held_bytes) == (0, 0)
+        assert (plane.inflight, plane.budget.held) == (0, 0)
 
     run(scenario)
 

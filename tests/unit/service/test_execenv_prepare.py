@@ -22,10 +22,23 @@ def test_env_path_substitutes_the_model_directory(tmp_path: Path) -> None:
 
 
 def test_env_path_relative_and_absolute(tmp_path: Path) -> None:
-    assert env_path({"EXECUTION_ENV_PATH": "envs/a"}, tmp_path) == tmp_path / "envs" / "a"
-    assert env_path({"EXECUTION_ENV_PATH": "/opt/env"}, tmp_path) == Path("/opt/env")
-    assert env_path({}, tmp_path) is None
-    assert env_path({"EXECUTION_ENV_PATH": "  "}, tmp_path) is None
+    model = tmp_path / "repo" / "m"
+    assert env_path({"EXECUTION_ENV_PATH": "envs/a"}, model) == model / "envs" / "a"
+    shared = str(tmp_path / "repo" / "envs" / "a.tar.gz")
+    assert env_path({"EXECUTION_ENV_PATH": shared}, model) == Path(shared)
+    assert env_path({"EXECUTION_ENV_PATH": "../envs/b"}, model) == tmp_path / "repo" / "envs" / "b"
+    assert env_path({}, model) is None
+    assert env_path({"EXECUTION_ENV_PATH": "  "}, model) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["/opt/env", "$$TRITON_MODEL_DIRECTORY/../../x.tar.gz", "../..", "..", "a/../../../b"],
+)
+def test_env_path_that_leaves_the_repository_is_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(EnvError, match="leaves the model repository") as caught:
+        env_path({"EXECUTION_ENV_PATH": value}, tmp_path / "repo" / "m")
+    assert caught.value.message.startswith(f"EXECUTION_ENV_PATH '{value}'")
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -62,6 +62,20 @@ def test_parameters_keep_their_types():
     assert request.parameters == {"b": True, "i": -3, "s": "x", "d": 0.5, "priority": Uint64(9)}
 
 
+@pytest.mark.parametrize("where", ["request", "input", "output"])
+def test_a_parameter_without_a_value_is_refused(where):
+    """Issue 18, finding 8: an empty InferParameter was dropped as if never sent."""
+    msg = triton_pb.ModelInferRequest(model_name="m")
+    target = {
+        "request": lambda: msg.parameters,
+        "input": lambda: msg.inputs.add(name="X", datatype="FP32").parameters,
+        "output": lambda: msg.outputs.add(name="Y").parameters,
+    }[where]()
+    target["empty"].SetInParent()
+    with pytest.raises(PbdError, match="parameter 'empty' has no value"):
+        convert.infer_request_from_wire(_wire(msg))
+
+
 def _result() -> InferResult:
     out = np.float32([1, 2])
     return InferResult("m", "1", "id", [OutputTensor("Y", "FP32", (2,), memoryview(out.tobytes()))])

@@ -93,6 +93,11 @@ DIMS_RULE = "each dimension must be an integer >= 1, or -1 for a variable-size d
             "default_model_filename 'model.savedmodel' must name a Python file (end in '.py')",
         ),
         (
+            'default_model_filename: "../../../../tmp/evil.py"',
+            "default_model_filename '../../../../tmp/evil.py' must be a file name in the version "
+            "directory, not a path",
+        ),
+        (
             "version_policy: { specific: { } }",
             "version_policy specific must list at least one version",
         ),

@@ -267,3 +267,39 @@ def test_classification_outputs_are_refused_not_ignored():
     request.outputs[0].parameters["classification"] = 3
     err = _error(request, cfg)
     assert err.code is Code.UNSUPPORTED and "classification" in err.message
+
+
+# Issue 18, findings 7 and 8.
+
+
+def test_an_input_given_twice_is_refused_as_triton_does():
+    cfg = _config(ADD_SUB, "add_sub")
+    request = _request(_fp32("INPUT0", [1] * 4), _fp32("INPUT0", [2] * 4), _fp32("INPUT1", [0] * 4))
+    err = _error(request, cfg)
+    assert err.code is Code.INVALID_ARG
+    assert err.message == "input 'INPUT0' already exists in request"
+
+
+def test_a_zero_element_shape_no_array_can_have_is_refused():
+    cfg = _config(BATCHED, "batched")
+    err = _error(_request(InputTensor("X", "INT32", (0, 2**62), memoryview(b""))), cfg)
+    assert err.code is Code.INVALID_ARG and "exceeds the largest tensor size" in err.message
+
+
+def test_a_string_sequence_id_over_128_characters_is_refused():
+    cfg = _config(ADD_SUB, "add_sub")
+    inputs = (_fp32("INPUT0", [1] * 4), _fp32("INPUT1", [0] * 4))
+    prepare_request(_request(*inputs, params={"sequence_id": "s" * 128}), cfg)
+    err = _error(_request(*inputs, params={"sequence_id": "s" * 129}), cfg)
+    assert "'sequence_id'" in err.message and "at most 128 characters, got 129" in err.message
+
+
+@pytest.mark.parametrize("value", [1, "true", 0.0])
+def test_enable_empty_final_response_must_be_a_bool(value):
+    cfg = _config(ADD_SUB, "add_sub")
+    inputs = (_fp32("INPUT0", [1] * 4), _fp32("INPUT1", [0] * 4))
+    err = _error(_request(*inputs, params={"triton_enable_empty_final_response": value}), cfg)
+    assert err.message == (
+        "invalid value type for 'triton_enable_empty_final_response' parameter, expected "
+        "bool_param."
+    )

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pbd_wire import shm
+from pbd_wire.client_region import RegionIdentity
 from pbd_wire.shm import Arena, Segment, SegmentMap, ShmExhausted, align
 
 
@@ -63,12 +64,14 @@ def test_a_new_generation_of_a_client_region_replaces_the_old_mapping(prefix):
     block = arena.allocate(16)
     peer = SegmentMap()
     name = block.segment.name
+    st = os.stat(block.segment.path)
     for generation in range(1, 50):
         block.view()[:4] = generation.to_bytes(4, "little")
-        view = peer.view(f"{name}#{generation}", block.offset, 4)
+        region = RegionIdentity(name, generation, st.st_dev, st.st_ino).worker_name
+        view = peer.view(region, block.offset, 4)
         assert int.from_bytes(view, "little") == generation
         del view
-    assert list(peer.segments) == [f"{name}#49"]
+    assert list(peer.segments) == [region]
     peer.close()
     arena.close()
 
