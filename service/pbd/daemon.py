@@ -105,7 +105,8 @@ class Daemon:
             self.tracing,
         )
         self.cuda_pools = CudaPools(pool_sizes(settings.cuda_memory_pool_byte_size, self.gpus))
-        self.hub.bls = BlsService(self.dataplane, self.cuda_pools)
+        self.bls = BlsService(self.dataplane, self.cuda_pools)
+        self.hub.bls = self.bls
         self.port = 0
         self._stop = asyncio.Event()
 
@@ -309,7 +310,7 @@ class Daemon:
             await http.stop()
         if metrics is not None:
             await metrics.stop()
-        await self.hub.bls.close()
+        await self.bls.close()
         await self.repository.unload_all()
         if self.systemd is not None and not self.launcher.detaching:
             await self.systemd.reset_failed()

@@ -14,14 +14,20 @@ import logging
 import os
 import socket
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 from pbd.errors import unavailable
 from pbd.instances.worker_link import WorkerLink
+from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import socket_address
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0
+
+
+class BlsSink(Protocol):
+    async def close(self) -> None: ...
+    def on_message(self, caller: Any, message: wpb.WorkerToDaemon) -> None: ...
 
 
 class WorkerHub:
@@ -29,8 +35,10 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerLink]]] = {}
-        # Where instances hand the BLS messages of their workers (a pbd.bls.service.BlsService).
-        self.bls: Any = None
+        # Where instances hand the BLS messages of their workers: pbd.bls.service.BlsService,
+        # bound once the dataplane exists (the daemon's one late binding: a BLS call goes back
+        # into the dataplane, which sits on the repository whose instances need this sink).
+        self.bls: BlsSink | None = None
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -4,7 +4,6 @@ turned into one result or error per request, with outputs as views into shared m
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,7 +12,7 @@ from pbd.errors import Code, PbdError
 from pbd.instances.error_log import ErrorBucket, log_failed_batch
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.records import InstancePlan
-from pbd.instances.streaming import InstanceStreams
+from pbd.instances.streaming import InstanceStreams, json_params
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.types import InferResult, PreparedRequest, request_batch_size
@@ -156,7 +155,7 @@ def batch_results(
                     model_version=str(instance.version),
                     id=prepared.request.id,
                     outputs=outputs,
-                    parameters=_json_params(response.parameters_json),
+                    parameters=json_params(response.parameters_json),
                     _release=release_one,
                 )
             ))  # fmt: skip
@@ -176,10 +175,3 @@ def failed_share(
             requests += 1
             rows += request_batch_size(prepared, config.max_batch_size)
     return requests, rows
-
-
-def _json_params(text: str) -> dict[str, Any]:
-    if not text:
-        return {}
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {}

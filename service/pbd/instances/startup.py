@@ -58,20 +58,37 @@ async def wait_connected(
     instance: StartingInstance, connected: asyncio.Future[WorkerLink]
 ) -> WorkerLink:
     assert instance.handle is not None
-    exited = asyncio.ensure_future(
-        instance.launcher.wait(instance.handle, instance.settings.worker_start_timeout_secs)
+    return await connected_or_exited(
+        instance.launcher,
+        instance.handle,
+        connected,
+        instance.settings.worker_start_timeout_secs,
+        f"worker for {instance.describe()}",
     )
+
+
+async def connected_or_exited(
+    launcher: InstanceLauncher,
+    handle: WorkerHandle,
+    connected: asyncio.Future[WorkerLink],
+    timeout: float,
+    what: str,
+) -> WorkerLink:
+    """The link of the worker ``handle`` started, once it said hello; UNAVAILABLE naming
+    how it ended if it exited (or ``timeout`` passed) first (``permanent`` when retrying
+    would not help). Used for instances and for the auto-complete worker alike."""
+    exited = asyncio.ensure_future(launcher.wait(handle, timeout))
     racing: set[asyncio.Future[Any]] = {connected, exited}
     done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
     if connected in done:
         exited.cancel()
-        conn = connected.result()
-        instance.launcher.attached(instance.handle, conn.pid)
-        return conn
+        link = connected.result()
+        launcher.attached(handle, link.pid)
+        return link
     connected.cancel()
     status = exited.result()
     how = status.describe() if status else "did not connect in time"
-    error = unavailable(f"worker for {instance.describe()} {how} before connecting")
+    error = unavailable(f"{what} {how} before connecting")
     error.permanent = status is not None and status.permanent
     raise error
 

@@ -183,7 +183,7 @@ class InstanceStreams:
             model_version=str(instance.version),
             id=request.id,
             outputs=outputs,
-            parameters=_json_params(response.parameters_json),
+            parameters=json_params(response.parameters_json),
             _release=release,
         )
 
@@ -214,7 +214,8 @@ def _placeholder(result: InferResult) -> InferResult:
     return InferResult(result.model_name, result.model_version, result.id, [])
 
 
-def _json_params(text: str) -> dict[str, Any]:
+def json_params(text: str) -> dict[str, Any]:
+    """A response's parameters, sent as JSON by the worker; {} for none or a non-object."""
     if not text:
         return {}
     value = json.loads(text)

@@ -21,12 +21,12 @@ import itertools
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
+from pbd.instances.startup import connected_or_exited
 from pbd.instances.worker_link import WorkerLink
 from pbd.repository.config import (
     DEFAULT_MODEL_FILENAME,
@@ -107,17 +107,8 @@ class ConfigCompleter:
             self.hub.forget(instance_id)
             raise unavailable(f"{what} could not be started: {exc}") from None
         try:
-            exited = asyncio.ensure_future(
-                self.launcher.wait(handle, self.settings.worker_start_timeout_secs)
-            )
-            racing: set[asyncio.Future[Any]] = {connected, exited}
-            done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-            if connected not in done:
-                status = exited.result()
-                how = status.describe() if status else "did not connect in time"
-                raise unavailable(f"{what} {how} before connecting")
-            exited.cancel()
-            conn = connected.result()
+            timeout = self.settings.worker_start_timeout_secs
+            conn = await connected_or_exited(self.launcher, handle, connected, timeout, what)
             conn.send(wpb.DaemonToWorker(auto_complete=request))
             reply = await self._reply(conn, what)
         finally:
