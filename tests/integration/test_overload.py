@@ -280,7 +280,7 @@ def test_exit_timeout_bounds_shutdown_with_a_model_stuck_in_execute(
         )
         # Accepted; with the default pipeline depth it goes on to wait in the worker.
         wait_until(
-            lambda: "gated/1: 1 request(s) waiting" in daemon.log()[seen:],
+            lambda: "gated/1: request given to instance" in daemon.log()[seen:],
             SETTLE_TIMEOUT_S,
             "the second request to be accepted",
         )

@@ -117,6 +117,9 @@ class Dispatch:
                 self._grant()  # room may be free behind requests whose callers gave up
                 instance = await self._wait_grant(future)
             self.stats.queue.add(time.perf_counter_ns() - began)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s: request given to instance %s (%d batch(es) there)",
+                          self.name, instance.plan.name, instance.inflight)  # fmt: skip
             trace = prepared.request.trace
             if trace is not None:
                 trace.dispatched(instance.plan.name, 1, instance.version)
