@@ -30,6 +30,7 @@ from pbd.instances.messages import (
     initialize_message,
 )
 from pbd.instances.records import InstancePlan, NotSent, State
+from pbd.instances.releases import PendingReleases
 from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
 from pbd.instances.worker_link import WorkerLink
@@ -47,7 +48,6 @@ from pbd_wire.shm import Block
 
 log = logging.getLogger("pbd.instances")
 # Under load the next Execute carries releases; an idle worker gets them after this long.
-RELEASE_DELAY_S = 0.002
 
 
 class Instance:
@@ -103,8 +103,7 @@ class Instance:
         self._batch_ids = itertools.count(1)
         # batch id -> (future for its result, the input blocks it holds)
         self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}
-        self._to_release: list[int] = []
-        self._release_timer: asyncio.TimerHandle | None = None
+        self.releases = PendingReleases(self._send_release)
         self.disconnected = asyncio.Event()  # the worker's connection ended
         self._ending: asyncio.Task[None] | None = None
         self._span_attributes: dict[str, object] | None = None
@@ -280,9 +279,9 @@ class Instance:
             raise
         future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
         self._pending[batch_id] = (future, blocks)
-        if self._to_release:
-            frame.execute.release.extend(self._to_release)
-            self._to_release.clear()
+        released = self.releases.take()
+        if released:
+            frame.execute.release.extend(released)
         copy_ns = time.perf_counter_ns() - copy_began
         try:
             self.conn.send(frame)
@@ -344,16 +343,10 @@ class Instance:
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment."""
         self.memory.free(blocks)
-        self._to_release.append(batch_id)
-        if self._release_timer is None:
-            self._release_timer = asyncio.get_running_loop().call_later(
-                RELEASE_DELAY_S, self._flush_release
-            )
+        self.releases.add(batch_id)
 
-    def _flush_release(self) -> None:
-        self._release_timer = None
-        if self._to_release and self.state is State.READY and self.conn is not None:
-            ids, self._to_release = self._to_release, []
+    def _send_release(self, ids: list[int]) -> None:
+        if self.state is State.READY and self.conn is not None:
             with contextlib.suppress(PbdError):
                 self.conn.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids)))
 
