@@ -67,6 +67,7 @@ def test_full_shm_fails_only_the_request_that_needed_it(
     message = error.message()
     assert f"needed {16 * 1024 * 1024} bytes in {tiny_shm}" in message
     assert "bytes are free" in message and "--shm-size" in message
+    assert "Failed to increase the shared memory pool size" in message  # Triton's words too
     # Nothing half-made is left behind, and everyone else is still served.
     assert all(os.path.getsize(tiny_shm / n) <= TMPFS_BYTES for n in os.listdir(tiny_shm))
     identity(1024)

@@ -29,6 +29,10 @@ ALIGNMENT = 64
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
+# What Triton's python backend says when /dev/shm cannot grow.
+TRITON_PHRASE = "Failed to increase the shared memory pool size"
+
+
 class ShmExhausted(Exception):
     """/dev/shm has no room for a segment. ``message`` says what was asked, what is free, and
     what to change."""
@@ -41,8 +45,9 @@ class ShmExhausted(Exception):
         except OSError:
             pass
         self.requested, self.free, self.total = requested, free, total
+        # Triton's phrase first: alerting and model code that look for it match pbd too.
         self.message = (
-            f"out of shared memory: needed {requested} bytes in {shm_dir}, "
+            f"{TRITON_PHRASE}: out of shared memory: needed {requested} bytes in {shm_dir}, "
             f"{free} of {total} bytes are free; enlarge {shm_dir} "
             "(docker/podman '--shm-size', or 'mount -o remount,size=<bytes> /dev/shm') "
             "or send smaller tensors"

@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 
 from pbd_worker import output
 from pbd_worker.logconfig import LogConfig
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         help="outlive the daemon: reconnect for this long and keep the model (systemd units)",
     )
     opts = parser.parse_args(argv)
+    # The model sees the argv of Triton's embedded interpreter ([""]: checked against Triton
+    # 2.51's stub), not the worker's flags: a model that runs argparse or unittest.main() in
+    # initialize() or execute() must not trip over --socket and --instance.
+    sys.argv = [""]
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     output.install(opts.instance)

@@ -231,3 +231,16 @@ def test_preferred_memory_and_trace():
     with pytest.raises(TypeError):
         pb_utils.PreferredMemory(7)
     assert pb_utils.InferenceTrace("").get_context() is None
+
+
+def test_string_arguments_take_utf8_bytes_as_tritons_bindings_do():
+    # python_backend's BLS example names the model with the bytes of a TYPE_STRING input.
+    request = pb_utils.InferenceRequest(
+        model_name=b"add_sub", request_id=b"r1", requested_output_names=[b"OUT", "OUT2"]
+    )
+    assert request.model_name() == "add_sub" and request.request_id() == "r1"
+    assert set(request.requested_output_names()) == {"OUT", "OUT2"}
+    with pytest.raises(TypeError, match="model_name must be str or UTF-8 bytes"):
+        pb_utils.InferenceRequest(model_name=b"\xff")
+    with pytest.raises(TypeError, match="model_name must be str or bytes"):
+        pb_utils.InferenceRequest(model_name=1)

@@ -95,14 +95,24 @@ def _tensors(inputs: Iterable[Any]) -> list[Tensor]:
     return tensors
 
 
+def _text(value: object, what: str) -> str:
+    """A ``std::string`` argument as Triton's pybind11 layer takes it: ``str``, or ``bytes``
+    holding UTF-8 (python_backend's BLS example passes ``model_name`` as the bytes a
+    TYPE_STRING input holds)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise TypeError(f"{what} must be str or UTF-8 bytes, got {value!r}") from None
+    raise TypeError(f"{what} must be str or bytes, got {type(value).__name__}")
+
+
 def _names(names: Iterable[Any]) -> list[str]:
     if isinstance(names, str | bytes):
         raise TypeError("requested_output_names must be a list of str, not a single string")
-    out = list(dict.fromkeys(names))
-    for name in out:
-        if not isinstance(name, str):
-            raise TypeError(f"requested_output_names must hold str, got {type(name).__name__}")
-    return out
+    return list(dict.fromkeys(_text(n, "requested_output_names entries") for n in names))
 
 
 def _int(value: object, what: str, low: int, high: int) -> int:
@@ -116,11 +126,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: Iterable[Tensor] | None = None,
         requested_output_names: Iterable[str] | None = None,
-        model_name: str | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -130,8 +140,8 @@ class InferenceRequest:
     ) -> None:
         if model_name is None:
             raise TypeError("InferenceRequest() missing required argument 'model_name'")
-        if not isinstance(model_name, str) or not isinstance(request_id, str):
-            raise TypeError("model_name and request_id must be str")
+        model_name = _text(model_name, "model_name")
+        request_id = _text(request_id, "request_id")
         if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
             raise TypeError("preferred_memory must be a pb_utils.PreferredMemory")
         if trace is not None and not isinstance(trace, InferenceTrace):

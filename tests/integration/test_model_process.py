@@ -1,0 +1,51 @@
+"""What the model's process looks like to Python, as in Triton's stub (issue 20, item 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from pbd_harness import DaemonFactory, infer_input
+
+CONFIG = """
+name: "argv_probe"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+# argparse in initialize() exits with status 2 on arguments it does not know: Triton's own QA
+# models run argparse / unittest.main() there.
+MODEL = """
+import argparse
+import json
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        argparse.ArgumentParser().parse_args()
+
+    def execute(self, requests):
+        out = np.array([json.dumps(sys.argv).encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]) for _ in requests]
+"""
+
+
+def test_the_model_sees_tritons_argv_not_the_workers_flags(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    repository = tmp_path / "repository"
+    (repository / "argv_probe" / "1").mkdir(parents=True)
+    (repository / "argv_probe" / "config.pbtxt").write_text(CONFIG)
+    (repository / "argv_probe" / "1" / "model.py").write_text(MODEL)
+    daemon = start_daemon(repository, settle=["argv_probe"])
+    x = infer_input("INPUT0", np.array([1.0], dtype=np.float32), "FP32")
+    result = daemon.client().infer("argv_probe", [x])
+    assert json.loads(result.as_numpy("OUTPUT0")[0]) == [""]
