@@ -124,7 +124,9 @@ class VersionRuntime:
             return False
         if any(s.instance.state is State.READY for s in self.slots):
             return True
-        return self.scaler is not None and not self.slots
+        # Scaled to zero: no slot, or only retired ones whose workers are on their way out
+        # (a slot leaves the list only after its worker has exited).
+        return self.scaler is not None and all(s.retired for s in self.slots)
 
     def load_now(self) -> int:
         """Requests queued or in flight: the signal load-driven scaling samples."""
