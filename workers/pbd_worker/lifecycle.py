@@ -1,4 +1,5 @@
-"""The model hooks around initialize/execute: ``auto_complete_config`` and ``is_ready``.
+"""The model hooks around initialize/execute (``auto_complete_config``, ``is_ready``) and what
+a worker reads from its Initialize (a fingerprint of it, whether the model is decoupled).
 
 ``auto_complete_config`` runs in a worker started only for it, before any instance: it imports
 model.py, hands the static method a ``pb_utils.ModelConfig`` and sends back the completed JSON.
@@ -7,6 +8,7 @@ model.py, hands the static method a ``pb_utils.ModelConfig`` and sends back the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import Any
@@ -90,3 +92,22 @@ def report_init_failure(notify: Notifier, error: wpb.Error) -> None:
     first = error.message.partition("\n")[0]  # the rest: the model's frames, in the traceback
     log.error("%s", f"{first}\n{error.traceback.rstrip()}" if error.traceback else error.message)
     notify.status(f"failed: {first}")
+
+
+def init_fingerprint(init: wpb.Initialize) -> str:
+    """What must match for a reconnecting worker to keep its model: the model file, version
+    and every initialize() argument. Per-daemon fields (segment names, intervals) may differ."""
+    digest = hashlib.sha256()
+    for key, value in sorted(init.args.items()):
+        digest.update(f"{key}={value}\0".encode())
+    digest.update(f"{init.model_path}\0{init.model_dir}\0{init.version}".encode())
+    return digest.hexdigest()
+
+
+def decoupled(args: dict[str, str]) -> bool:
+    """``model_transaction_policy { decoupled: true }`` in the model's config."""
+    try:
+        config = json.loads(args.get("model_config") or "{}")
+        return bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+    except (ValueError, AttributeError):
+        return False

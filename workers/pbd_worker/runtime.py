@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
-import json
 import logging
 import os
 import resource
@@ -38,7 +36,13 @@ from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.bls import BlsClient
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.lifecycle import ask_ready, auto_complete, report_init_failure
+from pbd_worker.lifecycle import (
+    ask_ready,
+    auto_complete,
+    decoupled,
+    init_fingerprint,
+    report_init_failure,
+)
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
@@ -58,16 +62,6 @@ EXIT_INIT_FAILED = 3
 EXIT_STALE = 75
 # The model ran out of memory (a MemoryError under the instance's memory limit); restartable.
 EXIT_OUT_OF_MEMORY = 71
-
-
-def init_fingerprint(init: wpb.Initialize) -> str:
-    """What must match for a reconnecting worker to keep its model: the model file, version
-    and every initialize() argument. Per-daemon fields (segment names, intervals) may differ."""
-    digest = hashlib.sha256()
-    for key, value in sorted(init.args.items()):
-        digest.update(f"{key}={value}\0".encode())
-    digest.update(f"{init.model_path}\0{init.model_dir}\0{init.version}".encode())
-    return digest.hexdigest()
 
 
 class WorkerRuntime:
@@ -292,7 +286,7 @@ class WorkerRuntime:
                 )
             )
         self.model = model
-        self.live.decoupled = _decoupled(args)
+        self.live.decoupled = decoupled(args)
         self._attach_cancel_flags(init, shm_dir)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init, shm_dir)
@@ -389,15 +383,6 @@ class WorkerRuntime:
             self.outputs = None
         self.live.forget_all()
         self.notify.close()
-
-
-def _decoupled(args: dict[str, str]) -> bool:
-    """``model_transaction_policy { decoupled: true }`` in the model's config."""
-    try:
-        config = json.loads(args.get("model_config") or "{}")
-        return bool(config.get("model_transaction_policy", {}).get("decoupled", False))
-    except (ValueError, AttributeError):
-        return False
 
 
 def _limit_text() -> str:

@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
+from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.tensors import (
     HEADER_LENGTH,
     build_infer_response,
@@ -47,7 +48,6 @@ _ABSENT = {
     "trace": "the server does not support trace",
     "logging": "the server does not support dynamic logging",
 }
-_DECODED = ("", "identity", "gzip", "deflate")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -57,24 +57,8 @@ def _error(status: int, message: str) -> web.Response:
 
 def _json(value: Any, request: web.Request) -> web.Response:
     response = web.json_response(value)
-    _compress(request, response)
+    compress(request, response)
     return response
-
-
-def _compress(request: web.Request, response: web.StreamResponse) -> None:
-    accept = request.headers.get("Accept-Encoding", "")
-    if "gzip" in accept or "deflate" in accept:
-        response.enable_compression()
-
-
-def _check_content_encoding(request: web.Request) -> None:
-    """Only encodings the server decodes: any other would reach the parser still encoded."""
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding not in _DECODED:
-        raise PbdError(
-            Code.INVALID_ARG,
-            f"unsupported Content-Encoding '{encoding}': the server accepts gzip, deflate or none",
-        )
 
 
 class HttpFrontend:
@@ -91,7 +75,7 @@ class HttpFrontend:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            _check_content_encoding(request)
+            check_content_encoding(request)
             return await handler(request)
         except PbdError as exc:
             return _error(HTTP_STATUS.get(exc.code, 400), exc.message)
@@ -226,7 +210,7 @@ class HttpFrontend:
                 content_type="application/octet-stream",
                 headers={HEADER_LENGTH: str(json_length)},
             )
-        _compress(request, response)
+        compress(request, response)
         return response
 
     async def statistics(self, request: web.Request) -> web.Response:

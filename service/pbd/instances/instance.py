@@ -8,7 +8,6 @@ reads them in place. Outputs are read in place from the worker's segments by the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -106,7 +105,11 @@ class Instance:
         self.releases = PendingReleases(self._send_release)
         self.disconnected = asyncio.Event()  # the worker's connection ended
         self._ending: asyncio.Task[None] | None = None
-        self._span_attributes: dict[str, object] | None = None
+        self._span_attributes: dict[str, object] = {
+            "model.name": config.name,
+            "model.version": version,
+            "model.instance": plan.name,
+        }
         self.readiness = ReadinessProbe(self)
         self.streams = InstanceStreams(self)  # request ids, streamed responses, cancellation
         self.error_bucket = ErrorBucket()  # how many failed batches it may still log
@@ -219,8 +222,7 @@ class Instance:
     def on_metrics(self, updates: wpb.MetricUpdates) -> None:
         reply = self.custom_metrics.apply(updates)
         if reply is not None and self.conn is not None:
-            with contextlib.suppress(PbdError):
-                self.conn.send(wpb.DaemonToWorker(metric_reply=reply))
+            self.conn.tell(wpb.DaemonToWorker(metric_reply=reply))
 
     async def exit_text(self) -> str:
         if self.handle is None:
@@ -246,15 +248,13 @@ class Instance:
     def push_runtime_settings(self) -> None:
         """Tell the worker the current log settings (at start, and after LogSettings)."""
         if self.conn is not None and self.state is not State.DEAD:
-            with contextlib.suppress(PbdError, ConnectionError):
-                self.conn.send(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
+            self.conn.tell(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
 
     def forget_cuda_region(self, generation: int) -> None:
         """A client's CUDA region is gone: the worker closes its handle if it opened it."""
         if self.conn is not None and self.state is not State.DEAD:
-            with contextlib.suppress(PbdError, ConnectionError):
-                closed = wpb.CudaRegionsClosed(generations=[generation])
-                self.conn.send(wpb.DaemonToWorker(cuda_closed=closed))
+            closed = wpb.CudaRegionsClosed(generations=[generation])
+            self.conn.tell(wpb.DaemonToWorker(cuda_closed=closed))
 
     def heartbeat_overdue(self, now: float) -> bool:
         return self.state is State.READY and now - self.last_seen > (
@@ -310,12 +310,6 @@ class Instance:
             raise
         traces = [p.request.trace for p in batch if p.request.trace is not None]
         if traces:
-            if self._span_attributes is None:
-                self._span_attributes = {
-                    "model.name": self.config.name,
-                    "model.version": self.version,
-                    "model.instance": self.plan.name,
-                }
             batch_computed(traces, result, self._span_attributes)
         ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
         size = sum(request_batch_size(p, self.config.max_batch_size) for p in batch)
@@ -347,8 +341,7 @@ class Instance:
 
     def _send_release(self, ids: list[int]) -> None:
         if self.state is State.READY and self.conn is not None:
-            with contextlib.suppress(PbdError):
-                self.conn.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids)))
+            self.conn.tell(wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids)))
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -368,8 +361,7 @@ class Instance:
                         self.describe())  # fmt: skip
         elif self.state is State.READY and self.conn is not None:
             self.state = State.STOPPED
-            with contextlib.suppress(PbdError, ConnectionError):
-                self.conn.send(wpb.DaemonToWorker(finalize=wpb.Finalize()))
+            self.conn.tell(wpb.DaemonToWorker(finalize=wpb.Finalize()))
             timeout = self.settings.model_finalize_timeout_secs
             await await_finalize(self, self.disconnected, timeout)
         self.state = State.STOPPED

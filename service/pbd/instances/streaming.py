@@ -10,7 +10,6 @@ frame. A caller that gives up calls the request's ``on_cancel``, which tells the
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
@@ -197,10 +196,9 @@ class InstanceStreams:
         if entry.own:
             entry.stream.close()
         self.instance.memory.cancel.cancel(request_id)  # seen at once, even inside execute()
-        with contextlib.suppress(PbdError, ConnectionError):
-            self.instance.conn.send(
-                wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))
-            )
+        self.instance.conn.tell(
+            wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))
+        )
 
     def fail_all(self, error: PbdError) -> None:
         """The worker is gone: every open stream ends with ``error``."""

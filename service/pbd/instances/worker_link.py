@@ -134,6 +134,11 @@ class WorkerLink(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox.append(encode_frame(message.SerializeToString()))
 
+    def tell(self, message: wpb.DaemonToWorker) -> None:
+        """``send``, except that news for a worker whose link is closing is dropped."""
+        if not self.closing:
+            self.send(message)
+
     def _flush(self) -> None:
         frames, self._outbox = self._outbox, []
         if frames and self.transport is not None and not self.transport.is_closing():
