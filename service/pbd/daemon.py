@@ -22,7 +22,7 @@ from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
-from pbd.grpc.server import build_server, secure_socket
+from pbd.grpc.server import build_server
 from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
@@ -233,13 +233,12 @@ class Daemon:
                 return 2
         await self.hub.start()
         try:
-            server, self.port = build_server(self.dataplane, settings)
+            server = build_server(self.dataplane, settings)
+            self.port = await server.start()
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
             await self.hub.close()
             return 2
-        await server.start()
-        secure_socket(settings)
         where = (
             settings.grpc_address
             if settings.grpc_address.startswith("unix:")

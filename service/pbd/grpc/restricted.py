@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 
+from pbd.grpc.calls import Context
+
 HEADER_PREFIX = "triton-grpc-protocol-"
 GROUPS: dict[str, tuple[str, ...]] = {
     "health": ("ServerLive", "ServerReady", "ModelReady", "Check"),
@@ -65,7 +67,7 @@ def parse_restrictions(rules: list[str]) -> dict[str, Restriction]:
     return out
 
 
-def _allowed(context: grpc.aio.ServicerContext, rule: Restriction) -> bool:
+def _allowed(context: Context, rule: Restriction) -> bool:
     for key, value in context.invocation_metadata() or ():
         if key == rule.header and hmac.compare_digest(str(value), rule.value):
             return True
@@ -74,7 +76,7 @@ def _allowed(context: grpc.aio.ServicerContext, rule: Restriction) -> bool:
 
 def guard_unary(method: Callable[..., Any], rule: Restriction) -> Callable[..., Any]:
     @functools.wraps(method)
-    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def guarded(request: Any, context: Context) -> Any:
         if not _allowed(context, rule):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,
@@ -87,7 +89,7 @@ def guard_unary(method: Callable[..., Any], rule: Restriction) -> Callable[..., 
 
 def guard_stream(method: Callable[..., Any], rule: Restriction) -> Callable[..., Any]:
     @functools.wraps(method)
-    async def guarded(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def guarded(requests: Any, context: Context) -> AsyncIterator[Any]:
         if not _allowed(context, rule):
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE,

@@ -21,6 +21,7 @@ from pbd._proto import health_pb2
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
+from pbd.grpc.calls import Context, Method
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.streams import StreamSession
@@ -29,12 +30,12 @@ from pbd.tracing.answer import run_traced
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Handler = Callable[[Any, Context], Awaitable[Any]]
 
 
 def _errors_to_status(fn: Handler) -> Handler:
     @functools.wraps(fn)
-    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def wrapper(request: Any, context: Context) -> Any:
         try:
             return await fn(request, context)
         except PbdError as exc:
@@ -256,36 +257,36 @@ _UNARY: dict[str, tuple[Any, Any]] = {
 }
 
 
-def _handler(method: Handler, request_type: Any, response_type: Any) -> grpc.RpcMethodHandler:
-    return grpc.unary_unary_rpc_method_handler(
-        _errors_to_status(method),
-        request_deserializer=request_type.FromString if request_type else _identity,
-        response_serializer=(lambda m: m.SerializeToString()) if response_type else _identity,
+def _method(handler: Handler, request_type: Any, response_type: Any) -> Method:
+    return Method(
+        streaming=False,
+        handler=_errors_to_status(handler),
+        deserialize=request_type.FromString if request_type else _identity,
+        serialize=(lambda m: m.SerializeToString()) if response_type else _identity,
     )
 
 
-def generic_handlers(
+def methods(
     servicer: InferenceServicer, restrictions: dict[str, Restriction] | None = None
-) -> list[grpc.GenericRpcHandler]:
+) -> dict[bytes, Method]:
+    """Every RPC pbd serves, by its HTTP/2 ``:path``."""
     rules = restrictions or {}
 
     def unary(name: str) -> Handler:
         method = getattr(servicer, name)
         return guard_unary(method, rules[name]) if name in rules else method
 
-    inference = {name: _handler(unary(name), req, resp) for name, (req, resp) in _UNARY.items()}
-    health = {
-        "Check": _handler(
-            unary("Check"), health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
-        )
+    table = {
+        f"/{SERVICE}/{name}".encode(): _method(unary(name), req, resp)
+        for name, (req, resp) in _UNARY.items()
     }
+    table[f"/{HEALTH_SERVICE}/Check".encode()] = _method(
+        unary("Check"), health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
+    )
     stream = servicer.ModelStreamInfer
     if "ModelStreamInfer" in rules:
         stream = guard_stream(stream, rules["ModelStreamInfer"])
-    inference["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        stream, request_deserializer=_identity, response_serializer=_identity
+    table[f"/{SERVICE}/ModelStreamInfer".encode()] = Method(
+        streaming=True, handler=stream, deserialize=_identity, serialize=_identity
     )
-    return [
-        grpc.method_handlers_generic_handler(SERVICE, inference),
-        grpc.method_handlers_generic_handler(HEALTH_SERVICE, health),
-    ]
+    return table

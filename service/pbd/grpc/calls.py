@@ -1,0 +1,410 @@
+"""gRPC calls on HTTP/2 streams (the gRPC-over-HTTP2 protocol): length-prefixed messages,
+``grpc-timeout`` deadlines, ``grpc-encoding`` compression, status in trailers.
+
+A call is one :class:`pbd.h2.connection.Stream`. A unary call's handler runs as one task once
+its single request message is in; a streaming call's handler starts at once and reads its
+requests from an async iterator fed as messages arrive. Handlers have the shape grpc.aio's
+have (``handler(request, context)``), and the context offers what pbd's servicer uses of
+grpc.aio's: ``invocation_metadata()`` and ``abort(code, details)``. A client's RST_STREAM, a
+dropped connection or an expired deadline cancels the handler's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+
+from pbd.h2 import frames as f
+from pbd.h2.connection import Stream
+from pbd.h2.header_blocks import Fields
+
+log = logging.getLogger("pbd.grpc")
+
+HEAD = b"\x88" + f.literal(b"content-type", b"application/grpc")  # :status 200 (static 8)
+OK_TRAILERS = f.literal(b"grpc-status", b"0")
+_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+# Request headers that are transport, not the caller's metadata.
+_NOT_METADATA = {b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
+
+
+class Abort(Exception):
+    """Raised by ``context.abort``: the call ends with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+@dataclass(frozen=True)
+class Method:
+    streaming: bool  # stream-stream when True, unary-unary otherwise
+    handler: Callable[..., Any]
+    deserialize: Callable[[bytes], Any]
+    serialize: Callable[[Any], bytes]
+
+
+def trailers(code: grpc.StatusCode, details: str) -> bytes:
+    block = f.literal(b"grpc-status", str(code.value[0]).encode())
+    if details:
+        block += f.literal(b"grpc-message", _percent_encode(details))
+    return block
+
+
+def _percent_encode(text: str) -> bytes:
+    """grpc-message: UTF-8, bytes outside printable ASCII and '%' as %XX."""
+    out = bytearray()
+    for byte in text.encode("utf-8", "replace"):
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(byte)
+        else:
+            out += b"%%%02X" % byte
+    return bytes(out)
+
+
+def answer_status(stream: Stream, code: grpc.StatusCode, details: str) -> None:
+    """A trailers-only answer: one HEADERS frame carrying the status, ending the stream."""
+    stream.send_trailers(HEAD + trailers(code, details))
+
+
+def parse_timeout(value: bytes) -> float | None:
+    text = value.decode("ascii", "replace")
+    unit = _TIMEOUT_UNITS.get(text[-1:])
+    if unit is None or not text[:-1].isdigit() or len(text) > 9:
+        return None
+    return int(text[:-1]) * unit
+
+
+class Context:
+    """What a handler sees of its call (the part of grpc.aio's ServicerContext pbd uses)."""
+
+    __slots__ = ("_headers", "_metadata")
+
+    def __init__(self, headers: Fields) -> None:
+        self._headers = headers
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        if self._metadata is None:
+            items: list[tuple[str, str | bytes]] = []
+            for name, value in self._headers:
+                if name.startswith(b":") or name in _NOT_METADATA:
+                    continue
+                key = name.decode("latin-1")
+                if key.endswith("-bin"):
+                    items.append((key, base64.b64decode(value + b"==")))
+                else:
+                    items.append((key, value.decode("latin-1")))
+            self._metadata = tuple(items)
+        return self._metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise Abort(code, details)
+
+
+class _Requests:
+    """A streaming call's request messages, as an async iterator."""
+
+    __slots__ = ("items", "ended", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+        self.ended = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self.items:
+            if self.ended:
+                raise StopAsyncIteration
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.items.popleft()
+
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+class Call:
+    """One RPC: deframes the request stream, runs the handler, writes the answer."""
+
+    __slots__ = (
+        "stream", "method", "context", "calls", "max_message", "encoding", "parts", "have",
+        "need", "request", "requests", "task", "timer", "expired", "done",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        stream: Stream,
+        method: Method,
+        headers: Fields,
+        calls: Calls,
+        timeout: float | None,
+        encoding: bytes,
+    ) -> None:
+        self.stream = stream
+        self.method = method
+        self.context = Context(headers)
+        self.calls = calls
+        self.max_message = calls.max_message
+        self.encoding = encoding
+        self.parts: list[memoryview] = []  # a message arriving in pieces
+        self.have = 0
+        self.need = 0  # total bytes (prefix included) of the message in ``parts``, 0: unknown
+        self.request: bytes | None = None
+        self.requests: _Requests | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.expired = False
+        self.done = False
+        calls.active += 1
+        loop = asyncio.get_running_loop()
+        if timeout is not None:
+            self.timer = loop.call_later(timeout, self._expire)
+        if method.streaming:
+            self.requests = _Requests()
+            self.task = loop.create_task(self._run_stream())
+
+    # -- from the stream --------------------------------------------------------------------
+
+    def on_data(self, chunk: memoryview, end: bool) -> None:
+        if self.done:
+            return
+        try:
+            if chunk:
+                self._deframe(chunk)
+        except Abort as exc:
+            self._finish_error(exc.code, exc.details)
+            return
+        if end:
+            if self.requests is not None:
+                self.requests.ended = True
+                self.requests.wake()
+            elif self.parts:
+                self._finish_error(grpc.StatusCode.INTERNAL, "Incomplete request message")
+            elif self.request is None:
+                self._finish_error(grpc.StatusCode.INTERNAL, "No request message")
+            elif self.task is None:
+                request, self.request = self.request, None
+                self.task = asyncio.get_running_loop().create_task(self._run_unary(request))
+
+    def on_reset(self) -> None:
+        if not self.done:
+            self.done = True
+            self._release()
+            if self.task is not None:
+                self.task.cancel()
+
+    def _expire(self) -> None:
+        self.timer = None
+        if self.done:
+            return
+        self.expired = True
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self._finish_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def _deframe(self, chunk: memoryview) -> None:
+        if not self.parts:
+            pos, n = 0, len(chunk)
+            while n - pos >= 5:
+                length = int.from_bytes(chunk[pos + 1 : pos + 5], "big")
+                if n - pos - 5 < length:
+                    break
+                self._message(chunk[pos], chunk[pos + 5 : pos + 5 + length])
+                pos += 5 + length
+            if pos == n:
+                return
+            chunk = chunk[pos:]
+        self.parts.append(chunk)
+        self.have += len(chunk)
+        while True:
+            if not self.need:
+                if self.have < 5:
+                    return
+                first = self.parts[0]
+                head = bytes(first[:5]) if len(first) >= 5 else b"".join(self.parts)[:5]
+                length = int.from_bytes(head[1:5], "big")
+                self._check_size(length)
+                self.need = 5 + length
+            if self.have < self.need:
+                return
+            data = b"".join(self.parts)
+            self.parts, self.have, need = [], 0, self.need
+            self.need = 0
+            self._message(data[0], memoryview(data)[5:need])
+            if len(data) > need:
+                rest = memoryview(data)[need:]
+                self.parts, self.have = [rest], len(rest)
+
+    def _check_size(self, length: int) -> None:
+        if length > self.max_message:
+            raise Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({length} vs. {self.max_message})",
+            )
+
+    def _message(self, flag: int, body: memoryview) -> None:
+        self._check_size(len(body))
+        data = bytes(body) if not flag else self._decompress(body)
+        if self.requests is not None:
+            try:
+                self.requests.items.append(self.method.deserialize(data))
+            except Exception:
+                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            self.requests.wake()
+        elif self.request is not None:
+            raise Abort(grpc.StatusCode.UNIMPLEMENTED, "More than one request in a unary call")
+        else:
+            self.request = data
+
+    def _decompress(self, body: memoryview) -> bytes:
+        if self.encoding == b"gzip":
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif self.encoding == b"deflate":
+            inflater = zlib.decompressobj()
+        else:
+            raise Abort(
+                grpc.StatusCode.INTERNAL,
+                f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}'",
+            )
+        try:
+            data = inflater.decompress(body, self.max_message + 1)
+        except zlib.error as exc:
+            raise Abort(grpc.StatusCode.INTERNAL, f"Cannot decompress the message: {exc}") from None
+        self._check_size(len(data))
+        return data
+
+    # -- running the handler -------------------------------------------------------------------
+
+    async def _run_unary(self, payload: bytes) -> None:
+        method = self.method
+        try:
+            try:
+                request = method.deserialize(payload)
+            except Exception:
+                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            response = await method.handler(request, self.context)
+            body = method.serialize(response)
+        except Abort as exc:
+            self._finish_error(exc.code, exc.details)
+        except asyncio.CancelledError:
+            self._cancelled()
+        except Exception as exc:
+            self._unexpected(exc)
+        else:
+            if not self.done:
+                self.done = True
+                self._release()
+                self.stream.send_all(HEAD, len(body).to_bytes(5, "big"), body, OK_TRAILERS)
+
+    async def _run_stream(self) -> None:
+        stream = self.stream
+        started = False
+        try:
+            async for response in self.method.handler(self.requests, self.context):
+                if self.done:
+                    return
+                body = self.method.serialize(response)
+                if not started:
+                    stream.send_headers(HEAD)
+                    started = True
+                stream.send_data(len(body).to_bytes(5, "big") + body)
+        except Abort as exc:
+            self._finish_error(exc.code, exc.details, started)
+        except asyncio.CancelledError:
+            self._cancelled(started)
+        except Exception as exc:
+            self._unexpected(exc, started)
+        else:
+            if not self.done:
+                self.done = True
+                self._release()
+                stream.send_trailers(OK_TRAILERS if started else HEAD + OK_TRAILERS)
+
+    def _cancelled(self, started: bool = False) -> None:
+        if self.expired:
+            self._finish_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", started)
+        elif not self.done:  # cancelled by shutdown
+            self._finish_error(grpc.StatusCode.CANCELLED, "Cancelled", started)
+
+    def _unexpected(self, exc: Exception, started: bool = False) -> None:
+        log.error("unexpected error in a gRPC handler", exc_info=exc)
+        self._finish_error(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}", started)
+
+    def _finish_error(self, code: grpc.StatusCode, details: str, started: bool = False) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._release()
+        block = trailers(code, details)
+        self.stream.send_trailers(block if started else HEAD + block)
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def _release(self) -> None:
+        self.calls.active -= 1
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class Calls:
+    """The gRPC application on HTTP/2 connections: routes a request's ``:path`` to its method."""
+
+    def __init__(
+        self, methods: dict[bytes, Method], max_message: int, max_calls: int | None
+    ) -> None:
+        self.methods = methods
+        self.max_message = max_message
+        self.max_calls = max_calls
+        self.active = 0
+        self.accepting = True
+
+    def open(self, stream: Stream, headers: Fields) -> Call | None:
+        path = b""
+        content_type = b""
+        timeout: float | None = None
+        encoding = b"identity"
+        for name, value in headers:
+            if name == b":path":
+                path = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"grpc-timeout":
+                timeout = parse_timeout(value)
+            elif name == b"grpc-encoding":
+                encoding = value
+        if not content_type.startswith(b"application/grpc"):
+            stream.send_trailers(f.literal(b":status", b"415"))
+            return None
+        method = self.methods.get(path)
+        if method is None:
+            answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return None
+        if not self.accepting:
+            answer_status(stream, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+            return None
+        if self.max_calls is not None and self.active >= self.max_calls:
+            answer_status(
+                stream, grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!"
+            )
+            return None
+        return Call(stream, method, headers, self, timeout, encoding)

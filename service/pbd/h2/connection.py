@@ -1,0 +1,508 @@
+"""One HTTP/2 server connection on an asyncio transport.
+
+Reading is a single pass over what the socket gave (``data_received``): complete frames are
+handled in place, a DATA payload that spans several reads is handed to its stream piece by
+piece as memoryviews of the received bytes (no reassembly buffer, so a 16 MiB message is not
+copied on its way in), and only a partial frame header or a partial control frame is kept
+back. Everything written while one read is handled, or by tasks within one turn of the event
+loop, leaves in one ``write``: per request that is one send for the response's HEADERS, DATA
+and trailers together, and one for all the answers that became ready at once.
+
+Flow control (RFC 9113 section 5.2): the server opens large receive windows and tops them up
+as the application takes data, so a client never waits for a window update on a large
+request; outgoing DATA respects the client's connection and stream windows and its frame
+size, and waits in the stream's queue (trailers behind it) until a WINDOW_UPDATE makes room.
+
+The application sees streams through :class:`Application`: ``open`` when a request's header
+block is complete, then the stream's handler gets its data and, if the client resets the
+stream or the connection drops, ``on_reset``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from pbd.h2 import frames as f
+from pbd.h2.header_blocks import Decoder, Fields
+
+log = logging.getLogger("pbd.h2")
+
+# Receive windows the server opens: per stream (SETTINGS_INITIAL_WINDOW_SIZE) and for the
+# connection. Topped up once half is used; memory per call is bounded by the gRPC layer's
+# message-size limit, not by these.
+STREAM_WINDOW = 16 * 1024 * 1024
+CONNECTION_WINDOW = 64 * 1024 * 1024
+MAX_RECV_FRAME = 1024 * 1024
+# A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection.
+MAX_HEADER_BLOCK = 64 * 1024
+
+
+class StreamHandler(Protocol):
+    def on_data(self, chunk: memoryview, end: bool) -> None: ...
+
+    def on_reset(self) -> None: ...
+
+
+class Application(Protocol):
+    def open(self, stream: Stream, headers: Fields) -> StreamHandler | None:
+        """A new request; None when the application has already answered it in full."""
+        ...
+
+
+class Stream:
+    """One request/response exchange. The application sends with ``send_headers``,
+    ``send_data`` and ``send_trailers``; order is kept behind flow control."""
+
+    __slots__ = (
+        "id", "conn", "handler", "send_window", "queue", "local_closed", "remote_closed",
+        "recv_unacked",
+    )  # fmt: skip
+
+    def __init__(self, conn: Connection, stream_id: int, send_window: int) -> None:
+        self.id = stream_id
+        self.conn = conn
+        self.handler: StreamHandler | None = None
+        self.send_window = send_window
+        # Waiting for window: [payload, end_stream] DATA entries, or (block,) trailers.
+        self.queue: deque[list[object]] = deque()
+        self.local_closed = False
+        self.remote_closed = False
+        self.recv_unacked = 0
+
+    def send_headers(self, block: bytes) -> None:
+        if not self.local_closed:
+            self.conn.write(f.headers(self.id, block, False, self.conn.max_send_frame))
+
+    def send_data(self, payload: bytes | memoryview, end: bool = False) -> None:
+        if self.local_closed:
+            return
+        if not self.queue and self.conn.try_send_now(self, payload, end):
+            return
+        self.queue.append([payload, end])
+        self.conn.pump(self)
+
+    def send_trailers(self, block: bytes) -> None:
+        """The last frame: a HEADERS with END_STREAM (after any queued DATA)."""
+        if self.local_closed:
+            return
+        if self.queue:
+            self.queue.append([block])
+            return
+        self.conn.write(f.headers(self.id, block, True, self.conn.max_send_frame))
+        self.conn.closed_locally(self)
+
+    def send_all(self, head: bytes, prefix: bytes, body: bytes, trailers: bytes) -> None:
+        """A whole unary answer (headers, one message, trailers): one write when the windows
+        allow, as they do for every small answer."""
+        conn = self.conn
+        size = len(prefix) + len(body)
+        if (
+            not self.local_closed
+            and not self.queue
+            and size <= conn.send_window
+            and size <= self.send_window
+            and size <= conn.max_send_frame
+        ):
+            conn.send_window -= size
+            self.send_window -= size
+            conn.write(
+                f.frame(f.HEADERS, f.END_HEADERS, self.id, head)
+                + f.frame_header(f.DATA, 0, self.id, size)
+                + prefix
+                + body
+                + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, self.id, trailers)
+            )
+            conn.closed_locally(self)
+            return
+        self.send_headers(head)
+        self.send_data(prefix)
+        self.send_data(body)
+        self.send_trailers(trailers)
+
+    def reset(self, code: int = f.CANCEL) -> None:
+        if not self.local_closed:
+            self.conn.write(f.rst_stream(self.id, code))
+            self.conn.forget(self)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, app: Application, on_lost: Callable[[Connection], None]) -> None:
+        self.app = app
+        self.on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, Stream] = {}
+        self.decoder = Decoder(MAX_HEADER_BLOCK)
+        self.preface = False
+        self.partial = b""
+        # A DATA payload that continues in the next read: its stream id, bytes left, END_STREAM.
+        self.data_stream = 0
+        self.data_left = 0
+        self.data_end = False
+        # A header block still waiting for CONTINUATION frames.
+        self.block_stream = 0
+        self.block: list[bytes] = []
+        self.block_end = False
+        self.last_stream = 0
+        self.going_away = False
+        # Sending.
+        self.send_window = f.DEFAULT_WINDOW
+        self.peer_initial_window = f.DEFAULT_WINDOW
+        self.max_send_frame = f.DEFAULT_MAX_FRAME
+        self.blocked: dict[int, Stream] = {}
+        self.out: list[bytes | memoryview] = []
+        self.flush_pending = False
+        self.receiving = False
+        self.recv_unacked = 0
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(
+            f.settings(
+                {
+                    f.MAX_CONCURRENT_STREAMS: 2**31 - 1,
+                    f.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                    f.MAX_FRAME_SIZE: MAX_RECV_FRAME,
+                    f.ENABLE_PUSH: 0,
+                }
+            )
+            + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        streams, self.streams = self.streams, {}
+        self.blocked.clear()
+        self.transport = None
+        for stream in streams.values():
+            stream.local_closed = True
+            if stream.handler is not None:
+                stream.handler.on_reset()
+        self.on_lost(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.receiving = True
+        try:
+            self._receive(data)
+        except f.ProtocolError as exc:
+            log.debug("HTTP/2 connection error: %s", exc)
+            self.write(f.goaway(self.last_stream, exc.code, str(exc).encode()[:200]))
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        finally:
+            self.receiving = False
+        if self.recv_unacked >= CONNECTION_WINDOW // 2:
+            self.write(f.window_update(0, self.recv_unacked))
+            self.recv_unacked = 0
+        if self.out:
+            self._flush()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _receive(self, data: bytes) -> None:
+        if self.partial:
+            data = self.partial + data
+            self.partial = b""
+        view = memoryview(data)
+        n = len(data)
+        pos = 0
+        if not self.preface:
+            if n < len(f.PREFACE):
+                if not f.PREFACE.startswith(data):
+                    raise f.ProtocolError("not an HTTP/2 client preface")
+                self.partial = data
+                return
+            if data[: len(f.PREFACE)] != f.PREFACE:
+                raise f.ProtocolError("not an HTTP/2 client preface")
+            self.preface = True
+            pos = len(f.PREFACE)
+        unpack = f.HEADER.unpack_from
+        while pos < n:
+            if self.data_left:
+                take = min(self.data_left, n - pos)
+                self.data_left -= take
+                self._deliver(view[pos : pos + take], self.data_left == 0 and self.data_end)
+                pos += take
+                continue
+            if n - pos < f.HEADER_SIZE:
+                self.partial = data[pos:]
+                return
+            high, low, kind, flags, stream_id = unpack(data, pos)
+            length = high << 16 | low
+            stream_id &= 0x7FFFFFFF
+            if length > MAX_RECV_FRAME:
+                raise f.ProtocolError(
+                    "frame larger than SETTINGS_MAX_FRAME_SIZE", f.FRAME_SIZE_ERROR
+                )
+            if self.block_stream and kind != f.CONTINUATION:
+                raise f.ProtocolError("header block interrupted")
+            if kind == f.DATA and not flags & f.PADDED:
+                pos += f.HEADER_SIZE
+                self._data_frame(stream_id, length, bool(flags & f.END_STREAM))
+                continue
+            if n - pos - f.HEADER_SIZE < length:
+                self.partial = data[pos:]
+                return
+            payload = data[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length]
+            pos += f.HEADER_SIZE + length
+            self._frame(kind, flags, stream_id, payload)
+
+    def _data_frame(self, stream_id: int, length: int, end: bool) -> None:
+        if stream_id == 0:
+            raise f.ProtocolError("DATA on stream 0")
+        self.recv_unacked += length
+        self.data_stream = stream_id
+        self.data_end = end
+        self.data_left = length
+        stream = self.streams.get(stream_id)
+        if stream is not None and not end:
+            stream.recv_unacked += length
+            if stream.recv_unacked >= STREAM_WINDOW // 2:
+                self.write(f.window_update(stream_id, stream.recv_unacked))
+                stream.recv_unacked = 0
+        if length == 0:
+            self._deliver(memoryview(b""), end)
+
+    def _deliver(self, chunk: memoryview, end: bool) -> None:
+        stream = self.streams.get(self.data_stream)
+        if stream is None or stream.remote_closed:
+            return  # a stream already answered or reset: its data is dropped
+        if end:
+            stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.on_data(chunk, end)
+        if end and stream.local_closed:
+            self.forget(stream)
+
+    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if kind == f.HEADERS:
+            if flags & f.PADDED:
+                payload = _unpad(payload)
+            if flags & f.PRIORITY_FLAG:
+                payload = payload[5:]
+            self._headers_frame(stream_id, flags, payload)
+        elif kind == f.CONTINUATION:
+            if stream_id != self.block_stream or not stream_id:
+                raise f.ProtocolError("CONTINUATION without a header block")
+            self.block.append(payload)
+            if sum(map(len, self.block)) > MAX_HEADER_BLOCK:
+                raise f.ProtocolError("header block too large", f.ENHANCE_YOUR_CALM)
+            if flags & f.END_HEADERS:
+                self._header_block(stream_id, b"".join(self.block), self.block_end)
+        elif kind == f.DATA:  # padded DATA: whole in one piece
+            self._data_frame(stream_id, len(payload), bool(flags & f.END_STREAM))
+            self.data_left = 0
+            self._deliver(memoryview(_unpad(payload)), bool(flags & f.END_STREAM))
+        elif kind == f.SETTINGS:
+            if not flags & f.ACK:
+                self._settings(payload)
+        elif kind == f.WINDOW_UPDATE:
+            self._window_update(stream_id, payload)
+        elif kind == f.PING:
+            if len(payload) != 8:
+                raise f.ProtocolError("PING payload not 8 bytes", f.FRAME_SIZE_ERROR)
+            if not flags & f.ACK:
+                self.write(f.ping_ack(payload))
+        elif kind == f.RST_STREAM:
+            stream = self.streams.get(stream_id)
+            if stream is not None:
+                stream.local_closed = stream.remote_closed = True
+                self.forget(stream)
+                if stream.handler is not None:
+                    stream.handler.on_reset()
+        elif kind == f.GOAWAY:
+            self.going_away = True
+        elif kind == f.PUSH_PROMISE:
+            raise f.ProtocolError("PUSH_PROMISE from a client")
+        # PRIORITY and unknown frame types are ignored (RFC 9113 section 5.5).
+
+    def _headers_frame(self, stream_id: int, flags: int, payload: bytes) -> None:
+        if not stream_id:
+            raise f.ProtocolError("HEADERS on stream 0")
+        if len(payload) > MAX_HEADER_BLOCK:
+            raise f.ProtocolError("header block too large", f.ENHANCE_YOUR_CALM)
+        end = bool(flags & f.END_STREAM)
+        if flags & f.END_HEADERS:
+            self._header_block(stream_id, payload, end)
+        else:
+            self.block_stream = stream_id
+            self.block = [payload]
+            self.block_end = end
+
+    def _header_block(self, stream_id: int, block: bytes, end: bool) -> None:
+        self.block_stream = 0
+        self.block = []
+        fields = self.decoder.decode(block)
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # trailers from the client: only the end of its stream matters
+            if end:
+                self.data_stream = stream_id
+                self._deliver(memoryview(b""), True)
+            return
+        if stream_id <= self.last_stream or not stream_id & 1:
+            if stream_id > self.last_stream:
+                raise f.ProtocolError("even stream id from a client")
+            return  # a stream already closed (reset by us): ignore
+        self.last_stream = stream_id
+        if self.going_away:
+            self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
+            return
+        stream = Stream(self, stream_id, self.peer_initial_window)
+        stream.remote_closed = end
+        self.streams[stream_id] = stream
+        stream.handler = self.app.open(stream, fields)
+        if stream.handler is not None and end:
+            stream.handler.on_data(memoryview(b""), True)
+        if stream.local_closed and stream.remote_closed:
+            self.forget(stream)
+
+    def _settings(self, payload: bytes) -> None:
+        if len(payload) % 6:
+            raise f.ProtocolError("SETTINGS length not a multiple of 6", f.FRAME_SIZE_ERROR)
+        for key, value in struct.iter_unpack(">HI", payload):
+            if key == f.INITIAL_WINDOW_SIZE:
+                if value > f.MAX_WINDOW:
+                    raise f.ProtocolError("initial window too large", f.FLOW_CONTROL_ERROR)
+                delta = value - self.peer_initial_window
+                self.peer_initial_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif key == f.MAX_FRAME_SIZE:
+                if not f.DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise f.ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
+                self.max_send_frame = value
+        self.write(f.SETTINGS_ACK)
+        self._unblock()
+
+    def _window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if stream_id == 0:
+            self.send_window += increment
+            if self.send_window > f.MAX_WINDOW:
+                raise f.ProtocolError("connection window overflow", f.FLOW_CONTROL_ERROR)
+            self._unblock()
+            return
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            stream.send_window += increment
+            self.pump(stream)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.out.append(data)
+        if not self.receiving and not self.flush_pending:
+            self.flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flush_pending = False
+        out, self.out = self.out, []
+        if self.transport is not None and out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def try_send_now(self, stream: Stream, payload: bytes | memoryview, end: bool) -> bool:
+        size = len(payload)
+        if size > self.send_window or size > stream.send_window or size > self.max_send_frame:
+            return False
+        self.send_window -= size
+        stream.send_window -= size
+        self.write(f.frame_header(f.DATA, f.END_STREAM if end else 0, stream.id, size))
+        if size:
+            self.write(payload)
+        if end:
+            self.closed_locally(stream)
+        return True
+
+    def pump(self, stream: Stream) -> None:
+        """Send what the windows allow of the stream's queue; park the stream if they close."""
+        queue = stream.queue
+        while queue:
+            entry = queue[0]
+            if len(entry) == 1:  # trailers
+                queue.popleft()
+                self.write(f.headers(stream.id, entry[0], True, self.max_send_frame))  # type: ignore[arg-type]
+                self.closed_locally(stream)
+                return
+            payload = memoryview(entry[0])  # type: ignore[arg-type]
+            end = bool(entry[1])
+            while True:
+                room = min(self.send_window, stream.send_window, self.max_send_frame)
+                size = len(payload)
+                if size and room <= 0:
+                    self.blocked[stream.id] = stream
+                    entry[0] = payload
+                    return
+                take = min(size, room)
+                last = take == size
+                self.send_window -= take
+                stream.send_window -= take
+                self.write(
+                    f.frame_header(f.DATA, f.END_STREAM if last and end else 0, stream.id, take)
+                )
+                if take:
+                    self.write(payload[:take])
+                payload = payload[take:]
+                if last:
+                    break
+            queue.popleft()
+            if end:
+                self.closed_locally(stream)
+                return
+        self.blocked.pop(stream.id, None)
+
+    def _unblock(self) -> None:
+        for stream in list(self.blocked.values()):
+            if self.send_window <= 0:
+                return
+            self.blocked.pop(stream.id, None)
+            self.pump(stream)
+
+    def closed_locally(self, stream: Stream) -> None:
+        stream.local_closed = True
+        stream.queue.clear()
+        self.blocked.pop(stream.id, None)
+        if stream.remote_closed:
+            self.forget(stream)
+        else:
+            # The answer is complete but the client is still sending: tell it to stop.
+            self.write(f.rst_stream(stream.id, f.NO_ERROR))
+            stream.remote_closed = True
+            self.forget(stream)
+
+    def forget(self, stream: Stream) -> None:
+        stream.local_closed = True
+        self.streams.pop(stream.id, None)
+        self.blocked.pop(stream.id, None)
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def go_away(self) -> None:
+        """No new streams (RFC 9113 section 6.8); the open ones finish."""
+        if not self.going_away:
+            self.going_away = True
+            self.write(f.goaway(self.last_stream, f.NO_ERROR))
+
+    def close(self) -> None:
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _unpad(payload: bytes) -> bytes:
+    if not payload:
+        raise f.ProtocolError("padded frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise f.ProtocolError("padding longer than the frame")
+    return payload[1 : len(payload) - pad]

@@ -1,0 +1,147 @@
+"""HPACK (RFC 7541) decoding of request header blocks, with the connection's dynamic table.
+
+A gRPC client's header blocks repeat: after the first request on a connection, grpc core
+sends each call's headers as references into the dynamic table (8 or 9 bytes), adding an
+entry only when a new ``grpc-timeout`` value appears. A block that changed nothing in the
+table decodes the same way every time the table is as it was, so its fields are kept, keyed
+by (block, table generation), and the next identical block costs one dictionary lookup.
+
+The static table and the Huffman code come from python-hyper's ``hpack`` package.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hpack.huffman_table import decode_huffman
+from hpack.table import HeaderTable
+
+from pbd.h2.frames import COMPRESSION_ERROR, ProtocolError
+
+STATIC = HeaderTable.STATIC_TABLE
+STATIC_COUNT = len(STATIC)
+ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
+DEFAULT_TABLE_SIZE = 4096
+CACHE_ENTRIES = 256
+
+Fields = tuple[tuple[bytes, bytes], ...]
+
+
+class Decoder:
+    def __init__(self, max_list_size: int) -> None:
+        self.max_list_size = max_list_size
+        self.table: deque[tuple[bytes, bytes]] = deque()  # newest first
+        self.size = 0
+        self.max_size = DEFAULT_TABLE_SIZE
+        self.generation = 0
+        self.cache: dict[tuple[bytes, int], Fields] = {}
+
+    def decode(self, block: bytes) -> Fields:
+        key = (block, self.generation)
+        fields = self.cache.get(key)
+        if fields is not None:
+            return fields
+        generation = self.generation
+        fields = self._decode(block)
+        if self.generation == generation:
+            if len(self.cache) >= CACHE_ENTRIES:
+                self.cache.clear()
+            self.cache[key] = fields
+        return fields
+
+    def _decode(self, block: bytes) -> Fields:
+        fields: list[tuple[bytes, bytes]] = []
+        total = 0
+        pos, n = 0, len(block)
+        while pos < n:
+            byte = block[pos]
+            if byte & 0x80:  # indexed field
+                index, pos = _integer(block, pos, 7)
+                field = self._entry(index)
+            elif byte & 0x40:  # literal, added to the table
+                index, pos = _integer(block, pos, 6)
+                field, pos = self._literal(block, pos, index)
+                self._add(field)
+            elif byte & 0x20:  # dynamic table size update
+                size, pos = _integer(block, pos, 5)
+                if size > DEFAULT_TABLE_SIZE:
+                    raise ProtocolError("HPACK table size above the limit", COMPRESSION_ERROR)
+                self.max_size = size
+                self._evict()
+                self.generation += 1
+                continue
+            else:  # literal without indexing (0x00) or never indexed (0x10)
+                index, pos = _integer(block, pos, 4)
+                field, pos = self._literal(block, pos, index)
+            total += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
+            if total > self.max_list_size:
+                raise ProtocolError("header list too large")
+            fields.append(field)
+        return tuple(fields)
+
+    def _entry(self, index: int) -> tuple[bytes, bytes]:
+        if 0 < index <= STATIC_COUNT:
+            return STATIC[index - 1]
+        position = index - STATIC_COUNT - 1
+        if index == 0 or position >= len(self.table):
+            raise ProtocolError(f"HPACK index {index} out of range", COMPRESSION_ERROR)
+        return self.table[position]
+
+    def _literal(self, block: bytes, pos: int, index: int) -> tuple[tuple[bytes, bytes], int]:
+        if index:
+            name = self._entry(index)[0]
+        else:
+            name, pos = _string(block, pos)
+        value, pos = _string(block, pos)
+        return (name, value), pos
+
+    def _add(self, field: tuple[bytes, bytes]) -> None:
+        self.generation += 1
+        size = len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
+        if size > self.max_size:  # RFC 7541 section 4.4: empties the table
+            self.table.clear()
+            self.size = 0
+            return
+        self.table.appendleft(field)
+        self.size += size
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.size > self.max_size:
+            name, value = self.table.pop()
+            self.size -= len(name) + len(value) + ENTRY_OVERHEAD
+
+
+def _integer(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    limit = (1 << prefix_bits) - 1
+    value = block[pos] & limit
+    pos += 1
+    if value < limit:
+        return value, pos
+    shift = 0
+    while True:
+        if pos >= len(block) or shift > 28:
+            raise ProtocolError("HPACK integer truncated or too large", COMPRESSION_ERROR)
+        byte = block[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _string(block: bytes, pos: int) -> tuple[bytes, int]:
+    if pos >= len(block):
+        raise ProtocolError("HPACK string truncated", COMPRESSION_ERROR)
+    huffman = block[pos] & 0x80
+    length, pos = _integer(block, pos, 7)
+    end = pos + length
+    if end > len(block):
+        raise ProtocolError("HPACK string truncated", COMPRESSION_ERROR)
+    data = block[pos:end]
+    if huffman:
+        try:
+            data = decode_huffman(data)
+        except Exception as exc:  # hpack's HPACKDecodingError
+            raise ProtocolError(f"HPACK Huffman code: {exc}", COMPRESSION_ERROR) from None
+    return data, end
