@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pbd import __version__
 from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
-from pbd.logsettings import log_settings_answer, update_log_settings
+from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
@@ -64,8 +64,7 @@ class DataPlane:
         """Every instance of every loaded model version."""
         return [
             instance
-            for entry in self.repository.entries.values()
-            for runtime in entry.versions.values()
+            for runtime in self.repository.runtimes()
             for instance in runtime.instances()
         ]
 
@@ -257,12 +256,16 @@ class DataPlane:
             self.tracing.settings.update(model, values)
         return self.tracing.settings.answer(model)
 
-    def log_settings(self, values: Mapping[str, tuple[str | None, Any]]) -> dict[str, Any]:
+    def log_settings(
+        self, values: Mapping[str, tuple[str | None, Any]], wording: Wording = GRPC
+    ) -> dict[str, Any]:
         """Update (when ``values``) then answer the log settings; workers follow at once."""
         if values:
-            update_log_settings(self.settings, values)
-            for instance in self.all_instances():
-                instance.push_runtime_settings()
+            try:
+                update_log_settings(self.settings, values, wording)
+            finally:  # an error leaves the keys before it applied: the workers follow those too
+                for instance in self.all_instances():
+                    instance.push_runtime_settings()
         return log_settings_answer(self.settings)
 
     # -- client shared memory --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
+from pbd.http import extensions
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.tensors import (
     HEADER_LENGTH,
@@ -42,11 +43,6 @@ HTTP_STATUS = {
     Code.UNAVAILABLE: 503,
     Code.UNSUPPORTED: 501,
     Code.RESOURCE_EXHAUSTED: 503,
-}
-_ABSENT = {
-    "stats": "the server does not support model statistics",
-    "trace": "the server does not support trace",
-    "logging": "the server does not support dynamic logging",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -111,10 +107,8 @@ class HttpFrontend:
             r.add_get(base + "/config", self.model_config)
             r.add_post(base + "/infer", self.infer)
             r.add_get(base + "/stats", self.statistics)
-            r.add_route("*", base + "/trace/setting", self.absent("trace"))
         r.add_get("/v2/models/stats", self.statistics)
-        r.add_route("*", "/v2/trace/setting", self.absent("trace"))
-        r.add_route("*", "/v2/logging", self.absent("logging"))
+        extensions.add_routes(self.app, self.dp, _json)
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)
@@ -329,14 +323,6 @@ class HttpFrontend:
         else:
             self.dp.shm_unregister(name)
         return web.Response(status=200)
-
-    # -- absent extensions ---------------------------------------------------------------------
-
-    def absent(self, what: str) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
-            raise PbdError(Code.UNAVAILABLE, _ABSENT[what])
-
-        return handler
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

@@ -276,6 +276,14 @@ class ModelRepository:
             )
         return runtime
 
+    def runtimes(self) -> list[VersionRuntime]:
+        """Every version runtime that has workers: serving, and being loaded."""
+        return [
+            runtime
+            for entry in self.entries.values()
+            for runtime in (*entry.versions.values(), *entry.loading.values())
+        ]
+
     def ready_versions(self, name: str) -> list[int]:
         entry = self.entries.get(name)
         return sorted(v for v, r in entry.versions.items() if r.serving) if entry else []
