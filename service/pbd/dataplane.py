@@ -16,6 +16,7 @@ from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_setti
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
+from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.streams import ResponseStream, StreamResult
@@ -63,9 +64,7 @@ class DataPlane:
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
         return [
-            instance
-            for runtime in self.repository.runtimes()
-            for instance in runtime.instances()
+            instance for runtime in self.repository.runtimes() for instance in runtime.instances()
         ]
 
     # -- server --------------------------------------------------------------------------------
@@ -306,6 +305,7 @@ class DataPlane:
         _check_repository_name(repository_name)
         self._check_explicit()
         override: str | None = None
+        files: dict[str, bytes] = {}
         for key, (kind, value) in params.items():
             if key == "config":
                 if kind != "string_param":
@@ -313,18 +313,27 @@ class DataPlane:
                         f"invalid value type for load parameter '{key}', expected string_param."
                     )
                 override = value
-            elif key.startswith("file:"):
+            elif key.startswith(FILE_PREFIX):
                 if kind != "bytes_param":
                     raise invalid_arg(
                         f"invalid value type for load parameter '{key}', expected bytes_param."
                     )
-                raise PbdError(
-                    Code.UNSUPPORTED,
-                    f"load parameter '{key}': uploading model files is not enabled in pbd",
-                )
+                if not self.settings.allow_model_upload:
+                    raise PbdError(
+                        Code.UNSUPPORTED,
+                        f"load parameter '{key}': uploading model files is off "
+                        "(--allow-model-upload turns it on)",
+                    )
+                files[key] = value
             else:
                 raise invalid_arg(f"unrecognized load parameter '{key}'.")
-        await self.repository.load(name, override)
+        if files and override is None:
+            raise PbdError(
+                Code.INTERNAL,
+                f"failed to load '{name}', failed to poll from model repository: "
+                "'file:' parameters need a 'config' parameter (the uploaded model's config)",
+            )
+        await self.repository.load(name, override, files)
 
     async def unload_model(
         self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]

@@ -30,6 +30,7 @@ from pbd.http.tensors import (
     parse_infer_request,
     unique_keys,
 )
+from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
 from pbd.tracing.answer import run_traced
 
@@ -345,8 +346,8 @@ def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]
         raise PbdError(Code.INVALID_ARG, "'parameters' must be a JSON object")
     out: dict[str, tuple[str | None, Any]] = {}
     for key, value in params.items():
-        if key.startswith("file:"):
-            out[key] = ("bytes_param", value)
+        if key.startswith(FILE_PREFIX):
+            out[key] = ("bytes_param", _file_content(key, value))
         elif isinstance(value, bool):
             out[key] = ("bool_param", value)
         elif isinstance(value, int):
@@ -356,6 +357,18 @@ def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]
         else:
             out[key] = (None, value)
     return out
+
+
+def _file_content(key: str, value: Any) -> bytes:
+    """A ``file:`` load parameter's content: base64 in the JSON, as Triton's HTTP front end."""
+    if not isinstance(value, str):
+        raise PbdError(Code.INTERNAL, "attempt to access JSON non-string as string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise PbdError(
+            Code.INVALID_ARG, f"load parameter '{key}' is not valid base64: {exc}"
+        ) from None
 
 
 @contextlib.contextmanager
