@@ -105,14 +105,16 @@ class Uploads:
     def stage(self, name: str, files: Mapping[str, bytes]) -> Path:
         """``<root>/<fresh>/<name>`` holding ``files``; the model directory to load."""
         by_path = check_upload(name, files, self.limits)
-        fresh = Path(tempfile.mkdtemp(prefix="upload-", dir=self._root()))
-        model_dir = fresh / name
+        fresh: Path | None = None
         try:
+            fresh = Path(tempfile.mkdtemp(prefix="upload-", dir=self._root()))
+            model_dir = fresh / name
             model_dir.mkdir(mode=0o700)
             for parts, data in by_path.items():
                 _write(model_dir, parts, data)
         except OSError as exc:
-            shutil.rmtree(fresh, ignore_errors=True)
+            if fresh is not None:
+                shutil.rmtree(fresh, ignore_errors=True)
             raise PbdError(
                 Code.INTERNAL, f"failed to load '{name}': writing the upload failed: {exc}"
             ) from None
