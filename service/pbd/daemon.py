@@ -38,6 +38,7 @@ from pbd.metrics.server import MetricsServer
 from pbd.repository.autocomplete import ConfigCompleter
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
+from pbd.repository.upload import UploadLimits, Uploads
 from pbd.settings import Settings
 from pbd.systemd.launcher import SystemdLauncher
 from pbd.systemd.notify_loop import DaemonNotifier
@@ -90,6 +91,12 @@ class Daemon:
             make_runtime,
             settings.exit_timeout_secs,
             ConfigCompleter(settings, self.hub).load,
+            Uploads(
+                settings.model_upload_dir,
+                UploadLimits(settings.model_upload_max_bytes, settings.model_upload_max_files),
+            )
+            if settings.allow_model_upload
+            else None,
         )
         self.dataplane = DataPlane(
             self.repository,
@@ -311,6 +318,8 @@ class Daemon:
             await metrics.stop()
         await self.bls.close()
         await self.repository.unload_all()
+        if self.repository.uploads is not None:
+            self.repository.uploads.close()
         if self.systemd is not None and not self.launcher.detaching:
             await self.systemd.reset_failed()
         await self.hub.close()

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from pbd import __version__
 from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
-from pbd.logsettings import log_settings_answer, update_log_settings
+from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
+from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.streams import ResponseStream, StreamResult
@@ -63,10 +64,7 @@ class DataPlane:
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
         return [
-            instance
-            for entry in self.repository.entries.values()
-            for runtime in entry.versions.values()
-            for instance in runtime.instances()
+            instance for runtime in self.repository.runtimes() for instance in runtime.instances()
         ]
 
     # -- server --------------------------------------------------------------------------------
@@ -257,12 +255,16 @@ class DataPlane:
             self.tracing.settings.update(model, values)
         return self.tracing.settings.answer(model)
 
-    def log_settings(self, values: Mapping[str, tuple[str | None, Any]]) -> dict[str, Any]:
+    def log_settings(
+        self, values: Mapping[str, tuple[str | None, Any]], wording: Wording = GRPC
+    ) -> dict[str, Any]:
         """Update (when ``values``) then answer the log settings; workers follow at once."""
         if values:
-            update_log_settings(self.settings, values)
-            for instance in self.all_instances():
-                instance.push_runtime_settings()
+            try:
+                update_log_settings(self.settings, values, wording)
+            finally:  # an error leaves the keys before it applied: the workers follow those too
+                for instance in self.all_instances():
+                    instance.push_runtime_settings()
         return log_settings_answer(self.settings)
 
     # -- client shared memory --------------------------------------------------------------------
@@ -303,6 +305,7 @@ class DataPlane:
         _check_repository_name(repository_name)
         self._check_explicit()
         override: str | None = None
+        files: dict[str, bytes] = {}
         for key, (kind, value) in params.items():
             if key == "config":
                 if kind != "string_param":
@@ -310,18 +313,27 @@ class DataPlane:
                         f"invalid value type for load parameter '{key}', expected string_param."
                     )
                 override = value
-            elif key.startswith("file:"):
+            elif key.startswith(FILE_PREFIX):
                 if kind != "bytes_param":
                     raise invalid_arg(
                         f"invalid value type for load parameter '{key}', expected bytes_param."
                     )
-                raise PbdError(
-                    Code.UNSUPPORTED,
-                    f"load parameter '{key}': uploading model files is not enabled in pbd",
-                )
+                if not self.settings.allow_model_upload:
+                    raise PbdError(
+                        Code.UNSUPPORTED,
+                        f"load parameter '{key}': uploading model files is off "
+                        "(--allow-model-upload turns it on)",
+                    )
+                files[key] = value
             else:
                 raise invalid_arg(f"unrecognized load parameter '{key}'.")
-        await self.repository.load(name, override)
+        if files and override is None:
+            raise PbdError(
+                Code.INTERNAL,
+                f"failed to load '{name}', failed to poll from model repository: "
+                "'file:' parameters need a 'config' parameter (the uploaded model's config)",
+            )
+        await self.repository.load(name, override, files)
 
     async def unload_model(
         self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]

@@ -7,7 +7,8 @@ them into logging configuration in both processes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg
@@ -23,6 +24,36 @@ _FIELDS = {
     "log_verbose_level": ("uint32_param", "log_verbose", "int32"),
     "log_format": ("string_param", "log_format", "string"),
 }
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a transport words a value it cannot take: Triton's gRPC and HTTP front ends check
+    the same things but say them differently (and HTTP answers 500 and 503 where gRPC says
+    INVALID_ARGUMENT)."""
+
+    wrong_type: Callable[[str, str, str], PbdError]  # (key, expected oneof, Triton's type word)
+    bad_format: Callable[[str], PbdError]  # (the log_format given)
+
+
+GRPC = Wording(
+    wrong_type=lambda key, _kind, word: invalid_arg(f"expect {word} for '{key}'"),
+    bad_format=lambda value: invalid_arg(f"invalid argument for log_format, got: {value}"),
+)
+# Triton's HTTP front end reads the JSON with TritonJson, whose type errors it returns as is.
+_JSON_WORDS = {
+    "bool_param": "boolean",
+    "uint32_param": "unsigned-integer",
+    "string_param": "string",
+}
+HTTP = Wording(
+    wrong_type=lambda _key, kind, _word: PbdError(
+        Code.INTERNAL, f"attempt to access JSON non-{_JSON_WORDS[kind]} as {_JSON_WORDS[kind]}"
+    ),
+    bad_format=lambda value: PbdError(
+        Code.UNAVAILABLE, f"invalid argument for --log_format, got: {value}"
+    ),
+)
 
 
 def log_config(settings: Settings) -> LogConfig:
@@ -46,9 +77,14 @@ def runtime_settings(settings: Settings) -> wpb.RuntimeSettings:
     )
 
 
-def update_log_settings(settings: Settings, values: Mapping[str, tuple[str | None, Any]]) -> None:
-    """Apply a LogSettings request (``{key: (oneof kind, value)}``), Triton's way: keys in
-    Triton's order, each checked then applied; an unknown key is ignored."""
+def update_log_settings(
+    settings: Settings,
+    values: Mapping[str, tuple[str | None, Any]],
+    wording: Wording = GRPC,
+) -> None:
+    """Apply a LogSettings request (``{key: (oneof kind, value)}``, from gRPC or HTTP), Triton's
+    way: keys in Triton's order, each checked then applied (an error leaves the keys before it
+    applied); an unknown key is ignored."""
     if "log_file" in values:
         raise PbdError(
             Code.UNSUPPORTED, "log file location can not be updated through network protocol"
@@ -59,9 +95,9 @@ def update_log_settings(settings: Settings, values: Mapping[str, tuple[str | Non
                 continue
             given_kind, value = values[key]
             if given_kind != kind:
-                raise invalid_arg(f"expect {word} for '{key}'")
+                raise wording.wrong_type(key, kind, word)
             if key == "log_format" and value not in LOG_FORMATS:
-                raise invalid_arg(f"invalid argument for log_format, got: {value}")
+                raise wording.bad_format(value)
             setattr(settings, attr, value)
     finally:
         apply(log_config(settings))

@@ -54,6 +54,18 @@ class Settings:
         choices=("none", "poll", "explicit"),
     )
     load_model: list[str] = _opt([], "model to load at start in explicit mode (repeat; '*' = all)")
+    allow_model_upload: bool = _opt(
+        False,
+        "let RepositoryModelLoad upload a model's files ('file:<path>' parameters, explicit "
+        "mode): off, since a client that may load models could then run code it sends",
+    )
+    model_upload_max_bytes: int = _opt(1024 * MIB, "largest upload (its files' bytes together)")
+    model_upload_max_files: int = _opt(1000, "most files in one upload")
+    model_upload_dir: str = _opt(
+        "",
+        "where uploads are written (default: $RUNTIME_DIRECTORY under systemd, else the temp "
+        "dir); each daemon makes its own private directory there and removes it at exit",
+    )
     repository_poll_secs: float = _opt(15.0, "seconds between repository scans in poll mode")
     strict_readiness: bool = _opt(
         True, "ServerReady only when every model that should load is ready"

@@ -58,6 +58,8 @@ def test_kind_auto_runs_on_cpu_without_a_gpu(daemon: Daemon) -> None:
 @pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
 def test_kind_gpu_without_a_gpu_fails_that_model_only(daemon: Daemon) -> None:
     client = daemon.control()
+    # Not loaded before (a failed reload would leave the loaded model serving, as in Triton).
+    client.unload_model("init_args")
     error = error_of(lambda: client.load_model("init_args", config=_config("KIND_GPU")))
     assert "has kind KIND_GPU, but no GPU is available" in error.message()
     assert not client.is_model_ready("init_args")

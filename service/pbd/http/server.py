@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
+from pbd.http import extensions
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.tensors import (
     HEADER_LENGTH,
@@ -29,6 +30,7 @@ from pbd.http.tensors import (
     parse_infer_request,
     unique_keys,
 )
+from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
 from pbd.tracing.answer import run_traced
 
@@ -42,11 +44,6 @@ HTTP_STATUS = {
     Code.UNAVAILABLE: 503,
     Code.UNSUPPORTED: 501,
     Code.RESOURCE_EXHAUSTED: 503,
-}
-_ABSENT = {
-    "stats": "the server does not support model statistics",
-    "trace": "the server does not support trace",
-    "logging": "the server does not support dynamic logging",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -111,10 +108,8 @@ class HttpFrontend:
             r.add_get(base + "/config", self.model_config)
             r.add_post(base + "/infer", self.infer)
             r.add_get(base + "/stats", self.statistics)
-            r.add_route("*", base + "/trace/setting", self.absent("trace"))
         r.add_get("/v2/models/stats", self.statistics)
-        r.add_route("*", "/v2/trace/setting", self.absent("trace"))
-        r.add_route("*", "/v2/logging", self.absent("logging"))
+        extensions.add_routes(self.app, self.dp, _json)
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)
@@ -330,14 +325,6 @@ class HttpFrontend:
             self.dp.shm_unregister(name)
         return web.Response(status=200)
 
-    # -- absent extensions ---------------------------------------------------------------------
-
-    def absent(self, what: str) -> Handler:
-        async def handler(request: web.Request) -> web.Response:
-            raise PbdError(Code.UNAVAILABLE, _ABSENT[what])
-
-        return handler
-
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
@@ -359,8 +346,8 @@ def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]
         raise PbdError(Code.INVALID_ARG, "'parameters' must be a JSON object")
     out: dict[str, tuple[str | None, Any]] = {}
     for key, value in params.items():
-        if key.startswith("file:"):
-            out[key] = ("bytes_param", value)
+        if key.startswith(FILE_PREFIX):
+            out[key] = ("bytes_param", _file_content(key, value))
         elif isinstance(value, bool):
             out[key] = ("bool_param", value)
         elif isinstance(value, int):
@@ -370,6 +357,18 @@ def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]
         else:
             out[key] = (None, value)
     return out
+
+
+def _file_content(key: str, value: Any) -> bytes:
+    """A ``file:`` load parameter's content: base64 in the JSON, as Triton's HTTP front end."""
+    if not isinstance(value, str):
+        raise PbdError(Code.INTERNAL, "attempt to access JSON non-string as string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise PbdError(
+            Code.INVALID_ARG, f"load parameter '{key}' is not valid base64: {exc}"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
 from pbd.instances.records import VersionState
 from pbd.instances.version import VersionRuntime
 from pbd.repository.config import ModelConfig, load_model_config
+from pbd.repository.names import check_model_name
+from pbd.repository.upload import Uploads
 from pbd.types import IndexEntry
 
 log = logging.getLogger("pbd.repository")
@@ -33,7 +34,6 @@ async def _read_config(model_dir: Path, override_json: str | None) -> ModelConfi
     return load_model_config(model_dir, override_json=override_json)
 
 
-_MODEL_NAME = re.compile(r"^[^/\\\0]+$")
 Signature = tuple[tuple[str, int, int], ...]
 
 
@@ -63,6 +63,7 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Versions being loaded (replacing, or beside, those in ``versions``): LOADING in the index.
     loading: dict[int, VersionRuntime] = field(default_factory=dict)
+    model_dir: Path | None = None  # where ``versions`` were loaded from (an upload's, maybe)
 
 
 class ModelRepository:
@@ -72,8 +73,10 @@ class ModelRepository:
         make_runtime: RuntimeFactory,
         unload_grace: float,
         load_config: ConfigLoader = _read_config,
+        uploads: Uploads | None = None,
     ) -> None:
         self.root = root
+        self.uploads = uploads
         self.load_config = load_config
         self.make_runtime = make_runtime
         self.unload_grace = unload_grace
@@ -87,24 +90,40 @@ class ModelRepository:
         except OSError:
             return []
 
-    def _model_dir(self, name: str) -> Path:
-        if not _MODEL_NAME.match(name) or name in (".", ".."):
-            raise invalid_arg(f"invalid model name '{name}'")
-        return self.root / name
-
     # -- load / unload -------------------------------------------------------------------------
 
-    async def load(self, name: str, override_json: str | None = None) -> None:
-        model_dir = self._model_dir(name)
-        if not _is_dir(model_dir):
-            error = PbdError(
-                Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
-            )
-            log.error("%s", error.message)
-            raise error
+    async def load(
+        self,
+        name: str,
+        override_json: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Load (or reload) ``name`` from the repository, or from ``files`` (an upload, which
+        comes with ``override_json``). A reload that fails leaves the model as it was."""
+        try:
+            check_model_name(name)
+        except PbdError as exc:
+            log.error("%s", exc.message)
+            raise
+        if files:
+            if self.uploads is None:
+                raise PbdError(Code.UNSUPPORTED, "model upload is not enabled")
+            model_dir = await asyncio.to_thread(self.uploads.stage, name, files)
+        else:
+            model_dir = self.root / name
+            if not _is_dir(model_dir):
+                error = PbdError(
+                    Code.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+                )
+                log.error("%s", error.message)
+                raise error
         entry = self.entries.setdefault(name, ModelEntry(name))
         async with entry.lock:
-            await self._load_locked(entry, model_dir, override_json)
+            try:
+                await self._load_locked(entry, model_dir, override_json)
+            finally:
+                if self.uploads is not None and entry.model_dir != model_dir:
+                    self.uploads.remove(model_dir)  # an upload that did not load
 
     async def _load_locked(self, entry: ModelEntry, model_dir: Path, override: str | None) -> None:
         name = entry.name
@@ -142,14 +161,27 @@ class ModelRepository:
             )
         finally:
             entry.loading = {}
+        failures = [
+            f"version {v} is at UNAVAILABLE state: {_reason(result)};"
+            for v, result in zip(fresh, results, strict=True)
+            if isinstance(result, BaseException)
+        ]
+        if failures and any(r.serving for r in entry.versions.values()):
+            # Triton: "if the reload fails for any reason the already-loaded model will be
+            # unchanged and will remain loaded". The new versions that did load go again.
+            loaded = [
+                r
+                for r, result in zip(fresh.values(), results, strict=True)
+                if not isinstance(result, BaseException)
+            ]
+            await asyncio.gather(*(r.unload(0.0) for r in loaded), return_exceptions=True)
+            log.error("model '%s' failed to reload; it serves as before: %s", name, failures)
+            raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
         retired = [r for v, r in entry.versions.items() if v not in keep]
         entry.versions = dict(keep)
-        failures: list[str] = []
         for (version, runtime), result in zip(fresh.items(), results, strict=True):
             if isinstance(result, BaseException):
-                reason = result.message if isinstance(result, PbdError) else repr(result)
-                entry.dead[version] = reason
-                failures.append(f"version {version} is at UNAVAILABLE state: {reason};")
+                entry.dead[version] = _reason(result)
             else:
                 entry.versions[version] = runtime
                 entry.dead.pop(version, None)
@@ -160,6 +192,7 @@ class ModelRepository:
         await asyncio.gather(
             *(r.unload(self.unload_grace) for r in retired), return_exceptions=True
         )
+        self._serve_from(entry, model_dir if entry.versions else None)
         for runtime in retired:
             if runtime.version not in entry.versions and runtime.version in wanted:
                 entry.dead.setdefault(runtime.version, runtime.reason)
@@ -182,6 +215,7 @@ class ModelRepository:
             await asyncio.gather(*(r.unload(grace, why) for r in runtimes))
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
+            self._serve_from(entry, None)
             log.info("unloaded model '%s'", name)
 
     async def unload_all(self, grace: float | None = None, why: str = "") -> None:
@@ -189,6 +223,13 @@ class ModelRepository:
         await asyncio.gather(
             *(self.unload(n, grace, why) for n in list(self.entries)), return_exceptions=True
         )
+
+    def _serve_from(self, entry: ModelEntry, model_dir: Path | None) -> None:
+        """Record where ``entry``'s versions come from; the upload they left is removed (its
+        runtimes are gone: unloaded, or retired by the load that replaced them)."""
+        previous, entry.model_dir = entry.model_dir, model_dir
+        if self.uploads is not None and previous is not None and previous != model_dir:
+            self.uploads.remove(previous)
 
     def reject_waiting(self, error: PbdError) -> int:
         """Fail every request still queued (not yet executing), in every model; how many."""
@@ -276,9 +317,21 @@ class ModelRepository:
             )
         return runtime
 
+    def runtimes(self) -> list[VersionRuntime]:
+        """Every version runtime that has workers: serving, and being loaded."""
+        return [
+            runtime
+            for entry in self.entries.values()
+            for runtime in (*entry.versions.values(), *entry.loading.values())
+        ]
+
     def ready_versions(self, name: str) -> list[int]:
         entry = self.entries.get(name)
         return sorted(v for v, r in entry.versions.items() if r.serving) if entry else []
+
+
+def _reason(result: BaseException) -> str:
+    return result.message if isinstance(result, PbdError) else repr(result)
 
 
 def _is_dir(path: Path) -> bool:

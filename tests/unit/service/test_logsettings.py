@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from pbd.errors import Code, PbdError
-from pbd.logsettings import log_settings_answer, update_log_settings
+from pbd.logsettings import HTTP, log_settings_answer, update_log_settings
 from pbd.settings import Settings
 
 
@@ -54,3 +54,30 @@ def test_update_then_answer(settings: Settings) -> None:
     answer = log_settings_answer(settings)
     assert answer["log_verbose_level"] == 2 and answer["log_format"] == "ISO8601"
     assert logging.getLogger().level == logging.DEBUG
+
+
+@pytest.mark.parametrize(
+    ("values", "code", "message"),
+    [
+        ({"log_info": ("string_param", "yes")}, Code.INTERNAL,
+         "attempt to access JSON non-boolean as boolean"),
+        ({"log_verbose_level": (None, -1)}, Code.INTERNAL,
+         "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ({"log_format": ("string_param", "x")}, Code.UNAVAILABLE,
+         "invalid argument for --log_format, got: x"),
+    ],
+)  # fmt: skip
+def test_http_words_them_as_tritons_http_front_end(
+    settings: Settings, values: dict, code: Code, message: str
+) -> None:
+    with pytest.raises(PbdError) as info:
+        update_log_settings(settings, values, HTTP)
+    assert info.value.code is code and info.value.message == message
+
+
+def test_keys_before_an_error_are_applied(settings: Settings) -> None:
+    with pytest.raises(PbdError):
+        update_log_settings(
+            settings, {"log_format": ("string_param", "x"), "log_info": ("bool_param", False)}
+        )
+    assert settings.log_info is False
