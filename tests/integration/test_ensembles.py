@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from inprocess import inprocess_daemon
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -61,6 +62,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         LOADED,
         model_control_mode="explicit",
         load_model=LOADED,
+        allow_client_shm=True,
     ) as url:
         yield Served(url, exporter)
 
@@ -76,6 +78,29 @@ def test_a_two_step_pipeline_passes_a_tensor_from_step_to_step(served: Served) -
     assert [o["name"] for o in metadata["outputs"]] == ["OUT"]
     steps = config["ensemble_scheduling"]["step"]
     assert [s["model_name"] for s in steps] == ["add_one", "identity"]
+
+
+def test_shared_memory_in_and_out_of_an_ensemble(served: Served) -> None:
+    """The input is read by add_one's worker in the client's region; identity's worker
+    writes the output into the client's region."""
+    key = f"pbdens{os.getpid()}"
+    regions = [shm.create_shared_memory_region(n, f"/{key}{n}", X.nbytes) for n in ("i", "o")]
+    try:
+        shm.set_shared_memory_region(regions[0], [X])
+        with served.client() as client:
+            client.register_system_shared_memory("ens_in", f"/{key}i", X.nbytes)
+            client.register_system_shared_memory("ens_out", f"/{key}o", X.nbytes)
+            tensor = grpcclient.InferInput("IN", [4], "FP32")
+            tensor.set_shared_memory("ens_in", X.nbytes)
+            wanted = grpcclient.InferRequestedOutput("OUT")
+            wanted.set_shared_memory("ens_out", X.nbytes)
+            client.infer("pipeline", [tensor], outputs=[wanted])
+            client.unregister_system_shared_memory()
+        out = shm.get_contents_as_numpy(regions[1], np.float32, [4])
+        np.testing.assert_array_equal(out, X + 1)
+    finally:
+        for region in regions:
+            shm.destroy_shared_memory_region(region)
 
 
 def test_independent_steps_run_at_once_and_fan_in(served: Served, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ class EnsembleGraph:
     decoupled: frozenset[int] = frozenset()  # indices of the decoupled steps
     # step index -> the steps that read, directly or not, what it writes
     downstream: Mapping[int, frozenset[int]] = field(init=False)
+    read: frozenset[str] = field(init=False)  # the tensors some step reads
 
     def __post_init__(self) -> None:
         readers: dict[str, list[int]] = {}
@@ -54,6 +55,7 @@ class EnsembleGraph:
                             todo.append(reader)
             below[step.index] = frozenset(seen)
         object.__setattr__(self, "downstream", below)
+        object.__setattr__(self, "read", frozenset(readers))
 
     def start(self, inputs: Mapping[str, T]) -> Flow[T]:
         return Flow(dict(inputs), {s.index for s in self.spec.steps})

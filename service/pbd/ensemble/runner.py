@@ -22,7 +22,7 @@ from pbd.ensemble.spec import Step
 from pbd.ensemble.step_call import Tensor, run_step, step_input
 from pbd.errors import Code, PbdError
 from pbd.streams import ResponseStream, StreamResult
-from pbd.types import InferResult, OutputTensor, PreparedRequest
+from pbd.types import InferResult, OutputTensor, PreparedRequest, RequestedOutput
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -106,7 +106,8 @@ class EnsembleRequest:
 
     async def _step(self, flow: Flow[Tensor], step: Step) -> None:
         inputs = [step_input(name, flow.tensors[t]) for name, t in step.input_map.items()]
-        async for result in run_step(self.dp, step, inputs, self.prepared.request):
+        wanted = self._targets(step)
+        async for result in run_step(self.dp, step, inputs, wanted, self.prepared.request):
             self._results.append(result)
             if not result.outputs:
                 continue  # a decoupled step's response without tensors starts nothing
@@ -123,6 +124,19 @@ class EnsembleRequest:
             if answer is not None:
                 self._answer(answer)
             self._launch(target)
+
+    def _targets(self, step: Step) -> list[RequestedOutput]:
+        """The step's outputs with the client's shared-memory parameters of the ensemble
+        outputs it produces, so its worker writes them into the client's region (not one a
+        later step reads: that step would find it empty). Empty: none is aimed anywhere."""
+        aimed = {
+            o.name: o.parameters
+            for o in self.prepared.request.outputs
+            if o.name in self.prepared.output_targets and o.name not in self.graph.read
+        }
+        if not any(t in aimed for t in step.output_map.values()):
+            return []
+        return [RequestedOutput(n, dict(aimed.get(t, {}))) for n, t in step.output_map.items()]
 
     def _answer(self, tensors: Mapping[str, Tensor]) -> None:
         wanted = self.prepared.requested_outputs or list(tensors)

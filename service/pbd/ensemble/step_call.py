@@ -8,7 +8,8 @@ memory: a step's output is named to the next step's worker as a slice of the seg
 producing worker wrote it into (the worker maps that segment), and an ensemble input that
 came in a client's registered region is named there. Only an ensemble input that came inside
 the request message is copied, once per step that reads it, into that step's instance arena,
-as any request's input is.
+as any request's input is. An ensemble output the client aimed at its registered region is
+written there by the step that produces it (unless a later step reads it too).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from pbd.ensemble.spec import Step
 from pbd.errors import PbdError
 from pbd.instances.memory import locate
 from pbd.tracing.request import RequestTrace
-from pbd.types import InferRequest, InferResult, InputTensor, OutputTensor, PreparedInput, ShmSlice
+from pbd.types import (
+    InferRequest,
+    InferResult,
+    InputTensor,
+    OutputTensor,
+    PreparedInput,
+    RequestedOutput,
+    ShmSlice,
+)
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -66,15 +75,17 @@ async def run_step(
     dataplane: DataPlane,
     step: Step,
     inputs: Sequence[InputTensor],
+    outputs: Sequence[RequestedOutput],
     parent: InferRequest,
 ) -> AsyncIterator[InferResult]:
     """Every response of ``step`` (one for a non-decoupled model), as results the caller
-    releases. A step's error is raised."""
+    releases. A step's error is raised. ``outputs``: empty for all of them."""
     request = InferRequest(
         model_name=step.model_name,
         model_version=step.version_text,
         id=parent.id,
         inputs=list(inputs),
+        outputs=list(outputs),
         parameters=dict(parent.parameters),
         internal=True,
     )
