@@ -20,6 +20,7 @@ from pathlib import Path
 from pbd import status_line
 from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
+from pbd.ensemble.runtime import EnsembleRuntime, Ensembles
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server
@@ -72,8 +73,12 @@ class Daemon:
         self.custom_metrics = CustomMetrics()
         shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
 
+        self.ensembles = Ensembles()
+
         def make_runtime(config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
-            return VersionRuntime(
+            kind = VersionRuntime if config.ensemble is None else EnsembleRuntime
+            extra = {} if config.ensemble is None else {"ensembles": self.ensembles}
+            return kind(
                 config=config,
                 version=version,
                 model_dir=model_dir,
@@ -84,6 +89,7 @@ class Daemon:
                 gpus=self.gpus,
                 custom_metrics=self.custom_metrics,
                 tracing=self.tracing,
+                **extra,
             )
 
         self.repository = ModelRepository(
@@ -111,6 +117,7 @@ class Daemon:
             ),
             self.tracing,
         )
+        self.ensembles.repository, self.ensembles.dataplane = self.repository, self.dataplane
         self.cuda_pools = CudaPools(pool_sizes(settings.cuda_memory_pool_byte_size, self.gpus))
         self.bls = BlsService(self.dataplane, self.cuda_pools)
         self.hub.bls = self.bls

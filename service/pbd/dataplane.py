@@ -177,7 +177,7 @@ class DataPlane:
         self, request: InferRequest, *, decoupled_ok: bool
     ) -> tuple[VersionRuntime, PreparedRequest, int]:
         """Checks and accounting before a request is queued: (runtime, prepared, bytes)."""
-        if not self.accepting:
+        if not self.accepting and not request.internal:
             raise unavailable(
                 "GRPC server is shutting down and has stopped accepting new requests."
             )

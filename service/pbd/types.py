@@ -74,6 +74,9 @@ class InferRequest:
     trace: Any = None
     # Set when the request is a BLS call a model made (pbd.bls.service): the call's daemon-wide id.
     bls_call: int = 0
+    # A step of an ensemble request the dataplane already admitted (pbd.ensemble): it runs
+    # even while the daemon drains, as the request it belongs to does.
+    internal: bool = False
 
     @property
     def log_id(self) -> str:

@@ -34,11 +34,10 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
 from pbd.bls.pool import BlsPool
 from pbd.bls.wait_graph import Waiter, WaitGraph
 from pbd.errors import Code, PbdError
+from pbd.instances.memory import locate
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
 from pbd_wire import worker_pb2 as wpb
@@ -307,13 +306,10 @@ class BlsService:
 
     def _locate(self, data: memoryview) -> tuple[str, int]:
         """The segment (of any instance: the callee's outputs, or its arena) holding ``data``."""
-        address = int(np.frombuffer(data, np.uint8).__array_interface__["data"][0])
-        for instance in self.dp.all_instances():
-            memory = instance.memory
-            for segment in [*memory.arena.segments, *memory.worker_segments.segments.values()]:
-                if segment.address <= address < segment.address + segment.size:
-                    return segment.name, address - segment.address
-        raise PbdError(Code.INTERNAL, "BLS: an output of the callee lies in no known segment")
+        found = locate(data)
+        if found is None:
+            raise PbdError(Code.INTERNAL, "BLS: an output of the callee lies in no known segment")
+        return found
 
     def _instances_of(self, model: str) -> list[Instance]:
         entry = self.dp.repository.entries.get(model)

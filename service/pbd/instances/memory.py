@@ -11,6 +11,8 @@ import contextlib
 import os
 from pathlib import Path
 
+import numpy as np
+
 from pbd.settings import Settings
 from pbd.types import CudaSlice, OutputTensor, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
@@ -18,6 +20,9 @@ from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.shm import Arena, Block, SegmentMap
 
 _EMPTY = memoryview(b"")
+# Every live instance's memory, by segment-name base: a tensor one instance holds may be passed
+# to another by name (a BLS reply, an ensemble step's input), and come back as its output.
+_LIVE: dict[str, InstanceMemory] = {}
 
 
 def _cuda_ref(ref: wpb.CudaRef, where: CudaSlice) -> None:
@@ -38,6 +43,7 @@ class InstanceMemory:
         self.worker_segments = SegmentMap(self.shm_dir, allowed_prefix=self.output_prefix)
         self._shm_base = shm_base
         self._cancel: CancelFlags | None = None
+        _LIVE[shm_base] = self
 
     @property
     def cancel(self) -> CancelFlags:
@@ -102,11 +108,12 @@ class InstanceMemory:
             data = _EMPTY
         else:
             own = self.arena.find(ref.region)
-            data = (
-                own.view(ref.offset, ref.nbytes)
-                if own is not None
-                else self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
-            )
+            if own is not None:
+                data = own.view(ref.offset, ref.nbytes)
+            elif ref.region.startswith(self.output_prefix):
+                data = self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
+            else:  # an input given in another instance's segment (an ensemble's), returned
+                data = _peer_view(ref.region, ref.offset, ref.nbytes)
         return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data)
 
     def free(self, blocks: list[Block]) -> None:
@@ -118,6 +125,7 @@ class InstanceMemory:
     def close(self) -> None:
         """Unmap everything and remove every segment of this instance, the worker's too (it
         may have died before telling us about all of them)."""
+        _LIVE.pop(self._shm_base, None)
         self.worker_segments.close()
         try:
             names = [n for n in os.listdir(self.shm_dir) if n.startswith(self.output_prefix)]
@@ -130,3 +138,25 @@ class InstanceMemory:
             self._cancel.close(unlink=True)
             self._cancel = None
         self.arena.close()
+
+
+def locate(data: memoryview) -> tuple[str, int] | None:
+    """The segment of any live instance (its arena, or its worker's outputs as far as they
+    are mapped) holding ``data``, and the offset there; None if none does."""
+    address = int(np.frombuffer(data, np.uint8).__array_interface__["data"][0])
+    for memory in _LIVE.values():
+        for segment in [*memory.arena.segments, *memory.worker_segments.segments.values()]:
+            if segment.address <= address < segment.address + segment.size:
+                return segment.name, address - segment.address
+    return None
+
+
+def _peer_view(name: str, offset: int, nbytes: int) -> memoryview:
+    """A view of another live instance's segment, through the mapping that instance keeps."""
+    owner = next((m for base, m in _LIVE.items() if name.startswith(f"{base}-")), None)
+    if owner is None:
+        raise ValueError(f"segment {name!r} belongs to no instance")
+    own = owner.arena.find(name)
+    if own is not None:
+        return own.view(offset, nbytes)
+    return owner.worker_segments.view(name, offset, nbytes)

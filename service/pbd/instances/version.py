@@ -39,6 +39,9 @@ log = logging.getLogger("pbd.instances")
 
 
 class VersionRuntime:
+    # Models this version runs its requests on (an ensemble's steps): unloaded with them.
+    depends_on: frozenset[str] = frozenset()
+
     def __init__(
         self,
         *,

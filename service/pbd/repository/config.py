@@ -21,6 +21,7 @@ from typing import Any
 from google.protobuf import json_format, text_format
 
 from pbd._proto import model_config_pb2 as mc
+from pbd.ensemble.spec import EnsembleSpec, ensemble_spec, is_ensemble
 from pbd.errors import Code, PbdError
 from pbd.repository.config_json import config_to_dict
 from pbd_wire import dtypes
@@ -90,6 +91,7 @@ class ModelConfig:
     decoupled: bool
     # Triton's JSON form (int64 values as numbers, defaults present); treat it as read-only.
     as_dict: Mapping[str, Any]
+    ensemble: EnsembleSpec | None = None  # platform "ensemble": its steps
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict)
@@ -183,6 +185,10 @@ def _build(msg: mc.ModelConfig, model_name: str, src: str) -> ModelConfig:
     outputs = tuple(_tensor(t, "output", msg, src) for t in msg.output)
     _check_unique(inputs, "input", src)
     _check_unique(outputs, "output", src)
+    try:
+        ensemble = ensemble_spec(msg)
+    except ValueError as exc:  # a wrong ensemble_scheduling, in Triton's words
+        raise ConfigError(f"{src}: {exc}") from None
     return ModelConfig(
         name=msg.name,
         backend=msg.backend,
@@ -196,6 +202,7 @@ def _build(msg: mc.ModelConfig, model_name: str, src: str) -> ModelConfig:
         parameters=MappingProxyType({k: v.string_value for k, v in msg.parameters.items()}),
         decoupled=msg.model_transaction_policy.decoupled,
         as_dict=config_to_dict(msg),
+        ensemble=ensemble,
     )
 
 
@@ -219,8 +226,8 @@ def _fill_defaults(msg: mc.ModelConfig, model_name: str) -> None:
             sequence.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_US
         if sequence.HasField("oldest") and not sequence.oldest.preferred_batch_size:
             sequence.oldest.preferred_batch_size.extend(full_batch)
-    if msg.HasField("ensemble_scheduling"):
-        return  # rejected by _check_model; Triton normalizes nothing more for ensembles
+    if is_ensemble(msg):
+        return  # Triton normalizes nothing more for ensembles
     optimization = msg.optimization
     if not optimization.HasField("input_pinned_memory"):
         optimization.input_pinned_memory.enable = True
@@ -244,15 +251,15 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
             f"{src}: unexpected directory name '{model_name}' for model '{msg.name}', "
             "directory name must equal model name"
         )
-    if msg.platform == "ensemble" or msg.HasField("ensemble_scheduling"):
-        raise ConfigError(f"{src}: ensemble models (ensemble_scheduling) are not supported by pbd")
+    if msg.max_batch_size < 0:
+        raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
+    if is_ensemble(msg):
+        return  # no model file nor batcher of its own: pbd.ensemble.spec checks the steps
     if msg.backend != "python":
         what = f"backend '{msg.backend}'" if msg.backend else f"platform '{msg.platform}'"
         raise ConfigError(
             f'{src}: {what} is not supported: pbd serves Python models (backend: "python")'
         )
-    if msg.max_batch_size < 0:
-        raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
     check_model_filename(msg.default_model_filename, src)
     _check_preferred(msg.dynamic_batching.preferred_batch_size, msg, f"{src}: dynamic_batching")
     oldest = msg.sequence_batching.oldest

@@ -207,6 +207,8 @@ class ModelRepository:
         if entry is None:
             return  # Triton: unloading a model that is not loaded succeeds
         grace = self.unload_grace if grace is None else grace
+        for dependent in self._dependents(name):  # an ensemble goes before its steps (Triton)
+            await self.unload(dependent, grace, why)
         async with entry.lock:
             runtimes = list(entry.versions.values())
             if not runtimes:
@@ -217,6 +219,14 @@ class ModelRepository:
                 entry.dead[runtime.version] = "unloaded"
             self._serve_from(entry, None)
             log.info("unloaded model '%s'", name)
+
+    def _dependents(self, name: str) -> list[str]:
+        """The models with a loaded version that runs its requests on ``name``."""
+        return sorted(
+            other
+            for other, entry in self.entries.items()
+            if any(name in runtime.depends_on for runtime in entry.versions.values())
+        )
 
     async def unload_all(self, grace: float | None = None, why: str = "") -> None:
         """Unload every model; ``why`` ends the message of requests still executing."""

@@ -82,10 +82,13 @@ DIMS_RULE = "each dimension must be an integer >= 1, or -1 for a variable-size d
             "platform 'tensorrt_plan' is not supported: pbd serves Python models "
             '(backend: "python")',
         ),
-        ('platform: "ensemble"', "ensemble models (ensemble_scheduling) are not supported by pbd"),
+        (
+            'platform: "ensemble"',
+            "ensemble scheduling must be set for ensemble m whose platform is ensemble",
+        ),
         (
             'ensemble_scheduling { step [ { model_name: "a" } ] }',
-            "ensemble models (ensemble_scheduling) are not supported by pbd",
+            "ensemble scheduling cannot be set for model 'm' whose platform is not ensemble",
         ),
         ("max_batch_size: -1", "max_batch_size must be >= 0, got -1"),
         (
