@@ -55,10 +55,10 @@ def upload_parts(name: str, key: str) -> tuple[str, ...]:
         raise _refused(name, key, "the path contains a NUL character")
     if "\\" in path:
         raise _refused(name, key, "the path contains a backslash ('/' separates directories)")
+    # Triton reads one leading '/' as the model directory itself (its own QA uploads
+    # 'file:/1/model.py'); the rest of the path is checked like any other.
     if path.startswith("/"):
-        raise _refused(
-            name, key, "the path is absolute; it must be relative to the model's directory"
-        )
+        path = path[1:]
     if len(path.encode()) > PATH_MAX:
         raise _refused(name, key, f"the path is longer than {PATH_MAX} bytes")
     parts = tuple(path.split("/"))
