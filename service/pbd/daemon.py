@@ -89,7 +89,7 @@ class Daemon:
             settings.model_repository.resolve(),
             make_runtime,
             settings.exit_timeout_secs,
-            ConfigCompleter(settings, self.hub).load,
+            ConfigCompleter(settings, self.hub, gpus=self.gpus).load,
         )
         self.dataplane = DataPlane(
             self.repository,
