@@ -96,7 +96,7 @@ class Daemon:
             settings.model_repository.resolve(),
             make_runtime,
             settings.exit_timeout_secs,
-            ConfigCompleter(settings, self.hub).load,
+            ConfigCompleter(settings, self.hub, gpus=self.gpus).load,
             Uploads(
                 settings.model_upload_dir,
                 UploadLimits(settings.model_upload_max_bytes, settings.model_upload_max_files),

@@ -185,6 +185,12 @@ class HttpFrontend:
         parsed = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), *self._target(request)
         )
+        if self.dp.is_decoupled(parsed.request):
+            # Triton's HTTP words; the dataplane's refusal names the gRPC RPC.
+            raise PbdError(
+                Code.UNSUPPORTED,
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            )
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path
         trace = self.dp.start_trace(

@@ -1,10 +1,36 @@
-"""Where a model's instances go: Triton's instance_group placement, as a pure function."""
+"""Where a model's instances go: Triton's instance_group placement, as pure functions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from google.protobuf import json_format
+
+from pbd._proto import model_config_pb2 as mc
 from pbd.errors import invalid_arg
 from pbd.instances.records import InstancePlan
-from pbd.repository.config import ModelConfig
+from pbd.repository.config import ModelConfig, build_model_config
+
+_Group = mc.ModelInstanceGroup
+
+
+def normalize_instance_groups(config: ModelConfig, gpus: Sequence[int]) -> ModelConfig:
+    """``config`` as Triton's NormalizeInstanceGroup leaves it on a machine with ``gpus``: a
+    KIND_AUTO group becomes KIND_GPU where a GPU is visible and KIND_CPU where none is, and a
+    KIND_GPU group that lists no GPUs lists them all. This is the config models get in
+    ``args["model_config"]`` and clients read from ModelConfig."""
+    if not any(
+        g.kind == "KIND_AUTO" or (g.kind == "KIND_GPU" and not g.gpus and gpus)
+        for g in config.instance_groups
+    ):
+        return config
+    message = json_format.ParseDict(config.as_dict, mc.ModelConfig())
+    for group in message.instance_group:
+        if group.kind == _Group.KIND_AUTO:
+            group.kind = _Group.KIND_GPU if gpus else _Group.KIND_CPU
+        if group.kind == _Group.KIND_GPU and not group.gpus:
+            group.gpus.extend(gpus)
+    return build_model_config(message, config.name, f"model '{config.name}'")
 
 
 def plan_instances(config: ModelConfig, gpus: list[int]) -> list[InstancePlan]:

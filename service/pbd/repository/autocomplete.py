@@ -5,9 +5,10 @@ of its own (started for this only, under the model's EXECUTION_ENV_PATH environm
 after): model code never runs in the daemon. The worker hands the static method a
 ``pb_utils.ModelConfig`` of the configuration so far and sends back what it made of it, which
 is then filled with Triton's defaults and checked like any config.pbtxt. That completed
-configuration is what initialize() gets, what ModelConfig/ModelMetadata return and what the
-daemon schedules by. A directory without config.pbtxt loads too (name from the directory,
-backend python), as in Triton. ``--disable-auto-complete-config`` turns all of this off.
+configuration, its instance groups normalized for this machine's GPUs, is what initialize()
+gets, what ModelConfig/ModelMetadata return and what the daemon schedules by. A directory
+without config.pbtxt loads too (name from the directory, backend python), as in Triton.
+``--disable-auto-complete-config`` turns all of this off.
 
 Only files that mention ``auto_complete_config`` get a worker: starting a Python process per
 model load just to learn that a model has no such method would slow every load.
@@ -20,12 +21,14 @@ import contextlib
 import itertools
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
+from pbd.instances.placement import normalize_instance_groups
 from pbd.instances.startup import connected_or_exited
 from pbd.instances.worker_link import WorkerLink
 from pbd.repository.config import (
@@ -50,14 +53,22 @@ class ConfigCompleter:
     """Loads model configurations, running ``auto_complete_config`` where models have it."""
 
     def __init__(
-        self, settings: Settings, hub: WorkerHub, launcher: InstanceLauncher | None = None
+        self,
+        settings: Settings,
+        hub: WorkerHub,
+        launcher: InstanceLauncher | None = None,
+        gpus: Sequence[int] = (),
     ) -> None:
         self.settings = settings
         self.hub = hub
+        self.gpus = gpus
         # Always a child process, also under the systemd launcher: it lives for one call.
         self.launcher = launcher or ProcessLauncher()
 
     async def load(self, model_dir: Path, override_json: str | None = None) -> ModelConfig:
+        return normalize_instance_groups(await self._complete(model_dir, override_json), self.gpus)
+
+    async def _complete(self, model_dir: Path, override_json: str | None) -> ModelConfig:
         name = model_dir.name
         disabled = self.settings.disable_auto_complete_config
         message, source = read_model_config(

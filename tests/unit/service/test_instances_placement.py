@@ -6,7 +6,7 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.gpus import visible_gpus
-from pbd.instances.placement import plan_instances
+from pbd.instances.placement import normalize_instance_groups, plan_instances
 from pbd.repository.config import parse_model_config
 
 
@@ -62,3 +62,27 @@ def test_visible_gpus_follow_the_driver_and_cuda_visible_devices(tmp_path):
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,0"}, str(tmp_path)) == [0, 1]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,7,0"}, str(tmp_path)) == [0]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, str(tmp_path)) == []
+
+
+def _groups(groups: str, gpus: list[int]):
+    config = normalize_instance_groups(_config(groups), gpus)
+    assert [(g.kind, g.gpus) for g in config.instance_groups] == [
+        (g["kind"], tuple(g["gpus"])) for g in config.as_dict["instance_group"]
+    ]  # the JSON form models get and clients read says the same
+    return [(g.name, g.kind, g.gpus) for g in config.instance_groups]
+
+
+def test_normalized_config_names_the_kind_auto_resolves_to():
+    # Triton's NormalizeInstanceGroup: KIND_AUTO is CPU without a GPU, GPU (all of them) with.
+    assert _groups("", []) == [("m", "KIND_CPU", ())]
+    assert _groups("instance_group [ { count: 2 } ]", [0, 1]) == [("m_0", "KIND_GPU", (0, 1))]
+    assert _groups("instance_group [ { kind: KIND_GPU } ]", [0, 1]) == [("m_0", "KIND_GPU", (0, 1))]
+
+
+def test_normalizing_keeps_what_is_already_explicit():
+    explicit = "{ kind: KIND_CPU }, { kind: KIND_GPU gpus: [ 1 ] }, { kind: KIND_MODEL }"
+    config = _config(f"instance_group [ {explicit} ]")
+    assert normalize_instance_groups(config, [0, 1]) is config
+    # A GPU group on a machine without one stays as written; placing it is the error.
+    gpu_only = _config("instance_group [ { kind: KIND_GPU } ]")
+    assert normalize_instance_groups(gpu_only, []) is gpu_only
