@@ -64,3 +64,20 @@ def rejected(message: str) -> PbdError:
     error = PbdError(Code.UNAVAILABLE, message)
     error.failure = "REJECTED"
     return error
+
+
+# Triton's refusal of TRITONSERVER_REQUEST_RELEASE_RESCHEDULE outside an iterative sequence.
+NOT_RESCHEDULABLE = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
+
+
+class Rescheduled(PbdError):
+    """Not an answer: the model handed its request back (``set_release_flags(
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``). The sequence batcher of an iterative sequence
+    runs it again; a scheduler that cannot fails the request with Triton's error, which this
+    is (so it is an error wherever it is not understood)."""
+
+    def __init__(self) -> None:
+        super().__init__(Code.INTERNAL, NOT_RESCHEDULABLE)

@@ -79,11 +79,23 @@ def test_async_bls_awaits_two_calls_at_once(client: grpcclient.InferenceServerCl
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
 
 
-def test_bls_to_an_unknown_model_is_a_response_error(
-    client: grpcclient.InferenceServerClient,
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"async": True}, {"decoupled": True}, {"decoupled": True, "async": True},
+     {"model": "add_sub", "version": 7}],
+    ids=["exec", "async_exec", "exec-decoupled", "async_exec-decoupled", "unknown-version"],
+)  # fmt: skip
+def test_bls_to_a_model_that_is_not_ready_gets_tritons_response_error(
+    client: grpcclient.InferenceServerClient, params: dict[str, Any]
 ) -> None:
-    error = error_of(lambda: client.infer("bls_unknown", []))
-    assert "Request for unknown model: 'no_such_model' is not found" in error.message()
+    error = error_of(lambda: client.infer("bls_unknown", [], parameters=params))
+    model = params.get("model", "no_such_model")
+    # Triton 2.51's words and code (python_backend's examples/bls client prints them).
+    assert error.message() == (
+        f"Model {model} - Error when running inference: Failed for execute the inference "
+        f"request. Model '{model}' is not ready."
+    )
+    assert error.status() == "StatusCode.INTERNAL"
     # The daemon and the caller go on serving.
     np.testing.assert_array_equal(
         client.infer("bls_add_sub", add_sub_inputs(A, B)).as_numpy("OUTPUT0"), A + B
@@ -142,8 +154,12 @@ def test_plain_exec_of_a_decoupled_model_gets_tritons_error(
     error = error_of(
         lambda: client.infer("bls_unknown", [], parameters={"model": "repeat_decoupled"})
     )
-    assert "Model repeat_decoupled is using the decoupled" in error.message()
+    assert error.message().startswith(
+        "Model repeat_decoupled - Error when running inference: Model repeat_decoupled is using "
+        "the decoupled."
+    )
     assert "Please use 'decoupled=True' argument" in error.message()
+    assert error.status() == "StatusCode.INTERNAL"  # as Triton 2.51
 
 
 def test_a_model_calls_itself_on_its_other_instance(

@@ -125,18 +125,20 @@ class Execute(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., release: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "outputs", "error", "parameters_json", "streamed")
+    __slots__ = ("request_id", "outputs", "error", "parameters_json", "streamed", "rescheduled")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     STREAMED_FIELD_NUMBER: _ClassVar[int]
+    RESCHEDULED_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     outputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     error: Error
     parameters_json: str
     streamed: bool
-    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ..., streamed: _Optional[bool] = ...) -> None: ...
+    rescheduled: bool
+    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ..., streamed: _Optional[bool] = ..., rescheduled: _Optional[bool] = ...) -> None: ...
 
 class StreamedResponse(_message.Message):
     __slots__ = ("request_id", "response", "flags", "held")

@@ -29,6 +29,7 @@ from pbd_worker.model_api.errors import TritonError
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
+from pbd_worker.rescheduling import unanswered
 from pbd_worker.returns import check_returned
 from pbd_worker.streaming import BackgroundLoop, LiveRequests
 
@@ -216,9 +217,8 @@ class BatchExecutor:
             for request_msg, request, response in zip(
                 msgs, requests, responses or [None] * len(requests), strict=True
             ):
-                if response is None:  # answered with the response sender
-                    result.responses.append(wpb.Response(request_id=request_msg.request_id,
-                                                         streamed=True))  # fmt: skip
+                if response is None:  # answered with the response sender, or rescheduled
+                    result.responses.append(unanswered(request_msg.request_id, request, self.live))
                     continue
                 self.live.done(request_msg.request_id)
                 result.responses.append(self._response(request_msg, request, response, held))

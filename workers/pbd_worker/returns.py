@@ -2,8 +2,9 @@
 
 Decoupled: ``None`` (the model answers through its response senders). Default: a list with one
 entry per request: an ``InferenceResponse``, or ``None`` for a request its response sender
-answers. A returned response counts as a send with the final flag, so a request that already
-got its response through the sender cannot get a second one this way.
+answers or the model rescheduled (``pbd_worker.rescheduling``). A returned response counts as
+a send with the final flag, so a request that already got its response through the sender
+cannot get a second one this way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
+from pbd_worker.rescheduling import rescheduled, returned_for_rescheduled
 
 
 def check_returned(
@@ -30,6 +32,10 @@ def check_returned(
     if problem:
         return problem
     for request, response in zip(requests, responses, strict=True):
+        if rescheduled(request):
+            if response is not None:
+                return returned_for_rescheduled(response)
+            continue
         sender = request._response_sender
         if response is None and sender is None:
             return (

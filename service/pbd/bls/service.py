@@ -55,6 +55,8 @@ _NOT_DECOUPLED_CALL = (
     "models using the decoupled transaction policy. Please use 'decoupled=True' argument to "
     "the 'exec' or 'async_exec' calls for decoupled models.'"
 )
+# Triton's refusal of a call to a model (or version) that is not loaded and ready.
+_NOT_READY = "Failed for execute the inference request. Model '{model}' is not ready."
 
 
 class BlsService:
@@ -127,12 +129,13 @@ class BlsService:
         try:
             request = self._request(caller, call)
             request.bls_call = waiter.gid
-            runtime = self.dp.repository.lookup(request.model_name, request.model_version)
+            try:
+                runtime = self.dp.repository.lookup(request.model_name, request.model_version)
+            except PbdError:  # Triton asks whether the model is ready, whatever the reason
+                raise _refused(call.model_name, _NOT_READY) from None
             if runtime.config.decoupled:
                 if not call.decoupled:
-                    raise PbdError(
-                        Code.UNSUPPORTED, _NOT_DECOUPLED_CALL.format(model=call.model_name)
-                    )
+                    raise _refused(call.model_name, _NOT_DECOUPLED_CALL)
                 self.graph.check()
                 trace = request.trace = self._trace(call, request, began)
                 await self._stream(caller, call, request, waiter)
@@ -365,3 +368,10 @@ def _caller_view(caller: Instance, ref: wpb.TensorRef) -> memoryview:
         return memory.worker_segments.view(ref.region, ref.offset, ref.nbytes)
     except (ValueError, OSError) as exc:
         raise PbdError(Code.INVALID_ARG, f"BLS input '{ref.name}': {exc}") from None
+
+
+def _refused(model: str, why: str) -> PbdError:
+    """Triton's error for a BLS call refused before it is queued (python_backend's request
+    executor words them so, all INTERNAL)."""
+    reason = why.format(model=model)
+    return PbdError(Code.INTERNAL, f"Model {model} - Error when running inference: {reason}")

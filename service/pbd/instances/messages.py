@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from pbd.errors import Code, PbdError
+from pbd.errors import Code, PbdError, Rescheduled
 from pbd.instances.error_log import ErrorBucket, log_failed_batch
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.records import InstancePlan
@@ -129,6 +129,8 @@ def batch_results(
             results.append(streams.answered(
                 request_id, PbdError(Code.INTERNAL, f"{instance.describe()} returned no response")
             ))  # fmt: skip
+        elif response.rescheduled:
+            results.append(streams.rescheduled(request_id, instance.config.iterative_sequence))
         elif response.streamed:
             outstanding += 1  # the batch's inputs stay until its final response
             results.append(streams.streamed(request_id, release_one))
@@ -171,7 +173,7 @@ def failed_share(
     """(requests, batch rows) of ``batch`` that ``results`` answer with an error."""
     requests = rows = 0
     for prepared, result in zip(batch, results, strict=True):
-        if isinstance(result, PbdError):
+        if isinstance(result, PbdError) and not isinstance(result, Rescheduled):
             requests += 1
             rows += request_batch_size(prepared, config.max_batch_size)
     return requests, rows

@@ -15,7 +15,7 @@ import itertools
 import json
 from typing import Any, Protocol
 
-from pbd.errors import Code, PbdError
+from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.worker_link import WorkerLink
 from pbd.repository.config import ModelConfig
@@ -130,6 +130,19 @@ class InstanceStreams:
             return _Awaiting(entry.stream)
         prepared = entry.prepared.request
         return InferResult(prepared.model_name, prepared.model_version, prepared.id, [])
+
+    def rescheduled(self, request_id: int, iterative: bool) -> PbdError:
+        """The model handed the request back. An iterative sequence's request runs again (a
+        new id, its caller's stream kept): ``Rescheduled``, which its sequence batcher takes
+        back. Any other model: Triton's error, as the request's answer."""
+        if not iterative:
+            error = PbdError(Code.INTERNAL, NOT_RESCHEDULABLE)
+            self.answered(request_id, error)
+            return error
+        entry = self._entries.pop(request_id, None)
+        if entry is not None:
+            entry.close_own()  # responses of this round on a private stream: nobody reads them
+        return Rescheduled()
 
     async def resolve(self, results: list[Any]) -> list[InferResult | PbdError]:
         """Wait for the answers that come through private streams (ModelInfer on a model that

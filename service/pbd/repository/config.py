@@ -96,6 +96,11 @@ class ModelConfig:
     def to_json(self) -> str:
         return json.dumps(self.as_dict)
 
+    @property
+    def iterative_sequence(self) -> bool:
+        """``sequence_batching { iterative_sequence: true }``: its requests may be rescheduled."""
+        return bool(self.as_dict.get("sequence_batching", {}).get("iterative_sequence"))
+
     def input(self, name: str) -> TensorConfig | None:
         return next((t for t in self.inputs if t.name == name), None)
 

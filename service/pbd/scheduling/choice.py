@@ -24,5 +24,6 @@ def make_scheduler(config: ModelConfig, name: str, max_queue_size: int) -> Sched
             config.name,
             BatchingPolicy(config.max_batch_size, default_policy=QueuePolicy(max_queue_size)),
             idle or SEQUENCE_IDLE_DEFAULT_US,
+            config.iterative_sequence,
         )
     return RequestQueue(name, max_queue_size)

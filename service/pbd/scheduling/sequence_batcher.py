@@ -11,21 +11,31 @@ A sequence ends with its END request, or when it was idle (nothing queued or run
 ``max_sequence_idle_microseconds`` (Triton's default: 1 s); a later request of it must start
 it again. Triton's errors (INVALID_ARG) for a request without a sequence ID and for one of a
 sequence that was not started are raised by ``submit``.
+
+Iterative sequences (``iterative_sequence: true``) are one request each, which the model may
+hand back (``Rescheduled``) to run again, as Triton's iterative sequencer does: a request
+without a sequence ID gets one of its own (a counter from 1, skipping IDs in use) and the
+START flag; a rescheduled request runs again with flags 0, on the same instance, after the
+requests that were waiting when it came back (the back of its sequence's queue, and its turn
+among the other sequences counted from then: new and rescheduled requests take turns, and
+with ``max_batch_size`` they share batches). The sequence ends when its request is answered,
+or abandoned by its caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pbd.errors import invalid_arg
+from pbd.errors import PbdError, Rescheduled, invalid_arg
 from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.dynamic_batcher import gather
 from pbd.scheduling.priority_queues import IDLE_RECHECK_S, PriorityQueues, queue_full
-from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem
+from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import SEQUENCE_END, SEQUENCE_START, InferResult, PreparedRequest
 
 log = logging.getLogger("pbd.sequences")
@@ -42,11 +52,15 @@ class Sequence:
 
 
 class SequenceBatcher(PriorityQueues[InstanceT]):
-    def __init__(self, name: str, model: str, policy: BatchingPolicy, idle_us: int) -> None:
+    def __init__(
+        self, name: str, model: str, policy: BatchingPolicy, idle_us: int, iterative: bool = False
+    ) -> None:
         super().__init__(name, policy)
         self.model = model
         self.idle_s = idle_us / 1e6
+        self.iterative = iterative
         self._sequences: dict[int | str, Sequence] = {}
+        self._implicit_ids = itertools.count(1)
 
     def _queued(self) -> Iterator[WorkItem]:
         for sequence in self._sequences.values():
@@ -59,7 +73,10 @@ class SequenceBatcher(PriorityQueues[InstanceT]):
         key, rid = prepared.correlation_id, prepared.request.log_id
         loop = asyncio.get_running_loop()
         self._expire_idle(loop.time())
-        if key == 0 or key == "":
+        if (key == 0 or key == "") and self.iterative:
+            key = prepared.correlation_id = self._implicit_id()
+            prepared.flags = SEQUENCE_START
+        elif key == 0 or key == "":
             raise invalid_arg(
                 f"[request id: {rid}] inference request to model '{self.model}' must specify a "
                 "non-zero or non-empty correlation ID"
@@ -84,12 +101,20 @@ class SequenceBatcher(PriorityQueues[InstanceT]):
         self._changed.set()
         return future
 
+    def _implicit_id(self) -> int:
+        """A sequence ID for an iterative sequence's request that named none."""
+        while True:
+            key = next(self._implicit_ids)
+            if key not in self._sequences:
+                return key
+
     def _ready(self) -> list[Sequence]:
         """Sequences whose next request may go now, oldest head first."""
         ready = []
         for sequence in list(self._sequences.values()):
             while sequence.pending and sequence.pending[0].future.done():
                 sequence.pending.popleft()  # its caller gave up
+                sequence.ending = sequence.ending or self.iterative  # that was its request
             if not sequence.pending and not sequence.running and sequence.ending:
                 del self._sequences[sequence.key]
             elif sequence.pending and not sequence.running:
@@ -139,6 +164,21 @@ class SequenceBatcher(PriorityQueues[InstanceT]):
                     sequence.pending.popleft()
                     sequence.running = True
             return Batch(free[target], items, self.next_ordinal())
+
+    def deliver(self, batch: Batch[InstanceT], outcomes: list[InferResult | PbdError]) -> None:
+        now = asyncio.get_running_loop().time()
+        for item, outcome in zip(batch.items, outcomes, strict=True):
+            sequence = self._sequences.get(item.prepared.correlation_id)
+            if not self.iterative or sequence is None:
+                answer(item, outcome)  # a Rescheduled outcome fails it with Triton's error
+            elif isinstance(outcome, Rescheduled) and not item.future.done():
+                item.prepared.flags = 0
+                item.enqueued_at = now
+                sequence.pending.append(item)
+            else:
+                answer(item, outcome)
+                sequence.ending = True  # an iterative sequence is its one request
+        self._batch_done(batch)
 
     def _batch_done(self, batch: Batch[InstanceT]) -> None:
         now = asyncio.get_running_loop().time()

@@ -34,3 +34,16 @@ def test_the_config_picks_the_scheduler_and_its_pipelining(
     scheduler = make_scheduler(config, "model 'm' version 1", 3)
     assert type(scheduler) is kind
     assert scheduler.pipelined is pipelined
+
+
+@pytest.mark.parametrize(
+    ("extra", "iterative"),
+    [("sequence_batching { }", False), ("sequence_batching { iterative_sequence: true }", True)],
+)
+def test_iterative_sequence_makes_the_sequence_batcher_take_requests_back(
+    extra: str, iterative: bool
+) -> None:
+    config = parse_model_config(BASE + extra, model_name="m", source="config.pbtxt")
+    assert config.iterative_sequence is iterative
+    scheduler = make_scheduler(config, "model 'm' version 1", 3)
+    assert isinstance(scheduler, SequenceBatcher) and scheduler.iterative is iterative
