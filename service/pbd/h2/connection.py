@@ -4,9 +4,8 @@ Reading is a single pass over what the socket gave (``data_received``): complete
 handled in place, a DATA payload that spans several reads is handed to its stream piece by
 piece as memoryviews of the received bytes (no reassembly buffer, so a 16 MiB message is not
 copied on its way in), and only a partial frame header or a partial control frame is kept
-back. Everything written while one read is handled, or by tasks within one turn of the event
-loop, leaves in one ``write``: per request that is one send for the response's HEADERS, DATA
-and trailers together, and one for all the answers that became ready at once.
+back. Everything written while one read is handled leaves in one ``write`` at its end; an
+answer written later (a unary response's HEADERS, DATA and trailers) leaves at once, in one.
 
 Flow control (RFC 9113 section 5.2): the server opens large receive windows and tops them up
 as the application takes data, so a client never waits for a window update on a large
@@ -155,7 +154,6 @@ class Connection(asyncio.Protocol):
         self.max_send_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}
         self.out: list[bytes | memoryview] = []
-        self.flush_pending = False
         self.receiving = False
         self.recv_unacked = 0
 
@@ -400,13 +398,15 @@ class Connection(asyncio.Protocol):
     # -- writing -----------------------------------------------------------------------------
 
     def write(self, data: bytes | memoryview) -> None:
-        self.out.append(data)
-        if not self.receiving and not self.flush_pending:
-            self.flush_pending = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        """Frames made while a read is handled leave together at its end; others at once
+        (an answer that waited for a call_soon to batch it cost a loop turn of latency and
+        saved nothing measurable at 8 in flight)."""
+        if self.receiving:
+            self.out.append(data)
+        elif self.transport is not None:
+            self.transport.write(data)
 
     def _flush(self) -> None:
-        self.flush_pending = False
         out, self.out = self.out, []
         if self.transport is not None and out:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
@@ -417,21 +417,34 @@ class Connection(asyncio.Protocol):
             return False
         self.send_window -= size
         stream.send_window -= size
-        self.write(f.frame_header(f.DATA, f.END_STREAM if end else 0, stream.id, size))
-        if size:
+        head = f.frame_header(f.DATA, f.END_STREAM if end else 0, stream.id, size)
+        # A large payload goes in its own write: the transport sends it without a copy.
+        if size > 65536:
+            self.write(head)
             self.write(payload)
+        else:
+            self.write(head + payload)
         if end:
             self.closed_locally(stream)
         return True
 
     def pump(self, stream: Stream) -> None:
-        """Send what the windows allow of the stream's queue; park the stream if they close."""
+        """Send what the windows allow of the stream's queue; park the stream if they close.
+        The frames leave in one write."""
+        parts: list[bytes | memoryview] = []
+        try:
+            self._pump(stream, parts)
+        finally:
+            if parts:
+                self.write(b"".join(parts))
+
+    def _pump(self, stream: Stream, parts: list[bytes | memoryview]) -> None:
         queue = stream.queue
         while queue:
             entry = queue[0]
             if len(entry) == 1:  # trailers
                 queue.popleft()
-                self.write(f.headers(stream.id, entry[0], True, self.max_send_frame))  # type: ignore[arg-type]
+                parts.append(f.headers(stream.id, entry[0], True, self.max_send_frame))  # type: ignore[arg-type]
                 self.closed_locally(stream)
                 return
             payload = memoryview(entry[0])  # type: ignore[arg-type]
@@ -447,11 +460,10 @@ class Connection(asyncio.Protocol):
                 last = take == size
                 self.send_window -= take
                 stream.send_window -= take
-                self.write(
-                    f.frame_header(f.DATA, f.END_STREAM if last and end else 0, stream.id, take)
-                )
+                flags = f.END_STREAM if last and end else 0
+                parts.append(f.frame_header(f.DATA, flags, stream.id, take))
                 if take:
-                    self.write(payload[:take])
+                    parts.append(payload[:take])
                 payload = payload[take:]
                 if last:
                     break

@@ -24,7 +24,7 @@ def normalize_instance_groups(config: ModelConfig, gpus: Sequence[int]) -> Model
         for g in config.instance_groups
     ):
         return config
-    message = json_format.ParseDict(config.as_dict, mc.ModelConfig())
+    message = json_format.ParseDict(dict(config.as_dict), mc.ModelConfig())
     for group in message.instance_group:
         if group.kind == _Group.KIND_AUTO:
             group.kind = _Group.KIND_GPU if gpus else _Group.KIND_CPU
