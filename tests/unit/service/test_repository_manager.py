@@ -41,6 +41,8 @@ output [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
 class FakeRuntime:
     """Loads unless its version directory holds a file named ``fail``."""
 
+    depends_on: frozenset[str] = frozenset()  # not an ensemble: uses no other model
+
     def __init__(self, config: ModelConfig, version: int, model_dir: Path) -> None:
         self.config, self.version, self.model_dir = config, version, model_dir
         self.state, self.reason, self.scaler = VersionState.LOADING, "", None
