@@ -1,9 +1,10 @@
 """Where a server's CPU goes per request: each thread of the server and of its children.
 
-    python -m bench.cpu_split [--concurrency 8] [--seconds 4] [--elements 16] [--echo]
+    python -m bench.cpu_split [--concurrency 8] [--seconds 4] [--elements 16]
+                              [--echo [--echo-front-end grpcio|pbd]]
 
-Serves ``identity_fp32`` (pbd, one worker) or the bare grpc.aio echo server (``--echo``),
-drives the closed-loop load of ``python -m bench`` at ``--concurrency``, and reads
+Serves ``identity_fp32`` (pbd, one worker) or the bare echo server (``--echo``, on grpc.aio
+or pbd.h2), drives the closed-loop load of ``python -m bench`` at ``--concurrency``, and reads
 ``/proc/<pid>/task/<tid>/stat`` and ``status`` of every thread before and after the measured
 window: CPU microseconds and context switches per request, per thread. This is the split the
 per-request-cost profile in bench/README.md starts from; ``perf record -p PID`` and
@@ -99,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--elements", type=int, default=16, help="FP32 elements per request")
-    parser.add_argument("--echo", action="store_true", help="the bare grpc.aio echo server")
+    parser.add_argument("--echo", action="store_true", help="the bare echo server")
+    parser.add_argument(
+        "--echo-front-end", choices=("grpcio", "pbd"), default="grpcio",
+        help="the echo server's gRPC server: grpc.aio's or pbd's own HTTP/2",
+    )  # fmt: skip
     parser.add_argument("--pbd-arg", action="append", default=[], metavar="FLAG")
     opts = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if opts.echo:
-        server = start_echo(sys.executable, RESULTS)
+        server = start_echo(sys.executable, RESULTS, front_end=opts.echo_front_end)
     else:
         prefix = f"pbdsplit{os.getpid()}"
         server = start_pbd(

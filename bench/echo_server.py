@@ -1,4 +1,4 @@
-"""The ceiling: a bare grpc.aio server whose only RPC, ModelInfer, echoes its inputs.
+"""The ceiling: a bare gRPC server whose only RPC, ModelInfer, echoes its inputs.
 
 It registers ``inference.GRPCInferenceService/ModelInfer`` by hand and parses and builds the
 messages with tritonclient's generated classes, as a plain Python KServe v2 server would. Each
@@ -6,7 +6,11 @@ input ``INPUTn`` comes back as output ``OUTPUTn`` with the same datatype, shape 
 It applies the daemon's allocator tuning (:mod:`pbd.memory.malloc`) unless told not to, so
 pbd/echo measures what the daemon adds (validation, scheduling, the worker hop) and nothing else.
 
-    python -m bench.echo_server --port N [--no-malloc-tuning]
+    python -m bench.echo_server --port N [--front-end grpcio|pbd] [--no-malloc-tuning]
+
+``--front-end grpcio`` (the default) serves it with grpc.aio's server, ``pbd`` with the
+daemon's own HTTP/2 gRPC server (``pbd.h2``, ``pbd.grpc.calls``): the same handler, so the
+difference between the two is what the gRPC server costs per call.
 
 SIGTERM or SIGINT stops it with exit code 0.
 """
@@ -52,6 +56,29 @@ async def _model_infer(
     return echo(request)
 
 
+async def serve_pbd(port: int) -> None:
+    from pbd.grpc.calls import Calls, Method
+    from pbd.h2.connection import Connection
+
+    method = Method(
+        streaming=False,
+        handler=_model_infer,
+        deserialize=service_pb2.ModelInferRequest.FromString,
+        serialize=service_pb2.ModelInferResponse.SerializeToString,
+    )
+    calls = Calls({f"/{SERVICE}/ModelInfer".encode(): method}, 2**31 - 1, None)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: Connection(calls, lambda _: None), "127.0.0.1", port, reuse_address=True
+    )
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"echo server (pbd.h2) listening on 127.0.0.1:{port}", flush=True)
+    await stop.wait()
+    server.close()
+
+
 async def serve(port: int) -> None:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     handler = grpc.unary_unary_rpc_method_handler(
@@ -78,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="KServe v2 ModelInfer echo server (bench ceiling)")
     parser.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
     parser.add_argument(
+        "--front-end", choices=("grpcio", "pbd"), default="grpcio",
+        help="grpc.aio's server or pbd's own HTTP/2 gRPC server",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-malloc-tuning", action="store_true", help="keep glibc's default allocator settings"
     )
     opts = parser.parse_args(argv)
@@ -90,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             print("malloc tuning: not applied (no glibc mallopt)", flush=True)
         else:
             print(f"malloc tuning: {describe()}; refused: {refused or 'none'}", flush=True)
-    asyncio.run(serve(opts.port))
+    asyncio.run(serve_pbd(opts.port) if opts.front_end == "pbd" else serve(opts.port))
     return 0
 
 

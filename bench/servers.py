@@ -120,9 +120,11 @@ def echo_answers(target: str, timeout: float = 2.0) -> bool:
     return True
 
 
-def start_echo(python: str, log_dir: Path, malloc_tuning: bool = True) -> ServerProcess:
+def start_echo(
+    python: str, log_dir: Path, malloc_tuning: bool = True, front_end: str = "grpcio"
+) -> ServerProcess:
     port = free_port()
-    argv = [python, "-m", "bench.echo_server", "--port", str(port)]
+    argv = [python, "-m", "bench.echo_server", "--port", str(port), "--front-end", front_end]
     if not malloc_tuning:
         argv.append("--no-malloc-tuning")
     server = ServerProcess("echo", argv, port, log_dir / "echo.log")

@@ -30,6 +30,9 @@ log = logging.getLogger("pbd.grpc")
 
 HEAD = b"\x88" + f.literal(b"content-type", b"application/grpc")  # :status 200 (static 8)
 OK_TRAILERS = f.literal(b"grpc-status", b"0")
+# grpc core clients refuse a header list over 16 KiB (their SETTINGS_MAX_HEADER_LIST_SIZE):
+# a longer status message (a model's traceback, say) is cut to this many bytes.
+MAX_STATUS_MESSAGE = 8192
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 # Request headers that are transport, not the caller's metadata.
 _NOT_METADATA = {b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
@@ -55,7 +58,12 @@ class Method:
 def trailers(code: grpc.StatusCode, details: str) -> bytes:
     block = f.literal(b"grpc-status", str(code.value[0]).encode())
     if details:
-        block += f.literal(b"grpc-message", _percent_encode(details))
+        message = _percent_encode(details)
+        if len(message) > MAX_STATUS_MESSAGE:
+            cut = MAX_STATUS_MESSAGE - 3
+            tail = message.rfind(b"%", cut - 2, cut)  # never half of a %XX escape
+            message = message[: tail if tail >= 0 else cut] + b"..."
+        block += f.literal(b"grpc-message", message)
     return block
 
 
