@@ -38,8 +38,14 @@ log = logging.getLogger("pbd.h2")
 STREAM_WINDOW = 16 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 MAX_RECV_FRAME = 1024 * 1024
-# A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection.
+# A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection;
+# each frame counts its 9-byte header too, so a flood of empty CONTINUATION frames ends it.
 MAX_HEADER_BLOCK = 64 * 1024
+# Open streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS). A stream counts until its
+# answer has left, so a client that never reads holds at most this many answers in memory.
+MAX_STREAMS = 1024
+# After a connection error, how long input is read and dropped before the socket is closed.
+CLOSE_LINGER_S = 1.0
 
 
 class StreamHandler(Protocol):
@@ -138,7 +144,9 @@ class Connection(asyncio.Protocol):
         self.streams: dict[int, Stream] = {}
         self.decoder = Decoder(MAX_HEADER_BLOCK)
         self.preface = False
-        self.partial = b""
+        # A partial frame header or control frame, and how many bytes it needs to be whole.
+        self.partial = bytearray()
+        self.partial_need = 0
         # A DATA payload that continues in the next read: its stream id, bytes left, END_STREAM.
         self.data_stream = 0
         self.data_left = 0
@@ -146,9 +154,11 @@ class Connection(asyncio.Protocol):
         # A header block still waiting for CONTINUATION frames.
         self.block_stream = 0
         self.block: list[bytes] = []
+        self.block_size = 0
         self.block_end = False
         self.last_stream = 0
         self.going_away = False
+        self.failed = False
         # Sending.
         self.send_window = f.DEFAULT_WINDOW
         self.peer_initial_window = f.DEFAULT_WINDOW
@@ -167,7 +177,7 @@ class Connection(asyncio.Protocol):
         transport.write(
             f.settings(
                 {
-                    f.MAX_CONCURRENT_STREAMS: 2**31 - 1,
+                    f.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
                     f.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                     f.MAX_FRAME_SIZE: MAX_RECV_FRAME,
                     f.ENABLE_PUSH: 0,
@@ -175,6 +185,16 @@ class Connection(asyncio.Protocol):
             )
             + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
         )
+
+    def pause_writing(self) -> None:
+        # The client does not read what we write (answers, PING and SETTINGS acks): stop
+        # reading what makes more, so the buffer stays near its high-water mark.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         streams, self.streams = self.streams, {}
@@ -187,6 +207,8 @@ class Connection(asyncio.Protocol):
         self.on_lost(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.failed:
+            return
         self.receiving = True
         try:
             self._receive(data)
@@ -194,8 +216,7 @@ class Connection(asyncio.Protocol):
             log.debug("HTTP/2 connection error: %s", exc)
             self.write(f.goaway(self.last_stream, exc.code, str(exc).encode()[:200]))
             self._flush()
-            if self.transport is not None:
-                self.transport.close()
+            self._fail()
             return
         finally:
             self.receiving = False
@@ -205,12 +226,30 @@ class Connection(asyncio.Protocol):
         if self.out:
             self._flush()
 
+    def _fail(self) -> None:
+        """Close after a connection error so that the GOAWAY arrives: closing a socket with
+        unread input resets it and the peer may lose what was sent. So the write side is shut
+        and input discarded for a moment first, where the transport can (TLS cannot)."""
+        self.failed = True
+        transport = self.transport
+        if transport is None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.close)
+
     # -- reading -----------------------------------------------------------------------------
 
     def _receive(self, data: bytes) -> None:
         if self.partial:
-            data = self.partial + data
-            self.partial = b""
+            # Appending keeps a frame that trickles in byte by byte linear, not quadratic.
+            self.partial += data
+            if len(self.partial) < self.partial_need:
+                return
+            data = bytes(self.partial)
+            self.partial = bytearray()
         view = memoryview(data)
         n = len(data)
         pos = 0
@@ -218,7 +257,7 @@ class Connection(asyncio.Protocol):
             if n < len(f.PREFACE):
                 if not f.PREFACE.startswith(data):
                     raise f.ProtocolError("not an HTTP/2 client preface")
-                self.partial = data
+                self._keep(data, len(f.PREFACE))
                 return
             if data[: len(f.PREFACE)] != f.PREFACE:
                 raise f.ProtocolError("not an HTTP/2 client preface")
@@ -233,7 +272,7 @@ class Connection(asyncio.Protocol):
                 pos += take
                 continue
             if n - pos < f.HEADER_SIZE:
-                self.partial = data[pos:]
+                self._keep(view[pos:], f.HEADER_SIZE)
                 return
             high, low, kind, flags, stream_id = unpack(data, pos)
             length = high << 16 | low
@@ -249,15 +288,21 @@ class Connection(asyncio.Protocol):
                 self._data_frame(stream_id, length, bool(flags & f.END_STREAM))
                 continue
             if n - pos - f.HEADER_SIZE < length:
-                self.partial = data[pos:]
+                self._keep(view[pos:], f.HEADER_SIZE + length)
                 return
             payload = data[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length]
             pos += f.HEADER_SIZE + length
             self._frame(kind, flags, stream_id, payload)
 
+    def _keep(self, rest: bytes | memoryview, need: int) -> None:
+        self.partial = bytearray(rest)
+        self.partial_need = need
+
     def _data_frame(self, stream_id: int, length: int, end: bool) -> None:
         if stream_id == 0:
             raise f.ProtocolError("DATA on stream 0")
+        if stream_id > self.last_stream or not stream_id & 1:
+            raise f.ProtocolError(f"DATA on stream {stream_id}, which was never opened")
         self.recv_unacked += length
         self.data_stream = stream_id
         self.data_end = end
@@ -293,7 +338,8 @@ class Connection(asyncio.Protocol):
             if stream_id != self.block_stream or not stream_id:
                 raise f.ProtocolError("CONTINUATION without a header block")
             self.block.append(payload)
-            if sum(map(len, self.block)) > MAX_HEADER_BLOCK:
+            self.block_size += f.HEADER_SIZE + len(payload)
+            if self.block_size > MAX_HEADER_BLOCK:
                 raise f.ProtocolError("header block too large", f.ENHANCE_YOUR_CALM)
             if flags & f.END_HEADERS:
                 self._header_block(stream_id, b"".join(self.block), self.block_end)
@@ -335,6 +381,7 @@ class Connection(asyncio.Protocol):
         else:
             self.block_stream = stream_id
             self.block = [payload]
+            self.block_size = len(payload)
             self.block_end = end
 
     def _header_block(self, stream_id: int, block: bytes, end: bool) -> None:
@@ -352,7 +399,7 @@ class Connection(asyncio.Protocol):
                 raise f.ProtocolError("even stream id from a client")
             return  # a stream already closed (reset by us): ignore
         self.last_stream = stream_id
-        if self.going_away:
+        if self.going_away or len(self.streams) >= MAX_STREAMS:
             self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         stream = Stream(self, stream_id, self.peer_initial_window)
@@ -387,15 +434,28 @@ class Connection(asyncio.Protocol):
             raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream_id == 0:
+            if not increment:
+                raise f.ProtocolError("WINDOW_UPDATE of 0 on the connection")
             self.send_window += increment
             if self.send_window > f.MAX_WINDOW:
                 raise f.ProtocolError("connection window overflow", f.FLOW_CONTROL_ERROR)
             self._unblock()
             return
         stream = self.streams.get(stream_id)
-        if stream is not None:
-            stream.send_window += increment
-            self.pump(stream)
+        if stream is None:
+            return
+        stream.send_window += increment
+        if not increment or stream.send_window > f.MAX_WINDOW:  # RFC 9113 sections 6.9, 6.9.1
+            self._reset_by_error(stream, f.FLOW_CONTROL_ERROR if increment else f.PROTOCOL_ERROR)
+            return
+        self.pump(stream)
+
+    def _reset_by_error(self, stream: Stream, code: int) -> None:
+        """A stream error (RFC 9113 section 5.4.2): RST_STREAM, and the handler is told."""
+        stream.reset(code)
+        stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.on_reset()
 
     # -- writing -----------------------------------------------------------------------------
 
