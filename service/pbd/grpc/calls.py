@@ -28,7 +28,14 @@ from pbd.h2.header_blocks import Fields
 
 log = logging.getLogger("pbd.grpc")
 
-HEAD = b"\x88" + f.literal(b"content-type", b"application/grpc")  # :status 200 (static 8)
+ENCODINGS = b"identity,deflate,gzip"
+# :status 200 (static index 8); grpc-accept-encoding as grpc core sends it, and as the gRPC
+# compression spec asks of an answer to a message in an encoding the server lacks.
+HEAD = (
+    b"\x88"
+    + f.literal(b"content-type", b"application/grpc")
+    + f.literal(b"grpc-accept-encoding", ENCODINGS)
+)
 OK_TRAILERS = f.literal(b"grpc-status", b"0")
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 # Request headers that are transport, not the caller's metadata.
@@ -280,10 +287,13 @@ class Call:
             inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.encoding == b"deflate":
             inflater = zlib.decompressobj()
+        elif self.encoding == b"identity":
+            raise Abort(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
         else:
             raise Abort(
-                grpc.StatusCode.INTERNAL,
-                f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}'",
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}', "
+                f"not one of {ENCODINGS.decode()}",
             )
         try:
             data = inflater.decompress(body, self.max_message + 1)
