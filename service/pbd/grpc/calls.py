@@ -16,7 +16,7 @@ import base64
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -117,13 +117,18 @@ class Context:
         raise Abort(code, details)
 
 
+# A request message as it arrived: (compressed flag, bytes).
+Message = tuple[int, bytes]
+
+
 class _Requests:
     """A streaming call's request messages, as an async iterator."""
 
-    __slots__ = ("items", "ended", "waiter")
+    __slots__ = ("items", "ended", "waiter", "decode")
 
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
+    def __init__(self, decode: Callable[[Message], Awaitable[Any]]) -> None:
+        self.decode = decode
+        self.items: deque[Message] = deque()
         self.ended = False
         self.waiter: asyncio.Future[None] | None = None
 
@@ -139,7 +144,7 @@ class _Requests:
                 await self.waiter
             finally:
                 self.waiter = None
-        return self.items.popleft()
+        return await self.decode(self.items.popleft())
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -172,7 +177,7 @@ class Call:
         self.parts: list[memoryview] = []  # a message arriving in pieces
         self.have = 0
         self.need = 0  # total bytes (prefix included) of the message in ``parts``, 0: unknown
-        self.request: bytes | None = None
+        self.request: Message | None = None
         self.requests: _Requests | None = None
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -183,7 +188,7 @@ class Call:
         if timeout is not None:
             self.timer = loop.call_later(timeout, self._expire)
         if method.streaming:
-            self.requests = _Requests()
+            self.requests = _Requests(self._decode)
             self.task = loop.create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------
@@ -270,33 +275,44 @@ class Call:
 
     def _message(self, flag: int, body: memoryview) -> None:
         self._check_size(len(body))
-        data = bytes(body) if not flag else self._decompress(body)
+        if flag:
+            self._inflater()  # an encoding pbd lacks fails the call now
+        message = (flag, bytes(body))
         if self.requests is not None:
-            try:
-                self.requests.items.append(self.method.deserialize(data))
-            except Exception:
-                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            self.requests.items.append(message)
             self.requests.wake()
         elif self.request is not None:
             raise Abort(grpc.StatusCode.UNIMPLEMENTED, "More than one request in a unary call")
         else:
-            self.request = data
+            self.request = message
 
-    def _decompress(self, body: memoryview) -> bytes:
-        if self.encoding == b"gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif self.encoding == b"deflate":
-            inflater = zlib.decompressobj()
-        elif self.encoding == b"identity":
-            raise Abort(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
-        else:
-            raise Abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}', "
-                f"not one of {ENCODINGS.decode()}",
-            )
+    async def _decode(self, message: Message) -> Any:
+        """A request as the handler takes it. Inflating runs off the event loop: a message of
+        a few MB may inflate to the size limit, tens of seconds of CPU."""
+        flag, data = message
+        if flag:
+            data = await asyncio.to_thread(self._decompress, data)
         try:
-            data = inflater.decompress(body, self.max_message + 1)
+            return self.method.deserialize(data)
+        except Exception:
+            raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+
+    def _inflater(self) -> Any:
+        if self.encoding == b"gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self.encoding == b"deflate":
+            return zlib.decompressobj()
+        if self.encoding == b"identity":
+            raise Abort(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
+        raise Abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}', "
+            f"not one of {ENCODINGS.decode()}",
+        )
+
+    def _decompress(self, body: bytes) -> bytes:
+        try:
+            data = self._inflater().decompress(body, self.max_message + 1)
         except zlib.error as exc:
             raise Abort(grpc.StatusCode.INTERNAL, f"Cannot decompress the message: {exc}") from None
         self._check_size(len(data))
@@ -304,13 +320,10 @@ class Call:
 
     # -- running the handler -------------------------------------------------------------------
 
-    async def _run_unary(self, payload: bytes) -> None:
+    async def _run_unary(self, message: Message) -> None:
         method = self.method
         try:
-            try:
-                request = method.deserialize(payload)
-            except Exception:
-                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            request = await self._decode(message)
             response = await method.handler(request, self.context)
             body = method.serialize(response)
         except Abort as exc:
