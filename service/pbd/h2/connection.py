@@ -65,8 +65,8 @@ class Stream:
     ``send_data`` and ``send_trailers``; order is kept behind flow control."""
 
     __slots__ = (
-        "id", "conn", "handler", "send_window", "queue", "local_closed", "remote_closed",
-        "recv_unacked",
+        "id", "conn", "handler", "send_window", "shift", "queue", "local_closed",
+        "remote_closed", "recv_unacked",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, stream_id: int, send_window: int) -> None:
@@ -74,6 +74,7 @@ class Stream:
         self.conn = conn
         self.handler: StreamHandler | None = None
         self.send_window = send_window
+        self.shift = conn.window_shift  # see Connection.window_shift
         # Waiting for window: [payload, end_stream] DATA entries, or (block,) trailers.
         self.queue: deque[list[object]] = deque()
         self.local_closed = False
@@ -106,6 +107,7 @@ class Stream:
         """A whole unary answer (headers, one message, trailers): one write when the windows
         allow, as they do for every small answer."""
         conn = self.conn
+        conn.sync_window(self)
         size = len(prefix) + len(body)
         if (
             not self.local_closed
@@ -162,6 +164,9 @@ class Connection(asyncio.Protocol):
         # Sending.
         self.send_window = f.DEFAULT_WINDOW
         self.peer_initial_window = f.DEFAULT_WINDOW
+        # The sum of SETTINGS_INITIAL_WINDOW_SIZE changes, applied to a stream's window when
+        # the stream next sends: a SETTINGS flood then costs O(1) per frame, not O(streams).
+        self.window_shift = 0
         self.max_send_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}
         self.out: list[bytes | memoryview] = []
@@ -418,10 +423,8 @@ class Connection(asyncio.Protocol):
             if key == f.INITIAL_WINDOW_SIZE:
                 if value > f.MAX_WINDOW:
                     raise f.ProtocolError("initial window too large", f.FLOW_CONTROL_ERROR)
-                delta = value - self.peer_initial_window
+                self.window_shift += value - self.peer_initial_window
                 self.peer_initial_window = value
-                for stream in self.streams.values():
-                    stream.send_window += delta
             elif key == f.MAX_FRAME_SIZE:
                 if not f.DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
                     raise f.ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
@@ -444,6 +447,7 @@ class Connection(asyncio.Protocol):
         stream = self.streams.get(stream_id)
         if stream is None:
             return
+        self.sync_window(stream)
         stream.send_window += increment
         if not increment or stream.send_window > f.MAX_WINDOW:  # RFC 9113 sections 6.9, 6.9.1
             self._reset_by_error(stream, f.FLOW_CONTROL_ERROR if increment else f.PROTOCOL_ERROR)
@@ -471,7 +475,13 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and out:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def sync_window(self, stream: Stream) -> None:
+        if stream.shift != self.window_shift:
+            stream.send_window += self.window_shift - stream.shift
+            stream.shift = self.window_shift
+
     def try_send_now(self, stream: Stream, payload: bytes | memoryview, end: bool) -> bool:
+        self.sync_window(stream)
         size = len(payload)
         if size > self.send_window or size > stream.send_window or size > self.max_send_frame:
             return False
@@ -486,6 +496,7 @@ class Connection(asyncio.Protocol):
 
     def pump(self, stream: Stream) -> None:
         """Send what the windows allow of the stream's queue; park the stream if they close."""
+        self.sync_window(stream)
         queue = stream.queue
         while queue:
             entry = queue[0]

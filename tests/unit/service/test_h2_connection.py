@@ -249,6 +249,25 @@ def test_a_smaller_initial_window_can_make_the_stream_window_negative() -> None:
     run(test, Recorder(answer=5000), {f.INITIAL_WINDOW_SIZE: 1000})
 
 
+def test_a_flood_of_initial_window_changes_leaves_each_stream_the_right_window() -> None:
+    """SETTINGS_INITIAL_WINDOW_SIZE changes reach open streams when they next send (a flood
+    of them costs O(1) per frame, not O(open streams))."""
+
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        peer.send(peer.headers(1, request()))
+        flood = [f.settings({f.INITIAL_WINDOW_SIZE: 100 + i % 7}) for i in range(2000)]
+        peer.send(*flood, f.settings({f.INITIAL_WINDOW_SIZE: 300}))
+        peer.send(peer.headers(3, request(), end_stream=True))
+        peer.send(f.frame(f.DATA, f.END_STREAM, 1, b""))
+        frames = await peer.until_ping()
+        assert len(data(frames, 1)) == len(data(frames, 3)) == 300
+        peer.send(f.settings({f.INITIAL_WINDOW_SIZE: 350}))
+        frames = await peer.until_ping()
+        assert len(data(frames, 1)) == len(data(frames, 3)) == 50
+
+    run(test, Recorder(answer=1000), {f.INITIAL_WINDOW_SIZE: 100})
+
+
 def test_sending_waits_for_the_connection_window() -> None:
     async def test(peer: Peer, app: Recorder, conns: list) -> None:
         peer.send(peer.headers(1, request(), end_stream=True))
