@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import logging
 import zlib
 from collections import deque
@@ -107,7 +108,7 @@ class Context:
                     continue
                 key = name.decode("latin-1")
                 if key.endswith("-bin"):
-                    items.append((key, base64.b64decode(value + b"==")))
+                    items.append((key, _unbase64(value)))
                 else:
                     items.append((key, value.decode("latin-1")))
             self._metadata = tuple(items)
@@ -115,6 +116,15 @@ class Context:
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         raise Abort(code, details)
+
+
+def _unbase64(value: bytes) -> bytes:
+    """A ``-bin`` value, padded or not; one that is not base64 stays as sent rather than
+    failing whichever handler reads the metadata."""
+    try:
+        return base64.b64decode(value + b"==")
+    except binascii.Error:
+        return value
 
 
 # A request message as it arrived: (compressed flag, bytes).

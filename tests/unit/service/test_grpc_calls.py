@@ -343,9 +343,14 @@ def test_concurrent_call_limit() -> None:
 
 def test_metadata_leaves_out_transport_headers_and_decodes_binary_values() -> None:
     async def test(peer: Peer, calls: Calls) -> None:
-        extra = ((b"x-key", b"v"), (b"x-id-bin", b"AAEC"), (b"grpc-timeout", b"10S"))
+        extra = (
+            (b"x-key", b"v"), (b"x-id-bin", b"AAEC"), (b"x-odd-bin", b"A"),
+            (b"grpc-timeout", b"10S"),
+        )  # fmt: skip
         got = await call(peer, b"/t/Metadata", message(b""), extra=extra)
-        assert got.messages == [b"[('x-id-bin', b'\\x00\\x01\\x02'), ('x-key', 'v')]"]
+        assert got.messages == [
+            b"[('x-id-bin', b'\\x00\\x01\\x02'), ('x-key', 'v'), ('x-odd-bin', b'A')]"
+        ]
 
     run(test)
 
