@@ -202,14 +202,17 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._reset_all()
+        self.on_lost(self)
+
+    def _reset_all(self) -> None:
         streams, self.streams = self.streams, {}
         self.blocked.clear()
-        self.transport = None
         for stream in streams.values():
             stream.local_closed = True
             if stream.handler is not None:
                 stream.handler.on_reset()
-        self.on_lost(self)
 
     def data_received(self, data: bytes) -> None:
         if self.failed:
@@ -235,7 +238,8 @@ class Connection(asyncio.Protocol):
         """Close after a connection error so that the GOAWAY arrives: closing a socket with
         unread input resets it and the peer may lose what was sent. So the write side is shut
         and input discarded for a moment first, where the transport can (TLS cannot)."""
-        self.failed = True
+        self.failed = True  # from now on nothing more is written
+        self._reset_all()
         transport = self.transport
         if transport is None:
             return
@@ -472,7 +476,7 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self.flush_pending = False
         out, self.out = self.out, []
-        if self.transport is not None and out:
+        if self.transport is not None and out and not self.failed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def sync_window(self, stream: Stream) -> None:

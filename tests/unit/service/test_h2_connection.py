@@ -547,3 +547,24 @@ def test_a_client_that_never_reads_cannot_grow_the_write_buffer(kind: str) -> No
         Recorder(answer=16_000),
         {f.INITIAL_WINDOW_SIZE: f.MAX_WINDOW} if kind == "answers" else None,
     )
+
+
+def test_after_a_connection_error_handlers_are_reset_and_late_answers_dropped() -> None:
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        errors: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: errors.append(context)
+        )
+        peer.send(peer.headers(1, request()))
+        await peer.until_ping()
+        peer.send(f.frame(f.PING, 0, 0, b"short"))
+        await peer.next(f.GOAWAY)
+        assert app.handlers[1].reset
+        stream = app.handlers[1].stream
+        stream.send_headers(STATUS_200)  # a handler finishing during the linger
+        stream.send_data(b"late", end=True)
+        await asyncio.sleep(0.05)
+        assert errors == []
+        assert await peer.closed() == []
+
+    run(test, Recorder(answer=None))
