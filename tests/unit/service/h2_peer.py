@@ -8,14 +8,15 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from hpack import Decoder as HpackDecoder
 from hpack import Encoder
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import Application, Connection
+from pbd.h2.connection import Application, Connection, Stream
+from pbd.h2.header_blocks import Fields
 
 READ_TIMEOUT_S = 30.0  # only reached when a test fails
 
@@ -144,3 +145,81 @@ async def connect(
         peer.send(f.SETTINGS_ACK)
         assert (await peer.next(f.SETTINGS)).flags & f.ACK
     return peer
+
+
+# -- an application that records, and a test runner over it --------------------------------
+
+STATUS_200 = f.header_block([(b":status", b"200")])
+TRAILERS = f.header_block([(b"grpc-status", b"0")])
+
+
+class Handler:
+    def __init__(self, app: Recorder, stream: Stream, headers: Fields) -> None:
+        self.app = app
+        self.stream = stream
+        self.headers = dict(headers)
+        self.data = bytearray()
+        self.ended = False
+        self.reset = False
+
+    def on_data(self, chunk: memoryview, end: bool) -> None:
+        self.data += chunk
+        if end:
+            self.ended = True
+            if self.app.answer is not None:
+                self.stream.send_headers(STATUS_200)
+                self.stream.send_data(b"x" * self.app.answer)
+                self.stream.send_trailers(self.app.trailers)
+
+    def on_reset(self) -> None:
+        self.reset = True
+
+
+class Recorder:
+    """Records every stream; answers each complete request with ``answer`` bytes of DATA."""
+
+    def __init__(self, answer: int | None = 3, trailers: bytes = TRAILERS) -> None:
+        self.answer = answer
+        self.trailers = trailers
+        self.handlers: dict[int, Handler] = {}
+
+    def open(self, stream: Stream, headers: Fields) -> Handler:
+        handler = Handler(self, stream, headers)
+        self.handlers[stream.id] = handler
+        return handler
+
+
+Test = Callable[[Peer, Recorder, list], Awaitable[None]]
+
+
+def run(test: Test, app: Recorder | None = None, settings: dict[int, int] | None = None) -> None:
+    """``test(peer, app, connections)`` against a fresh server and connected client."""
+
+    async def main() -> None:
+        recorder = app or Recorder()
+        async with serve(recorder) as served:
+            peer = await connect(served.port, settings)
+            try:
+                await test(peer, recorder, served.connections)
+            finally:
+                peer.writer.close()
+
+    asyncio.run(main())
+
+
+def data(frames: list[Frame], stream: int = 1) -> bytes:
+    return b"".join(x.payload for x in frames if x.kind == f.DATA and x.stream == stream)
+
+
+async def goaway(peer: Peer, code: int) -> Frame:
+    frames = await peer.closed()
+    assert frames and frames[-1].kind == f.GOAWAY, frames
+    assert frames[-1].code == code, frames[-1].payload
+    return frames[-1]
+
+
+async def still_serving(peer: Peer, stream: int) -> None:
+    peer.send(peer.headers(stream, request(), end_stream=True))
+    frames = await peer.until_ping()
+    assert data(frames, stream) == b"xxx"
+    assert frames[-1].kind == f.HEADERS and frames[-1].flags & f.END_STREAM
