@@ -307,7 +307,7 @@ class Call:
         except Exception:
             raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
 
-    def _inflater(self) -> Any:
+    def _inflater(self) -> zlib._Decompress:
         if self.encoding == b"gzip":
             return zlib.decompressobj(16 + zlib.MAX_WBITS)
         if self.encoding == b"deflate":
@@ -322,7 +322,7 @@ class Call:
 
     def _decompress(self, body: bytes) -> bytes:
         try:
-            data = self._inflater().decompress(body, self.max_message + 1)
+            data: bytes = self._inflater().decompress(body, self.max_message + 1)
         except zlib.error as exc:
             raise Abort(grpc.StatusCode.INTERNAL, f"Cannot decompress the message: {exc}") from None
         self._check_size(len(data))
