@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import logging
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -28,7 +29,14 @@ from pbd.h2.header_blocks import Fields
 
 log = logging.getLogger("pbd.grpc")
 
-HEAD = b"\x88" + f.literal(b"content-type", b"application/grpc")  # :status 200 (static 8)
+ENCODINGS = b"identity,deflate,gzip"
+# :status 200 (static index 8); grpc-accept-encoding as grpc core sends it, and as the gRPC
+# compression spec asks of an answer to a message in an encoding the server lacks.
+HEAD = (
+    b"\x88"
+    + f.literal(b"content-type", b"application/grpc")
+    + f.literal(b"grpc-accept-encoding", ENCODINGS)
+)
 OK_TRAILERS = f.literal(b"grpc-status", b"0")
 # grpc core clients refuse a header list over 16 KiB (their SETTINGS_MAX_HEADER_LIST_SIZE):
 # a longer status message (a model's traceback, say) is cut to this many bytes.
@@ -108,7 +116,7 @@ class Context:
                     continue
                 key = name.decode("latin-1")
                 if key.endswith("-bin"):
-                    items.append((key, base64.b64decode(value + b"==")))
+                    items.append((key, _unbase64(value)))
                 else:
                     items.append((key, value.decode("latin-1")))
             self._metadata = tuple(items)
@@ -118,13 +126,27 @@ class Context:
         raise Abort(code, details)
 
 
+def _unbase64(value: bytes) -> bytes:
+    """A ``-bin`` value, padded or not; one that is not base64 stays as sent rather than
+    failing whichever handler reads the metadata."""
+    try:
+        return base64.b64decode(value + b"==")
+    except binascii.Error:
+        return value
+
+
+# A request message as it arrived: (compressed flag, bytes).
+Message = tuple[int, bytes]
+
+
 class _Requests:
     """A streaming call's request messages, as an async iterator."""
 
-    __slots__ = ("items", "ended", "waiter")
+    __slots__ = ("items", "ended", "waiter", "decode")
 
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
+    def __init__(self, decode: Callable[[Message], Awaitable[Any]]) -> None:
+        self.decode = decode
+        self.items: deque[Message] = deque()
         self.ended = False
         self.waiter: asyncio.Future[None] | None = None
 
@@ -140,7 +162,7 @@ class _Requests:
                 await self.waiter
             finally:
                 self.waiter = None
-        return self.items.popleft()
+        return await self.decode(self.items.popleft())
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -173,7 +195,7 @@ class Call:
         self.parts: list[memoryview] = []  # a message arriving in pieces
         self.have = 0
         self.need = 0  # total bytes (prefix included) of the message in ``parts``, 0: unknown
-        self.request: bytes | None = None
+        self.request: Message | None = None
         self.requests: _Requests | None = None
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -184,7 +206,7 @@ class Call:
         if timeout is not None:
             self.timer = loop.call_later(timeout, self._expire)
         if method.streaming:
-            self.requests = _Requests()
+            self.requests = _Requests(self._decode)
             self.task = loop.create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------
@@ -271,30 +293,44 @@ class Call:
 
     def _message(self, flag: int, body: memoryview) -> None:
         self._check_size(len(body))
-        data = bytes(body) if not flag else self._decompress(body)
+        if flag:
+            self._inflater()  # an encoding pbd lacks fails the call now
+        message = (flag, bytes(body))
         if self.requests is not None:
-            try:
-                self.requests.items.append(self.method.deserialize(data))
-            except Exception:
-                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            self.requests.items.append(message)
             self.requests.wake()
         elif self.request is not None:
             raise Abort(grpc.StatusCode.UNIMPLEMENTED, "More than one request in a unary call")
         else:
-            self.request = data
+            self.request = message
 
-    def _decompress(self, body: memoryview) -> bytes:
-        if self.encoding == b"gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif self.encoding == b"deflate":
-            inflater = zlib.decompressobj()
-        else:
-            raise Abort(
-                grpc.StatusCode.INTERNAL,
-                f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}'",
-            )
+    async def _decode(self, message: Message) -> Any:
+        """A request as the handler takes it. Inflating runs off the event loop: a message of
+        a few MB may inflate to the size limit, tens of seconds of CPU."""
+        flag, data = message
+        if flag:
+            data = await asyncio.to_thread(self._decompress, data)
         try:
-            data = inflater.decompress(body, self.max_message + 1)
+            return self.method.deserialize(data)
+        except Exception:
+            raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+
+    def _inflater(self) -> zlib._Decompress:
+        if self.encoding == b"gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self.encoding == b"deflate":
+            return zlib.decompressobj()
+        if self.encoding == b"identity":
+            raise Abort(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
+        raise Abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"Compressed message with grpc-encoding '{self.encoding.decode('latin-1')}', "
+            f"not one of {ENCODINGS.decode()}",
+        )
+
+    def _decompress(self, body: bytes) -> bytes:
+        try:
+            data: bytes = self._inflater().decompress(body, self.max_message + 1)
         except zlib.error as exc:
             raise Abort(grpc.StatusCode.INTERNAL, f"Cannot decompress the message: {exc}") from None
         self._check_size(len(data))
@@ -302,13 +338,10 @@ class Call:
 
     # -- running the handler -------------------------------------------------------------------
 
-    async def _run_unary(self, payload: bytes) -> None:
+    async def _run_unary(self, message: Message) -> None:
         method = self.method
         try:
-            try:
-                request = method.deserialize(payload)
-            except Exception:
-                raise Abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!") from None
+            request = await self._decode(message)
             response = await method.handler(request, self.context)
             body = method.serialize(response)
         except Abort as exc:

@@ -37,8 +37,14 @@ log = logging.getLogger("pbd.h2")
 STREAM_WINDOW = 16 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 MAX_RECV_FRAME = 1024 * 1024
-# A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection.
+# A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection;
+# each frame counts its 9-byte header too, so a flood of empty CONTINUATION frames ends it.
 MAX_HEADER_BLOCK = 64 * 1024
+# Open streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS). A stream counts until its
+# answer has left, so a client that never reads holds at most this many answers in memory.
+MAX_STREAMS = 1024
+# After a connection error, how long input is read and dropped before the socket is closed.
+CLOSE_LINGER_S = 1.0
 
 
 class StreamHandler(Protocol):
@@ -58,8 +64,8 @@ class Stream:
     ``send_data`` and ``send_trailers``; order is kept behind flow control."""
 
     __slots__ = (
-        "id", "conn", "handler", "send_window", "queue", "local_closed", "remote_closed",
-        "recv_unacked",
+        "id", "conn", "handler", "send_window", "shift", "queue", "local_closed",
+        "remote_closed", "recv_unacked",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, stream_id: int, send_window: int) -> None:
@@ -67,6 +73,7 @@ class Stream:
         self.conn = conn
         self.handler: StreamHandler | None = None
         self.send_window = send_window
+        self.shift = conn.window_shift  # see Connection.window_shift
         # Waiting for window: [payload, end_stream] DATA entries, or (block,) trailers.
         self.queue: deque[list[object]] = deque()
         self.local_closed = False
@@ -99,6 +106,7 @@ class Stream:
         """A whole unary answer (headers, one message, trailers): one write when the windows
         allow, as they do for every small answer."""
         conn = self.conn
+        conn.sync_window(self)
         size = len(prefix) + len(body)
         if (
             not self.local_closed
@@ -137,7 +145,9 @@ class Connection(asyncio.Protocol):
         self.streams: dict[int, Stream] = {}
         self.decoder = Decoder(MAX_HEADER_BLOCK)
         self.preface = False
-        self.partial = b""
+        # A partial frame header or control frame, and how many bytes it needs to be whole.
+        self.partial = bytearray()
+        self.partial_need = 0
         # A DATA payload that continues in the next read: its stream id, bytes left, END_STREAM.
         self.data_stream = 0
         self.data_left = 0
@@ -145,12 +155,17 @@ class Connection(asyncio.Protocol):
         # A header block still waiting for CONTINUATION frames.
         self.block_stream = 0
         self.block: list[bytes] = []
+        self.block_size = 0
         self.block_end = False
         self.last_stream = 0
         self.going_away = False
+        self.failed = False
         # Sending.
         self.send_window = f.DEFAULT_WINDOW
         self.peer_initial_window = f.DEFAULT_WINDOW
+        # The sum of SETTINGS_INITIAL_WINDOW_SIZE changes, applied to a stream's window when
+        # the stream next sends: a SETTINGS flood then costs O(1) per frame, not O(streams).
+        self.window_shift = 0
         self.max_send_frame = f.DEFAULT_MAX_FRAME
         self.blocked: dict[int, Stream] = {}
         self.out: list[bytes | memoryview] = []
@@ -165,7 +180,7 @@ class Connection(asyncio.Protocol):
         transport.write(
             f.settings(
                 {
-                    f.MAX_CONCURRENT_STREAMS: 2**31 - 1,
+                    f.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
                     f.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                     f.MAX_FRAME_SIZE: MAX_RECV_FRAME,
                     f.ENABLE_PUSH: 0,
@@ -174,17 +189,32 @@ class Connection(asyncio.Protocol):
             + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
         )
 
+    def pause_writing(self) -> None:
+        # The client does not read what we write (answers, PING and SETTINGS acks): stop
+        # reading what makes more, so the buffer stays near its high-water mark.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._reset_all()
+        self.on_lost(self)
+
+    def _reset_all(self) -> None:
         streams, self.streams = self.streams, {}
         self.blocked.clear()
-        self.transport = None
         for stream in streams.values():
             stream.local_closed = True
             if stream.handler is not None:
                 stream.handler.on_reset()
-        self.on_lost(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.failed:
+            return
         self.receiving = True
         try:
             self._receive(data)
@@ -192,8 +222,7 @@ class Connection(asyncio.Protocol):
             log.debug("HTTP/2 connection error: %s", exc)
             self.write(f.goaway(self.last_stream, exc.code, str(exc).encode()[:200]))
             self._flush()
-            if self.transport is not None:
-                self.transport.close()
+            self._fail()
             return
         finally:
             self.receiving = False
@@ -203,12 +232,31 @@ class Connection(asyncio.Protocol):
         if self.out:
             self._flush()
 
+    def _fail(self) -> None:
+        """Close after a connection error so that the GOAWAY arrives: closing a socket with
+        unread input resets it and the peer may lose what was sent. So the write side is shut
+        and input discarded for a moment first, where the transport can (TLS cannot)."""
+        self.failed = True  # from now on nothing more is written
+        self._reset_all()
+        transport = self.transport
+        if transport is None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.close)
+
     # -- reading -----------------------------------------------------------------------------
 
     def _receive(self, data: bytes) -> None:
         if self.partial:
-            data = self.partial + data
-            self.partial = b""
+            # Appending keeps a frame that trickles in byte by byte linear, not quadratic.
+            self.partial += data
+            if len(self.partial) < self.partial_need:
+                return
+            data = bytes(self.partial)
+            self.partial = bytearray()
         view = memoryview(data)
         n = len(data)
         pos = 0
@@ -216,7 +264,7 @@ class Connection(asyncio.Protocol):
             if n < len(f.PREFACE):
                 if not f.PREFACE.startswith(data):
                     raise f.ProtocolError("not an HTTP/2 client preface")
-                self.partial = data
+                self._keep(data, len(f.PREFACE))
                 return
             if data[: len(f.PREFACE)] != f.PREFACE:
                 raise f.ProtocolError("not an HTTP/2 client preface")
@@ -231,7 +279,7 @@ class Connection(asyncio.Protocol):
                 pos += take
                 continue
             if n - pos < f.HEADER_SIZE:
-                self.partial = data[pos:]
+                self._keep(view[pos:], f.HEADER_SIZE)
                 return
             high, low, kind, flags, stream_id = unpack(data, pos)
             length = high << 16 | low
@@ -247,15 +295,21 @@ class Connection(asyncio.Protocol):
                 self._data_frame(stream_id, length, bool(flags & f.END_STREAM))
                 continue
             if n - pos - f.HEADER_SIZE < length:
-                self.partial = data[pos:]
+                self._keep(view[pos:], f.HEADER_SIZE + length)
                 return
             payload = data[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length]
             pos += f.HEADER_SIZE + length
             self._frame(kind, flags, stream_id, payload)
 
+    def _keep(self, rest: bytes | memoryview, need: int) -> None:
+        self.partial = bytearray(rest)
+        self.partial_need = need
+
     def _data_frame(self, stream_id: int, length: int, end: bool) -> None:
         if stream_id == 0:
             raise f.ProtocolError("DATA on stream 0")
+        if stream_id > self.last_stream or not stream_id & 1:
+            raise f.ProtocolError(f"DATA on stream {stream_id}, which was never opened")
         self.recv_unacked += length
         self.data_stream = stream_id
         self.data_end = end
@@ -291,7 +345,8 @@ class Connection(asyncio.Protocol):
             if stream_id != self.block_stream or not stream_id:
                 raise f.ProtocolError("CONTINUATION without a header block")
             self.block.append(payload)
-            if sum(map(len, self.block)) > MAX_HEADER_BLOCK:
+            self.block_size += f.HEADER_SIZE + len(payload)
+            if self.block_size > MAX_HEADER_BLOCK:
                 raise f.ProtocolError("header block too large", f.ENHANCE_YOUR_CALM)
             if flags & f.END_HEADERS:
                 self._header_block(stream_id, b"".join(self.block), self.block_end)
@@ -333,6 +388,7 @@ class Connection(asyncio.Protocol):
         else:
             self.block_stream = stream_id
             self.block = [payload]
+            self.block_size = len(payload)
             self.block_end = end
 
     def _header_block(self, stream_id: int, block: bytes, end: bool) -> None:
@@ -350,7 +406,7 @@ class Connection(asyncio.Protocol):
                 raise f.ProtocolError("even stream id from a client")
             return  # a stream already closed (reset by us): ignore
         self.last_stream = stream_id
-        if self.going_away:
+        if self.going_away or len(self.streams) >= MAX_STREAMS:
             self.write(f.rst_stream(stream_id, f.REFUSED_STREAM))
             return
         stream = Stream(self, stream_id, self.peer_initial_window)
@@ -369,10 +425,8 @@ class Connection(asyncio.Protocol):
             if key == f.INITIAL_WINDOW_SIZE:
                 if value > f.MAX_WINDOW:
                     raise f.ProtocolError("initial window too large", f.FLOW_CONTROL_ERROR)
-                delta = value - self.peer_initial_window
+                self.window_shift += value - self.peer_initial_window
                 self.peer_initial_window = value
-                for stream in self.streams.values():
-                    stream.send_window += delta
             elif key == f.MAX_FRAME_SIZE:
                 if not f.DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
                     raise f.ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
@@ -385,15 +439,29 @@ class Connection(asyncio.Protocol):
             raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream_id == 0:
+            if not increment:
+                raise f.ProtocolError("WINDOW_UPDATE of 0 on the connection")
             self.send_window += increment
             if self.send_window > f.MAX_WINDOW:
                 raise f.ProtocolError("connection window overflow", f.FLOW_CONTROL_ERROR)
             self._unblock()
             return
         stream = self.streams.get(stream_id)
-        if stream is not None:
-            stream.send_window += increment
-            self.pump(stream)
+        if stream is None:
+            return
+        self.sync_window(stream)
+        stream.send_window += increment
+        if not increment or stream.send_window > f.MAX_WINDOW:  # RFC 9113 sections 6.9, 6.9.1
+            self._reset_by_error(stream, f.FLOW_CONTROL_ERROR if increment else f.PROTOCOL_ERROR)
+            return
+        self.pump(stream)
+
+    def _reset_by_error(self, stream: Stream, code: int) -> None:
+        """A stream error (RFC 9113 section 5.4.2): RST_STREAM, and the handler is told."""
+        stream.reset(code)
+        stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.on_reset()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -403,15 +471,21 @@ class Connection(asyncio.Protocol):
         saved nothing measurable at 8 in flight)."""
         if self.receiving:
             self.out.append(data)
-        elif self.transport is not None:
+        elif self.transport is not None and not self.failed:
             self.transport.write(data)
 
     def _flush(self) -> None:
         out, self.out = self.out, []
-        if self.transport is not None and out:
+        if self.transport is not None and out and not self.failed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def sync_window(self, stream: Stream) -> None:
+        if stream.shift != self.window_shift:
+            stream.send_window += self.window_shift - stream.shift
+            stream.shift = self.window_shift
+
     def try_send_now(self, stream: Stream, payload: bytes | memoryview, end: bool) -> bool:
+        self.sync_window(stream)
         size = len(payload)
         if size > self.send_window or size > stream.send_window or size > self.max_send_frame:
             return False
@@ -431,6 +505,7 @@ class Connection(asyncio.Protocol):
     def pump(self, stream: Stream) -> None:
         """Send what the windows allow of the stream's queue; park the stream if they close.
         The frames leave in one write."""
+        self.sync_window(stream)
         parts: list[bytes | memoryview] = []
         try:
             self._pump(stream, parts)

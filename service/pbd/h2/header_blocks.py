@@ -23,6 +23,9 @@ STATIC_COUNT = len(STATIC)
 ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
 DEFAULT_TABLE_SIZE = 4096
 CACHE_ENTRIES = 256
+# gRPC's repeated blocks are a few bytes; a larger one is decoded each time, so that a client
+# sending distinct large blocks cannot make the cache hold megabytes.
+MAX_CACHED_BLOCK = 512
 
 Fields = tuple[tuple[bytes, bytes], ...]
 
@@ -43,7 +46,7 @@ class Decoder:
             return fields
         generation = self.generation
         fields = self._decode(block)
-        if self.generation == generation:
+        if self.generation == generation and len(block) <= MAX_CACHED_BLOCK:
             if len(self.cache) >= CACHE_ENTRIES:
                 self.cache.clear()
             self.cache[key] = fields
@@ -75,7 +78,8 @@ class Decoder:
                 field, pos = self._literal(block, pos, index)
             total += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
             if total > self.max_list_size:
-                raise ProtocolError("header list too large")
+                # Decoding stopped midway: the table may be out of step with the peer's.
+                raise ProtocolError("header list too large", COMPRESSION_ERROR)
             fields.append(field)
         return tuple(fields)
 
