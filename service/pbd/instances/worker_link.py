@@ -35,7 +35,6 @@ class WorkerLink(asyncio.Protocol):
         self.pid = 0
         self._on_connected = on_connected
         self._buffer = bytearray()
-        self._outbox: list[bytes] = []
         self._handler: Handler | None = None
         self._queue: collections.deque[wpb.WorkerToDaemon | None] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -127,22 +126,17 @@ class WorkerLink(asyncio.Protocol):
         return self.transport is None or self.transport.is_closing()
 
     def send(self, message: wpb.DaemonToWorker) -> None:
-        """Queue a frame; frames sent in one event-loop iteration go out in one write."""
-        if self.closing:
+        """Write a frame now: the worker starts on it while the daemon goes on (batching the
+        frames of one loop turn into one write cost that turn's latency on every request)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
             raise unavailable("worker connection is closed")
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append(encode_frame(message.SerializeToString()))
+        transport.write(encode_frame(message.SerializeToString()))
 
     def tell(self, message: wpb.DaemonToWorker) -> None:
         """``send``, except that news for a worker whose link is closing is dropped."""
         if not self.closing:
             self.send(message)
-
-    def _flush(self) -> None:
-        frames, self._outbox = self._outbox, []
-        if frames and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def close(self) -> None:
         if self.transport is not None:
