@@ -1,58 +1,42 @@
 """gRPC calls on HTTP/2 streams (the gRPC-over-HTTP2 protocol): length-prefixed messages,
 ``grpc-timeout`` deadlines, ``grpc-encoding`` compression, status in trailers.
 
-A call is one :class:`pbd.h2.connection.Stream`. A unary call's handler runs as one task once
+A call is one :class:`pbd.h2.sending.Stream`. A unary call's handler runs as one task once
 its single request message is in; a streaming call's handler starts at once and reads its
 requests from an async iterator fed as messages arrive. Handlers have the shape grpc.aio's
 have (``handler(request, context)``), and the context offers what pbd's servicer uses of
-grpc.aio's: ``invocation_metadata()`` and ``abort(code, details)``. A client's RST_STREAM, a
-dropped connection or an expired deadline cancels the handler's task.
+grpc.aio's: ``invocation_metadata()`` and ``abort(code, details)`` (``pbd.grpc.protocol``). A
+client's RST_STREAM, a dropped connection or an expired deadline cancels the handler's task.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import zlib
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
+from pbd.grpc.protocol import (
+    ENCODINGS,
+    HEAD,
+    OK_TRAILERS,
+    Abort,
+    Context,
+    Message,
+    Requests,
+    answer_status,
+    parse_timeout,
+    trailers,
+)
 from pbd.h2 import frames as f
-from pbd.h2.connection import Stream
 from pbd.h2.header_blocks import Fields
+from pbd.h2.sending import Stream
 
 log = logging.getLogger("pbd.grpc")
-
-ENCODINGS = b"identity,deflate,gzip"
-# :status 200 (static index 8); grpc-accept-encoding as grpc core sends it, and as the gRPC
-# compression spec asks of an answer to a message in an encoding the server lacks.
-HEAD = (
-    b"\x88"
-    + f.literal(b"content-type", b"application/grpc")
-    + f.literal(b"grpc-accept-encoding", ENCODINGS)
-)
-OK_TRAILERS = f.literal(b"grpc-status", b"0")
-# grpc core clients refuse a header list over 16 KiB (their SETTINGS_MAX_HEADER_LIST_SIZE):
-# a longer status message (a model's traceback, say) is cut to this many bytes.
-MAX_STATUS_MESSAGE = 8192
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-# Request headers that are transport, not the caller's metadata.
-_NOT_METADATA = {b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
-
-
-class Abort(Exception):
-    """Raised by ``context.abort``: the call ends with this status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
 
 
 @dataclass(frozen=True)
@@ -61,112 +45,6 @@ class Method:
     handler: Callable[..., Any]
     deserialize: Callable[[bytes], Any]
     serialize: Callable[[Any], bytes]
-
-
-def trailers(code: grpc.StatusCode, details: str) -> bytes:
-    block = f.literal(b"grpc-status", str(code.value[0]).encode())
-    if details:
-        message = _percent_encode(details)
-        if len(message) > MAX_STATUS_MESSAGE:
-            cut = MAX_STATUS_MESSAGE - 3
-            tail = message.rfind(b"%", cut - 2, cut)  # never half of a %XX escape
-            message = message[: tail if tail >= 0 else cut] + b"..."
-        block += f.literal(b"grpc-message", message)
-    return block
-
-
-def _percent_encode(text: str) -> bytes:
-    """grpc-message: UTF-8, bytes outside printable ASCII and '%' as %XX."""
-    out = bytearray()
-    for byte in text.encode("utf-8", "replace"):
-        if 0x20 <= byte <= 0x7E and byte != 0x25:
-            out.append(byte)
-        else:
-            out += b"%%%02X" % byte
-    return bytes(out)
-
-
-def answer_status(stream: Stream, code: grpc.StatusCode, details: str) -> None:
-    """A trailers-only answer: one HEADERS frame carrying the status, ending the stream."""
-    stream.send_trailers(HEAD + trailers(code, details))
-
-
-def parse_timeout(value: bytes) -> float | None:
-    text = value.decode("ascii", "replace")
-    unit = _TIMEOUT_UNITS.get(text[-1:])
-    if unit is None or not text[:-1].isdigit() or len(text) > 9:
-        return None
-    return int(text[:-1]) * unit
-
-
-class Context:
-    """What a handler sees of its call (the part of grpc.aio's ServicerContext pbd uses)."""
-
-    __slots__ = ("_headers", "_metadata")
-
-    def __init__(self, headers: Fields) -> None:
-        self._headers = headers
-        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
-
-    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        if self._metadata is None:
-            items: list[tuple[str, str | bytes]] = []
-            for name, value in self._headers:
-                if name.startswith(b":") or name in _NOT_METADATA:
-                    continue
-                key = name.decode("latin-1")
-                if key.endswith("-bin"):
-                    items.append((key, _unbase64(value)))
-                else:
-                    items.append((key, value.decode("latin-1")))
-            self._metadata = tuple(items)
-        return self._metadata
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
-        raise Abort(code, details)
-
-
-def _unbase64(value: bytes) -> bytes:
-    """A ``-bin`` value, padded or not; one that is not base64 stays as sent rather than
-    failing whichever handler reads the metadata."""
-    try:
-        return base64.b64decode(value + b"==")
-    except binascii.Error:
-        return value
-
-
-# A request message as it arrived: (compressed flag, bytes).
-Message = tuple[int, bytes]
-
-
-class _Requests:
-    """A streaming call's request messages, as an async iterator."""
-
-    __slots__ = ("items", "ended", "waiter", "decode")
-
-    def __init__(self, decode: Callable[[Message], Awaitable[Any]]) -> None:
-        self.decode = decode
-        self.items: deque[Message] = deque()
-        self.ended = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    def __aiter__(self) -> _Requests:
-        return self
-
-    async def __anext__(self) -> Any:
-        while not self.items:
-            if self.ended:
-                raise StopAsyncIteration
-            self.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self.waiter
-            finally:
-                self.waiter = None
-        return await self.decode(self.items.popleft())
-
-    def wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
 
 
 class Call:
@@ -196,7 +74,7 @@ class Call:
         self.have = 0
         self.need = 0  # total bytes (prefix included) of the message in ``parts``, 0: unknown
         self.request: Message | None = None
-        self.requests: _Requests | None = None
+        self.requests: Requests | None = None
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.expired = False
@@ -206,7 +84,7 @@ class Call:
         if timeout is not None:
             self.timer = loop.call_later(timeout, self._expire)
         if method.streaming:
-            self.requests = _Requests(self._decode)
+            self.requests = Requests(self._decode)
             self.task = loop.create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------

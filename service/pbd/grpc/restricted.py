@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from pbd.grpc.calls import Context
+from pbd.grpc.protocol import Context
 
 HEADER_PREFIX = "triton-grpc-protocol-"
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -21,7 +21,8 @@ from pbd._proto import health_pb2
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
-from pbd.grpc.calls import Context, Method
+from pbd.grpc.calls import Method
+from pbd.grpc.protocol import Context
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.streams import StreamSession

@@ -15,8 +15,9 @@ from hpack import Decoder as HpackDecoder
 from hpack import Encoder
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import Application, Connection, Stream
+from pbd.h2.connection import Application, Connection
 from pbd.h2.header_blocks import Fields
+from pbd.h2.sending import Stream
 
 READ_TIMEOUT_S = 30.0  # only reached when a test fails
 

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pbd.grpc import calls as calls_module
-from pbd.grpc.calls import Calls, Context, Method, parse_timeout
+from pbd.grpc.calls import Calls, Method
+from pbd.grpc.protocol import Context, parse_timeout
 from pbd.h2 import frames as f
 
 
