@@ -80,9 +80,13 @@ def test_check_response_accepts_only_the_echo() -> None:
         check_response(_response("OUTPUT1", [1, 4], data), [1, 4], data)
 
 
-@pytest.fixture(scope="module")
-def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = start_echo(sys.executable, Path(tmp_path_factory.mktemp("echo")))
+@pytest.fixture(scope="module", params=["grpcio", "pbd"])
+def echo(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """The echo server on each gRPC server: grpc.aio's and pbd's own HTTP/2."""
+    folder = Path(tmp_path_factory.mktemp(f"echo-{request.param}"))
+    server = start_echo(sys.executable, folder, front_end=request.param)
     try:
         yield server
     finally:
@@ -152,3 +156,11 @@ def test_cpu_split_reads_this_process_threads() -> None:
     seen = threads(os.getpid())
     assert threading.get_native_id() in seen
     assert all(sample.cpu_s >= 0 and sample.switches >= 0 for sample in seen.values())
+
+
+def test_tracing_off_prints_its_share(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import tracing_off
+
+    assert tracing_off.main(["--daemon-us", "400"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("tracing off, per request") and "% of 400 us" in lines[-1]
