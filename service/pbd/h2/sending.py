@@ -15,6 +15,9 @@ from typing import Protocol
 
 from pbd.h2 import frames as f
 
+# Above this many bytes, frames are written one by one rather than joined into one buffer.
+LARGE_WRITE = 65536
+
 
 class StreamHandler(Protocol):
     def on_data(self, chunk: memoryview, end: bool) -> None: ...
@@ -145,7 +148,7 @@ class Sender:
         stream.send_window -= size
         head = f.frame_header(f.DATA, f.END_STREAM if end else 0, stream.id, size)
         # A large payload goes in its own write: the transport sends it without a copy.
-        if size > 65536:
+        if size > LARGE_WRITE:
             self.write(head)
             self.write(payload)
         else:
@@ -162,7 +165,10 @@ class Sender:
         try:
             self._pump(stream, parts)
         finally:
-            if parts:
+            if sum(map(len, parts)) > LARGE_WRITE:
+                for part in parts:  # no join: the transport sends a large part without a copy
+                    self.write(part)
+            elif parts:
                 self.write(b"".join(parts))
 
     def _pump(self, stream: Stream, parts: list[bytes | memoryview]) -> None:
