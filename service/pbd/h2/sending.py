@@ -83,13 +83,15 @@ class Stream:
         ):
             conn.send_window -= size
             self.send_window -= size
-            conn.write(
-                f.frame(f.HEADERS, f.END_HEADERS, self.id, head)
-                + f.frame_header(f.DATA, 0, self.id, size)
-                + prefix
-                + body
-                + f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, self.id, trailers)
-            )
+            start = f.frame(f.HEADERS, f.END_HEADERS, self.id, head)
+            start += f.frame_header(f.DATA, 0, self.id, size) + prefix
+            end = f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, self.id, trailers)
+            if len(body) > LARGE_WRITE:  # not joined: the transport sends it without a copy
+                conn.write(start)
+                conn.write(body)
+                conn.write(end)
+            else:
+                conn.write(start + body + end)
             conn.closed_locally(self)
             return
         self.send_headers(head)
