@@ -89,6 +89,10 @@ def _contents_to_raw(tensor: Any, model_name: str) -> bytes:
     if tensor.datatype == "BYTES":
         return b"".join(len(v).to_bytes(4, "little") + v for v in values)
     np_type = dtypes.BY_NAME[tensor.datatype].numpy
+    if tensor.datatype == "UINT64":
+        # Built as uint64 from the start: a mixed sequence would go through float64, and values
+        # near 2**64 would round out of range.
+        return np.asarray(values, dtype=np.uint64).tobytes()
     return np.asarray(values).astype(np_type).tobytes()
 
 

@@ -39,6 +39,15 @@ def test_typed_contents_become_wire_bytes():
     assert by_name["S"] == b"\x01\x00\x00\x00a\x00\x00\x00\x00"
 
 
+def test_uint64_contents_near_two_to_the_64_stay_exact():
+    # Found by tests/fuzz: a sequence with such a value went through float64 and out of range.
+    msg = triton_pb.ModelInferRequest(model_name="m")
+    big = [0, 2**64 - 1024, 2**64 - 1]
+    msg.inputs.add(name="U", datatype="UINT64", shape=[3]).contents.uint64_contents.extend(big)
+    request = convert.infer_request_from_wire(_wire(msg))
+    assert np.frombuffer(request.inputs[0].data, np.uint64).tolist() == big
+
+
 def test_contents_with_raw_and_mismatched_contents_are_refused():
     msg = triton_pb.ModelInferRequest(model_name="m")
     msg.inputs.add(name="A", datatype="INT32", shape=[1]).contents.int_contents.append(1)
