@@ -1,4 +1,6 @@
-"""What the model's process looks like to Python, as in Triton's stub (issue 20, item 6)."""
+"""What the model's process looks like to Python, as in Triton's stub (issue 20, item 6): argv and
+__main__ as the stub's; cwd is the server's in both. SIGINT differs on purpose: workers ignore it
+(Ctrl-C reaches the whole process group, and the daemon owns shutdown)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ class TritonPythonModel:
         argparse.ArgumentParser().parse_args()
 
     def execute(self, requests):
-        out = np.array([json.dumps(sys.argv).encode()], dtype=np.object_)
+        main = sys.modules["__main__"]
+        seen = {"argv": sys.argv, "main_file": hasattr(main, "__file__"), "main": main.__name__}
+        out = np.array([json.dumps(seen).encode()], dtype=np.object_)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]) for _ in requests]
 """
 
@@ -48,4 +52,7 @@ def test_the_model_sees_tritons_argv_not_the_workers_flags(
     daemon = start_daemon(repository, settle=["argv_probe"])
     x = infer_input("INPUT0", np.array([1.0], dtype=np.float32), "FP32")
     result = daemon.client().infer("argv_probe", [x])
-    assert json.loads(result.as_numpy("OUTPUT0")[0]) == [""]
+    seen = json.loads(result.as_numpy("OUTPUT0")[0])
+    assert seen["argv"] == [""]
+    # __main__ as in the stub: a bare module, not the worker's own code.
+    assert seen["main"] == "__main__" and seen["main_file"] is False

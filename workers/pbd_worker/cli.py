@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import types
 
 from pbd_worker import output
 from pbd_worker.logconfig import LogConfig
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     # 2.51's stub), not the worker's flags: a model that runs argparse or unittest.main() in
     # initialize() or execute() must not trip over --socket and --instance.
     sys.argv = [""]
+    # Nor pbd_worker's module as __main__: the stub's __main__ is a bare module (no __file__).
+    sys.modules["__main__"] = types.ModuleType("__main__")
     # Ctrl-C in a terminal reaches the whole process group; the daemon owns shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     output.install(opts.instance)
