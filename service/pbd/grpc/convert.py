@@ -48,6 +48,8 @@ _ALL_CONTENTS = sorted(set(_CONTENTS_FIELD.values()))
 
 def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamValue]:
     out: dict[str, ParamValue] = {}
+    if not params:  # most requests, inputs and outputs carry none
+        return out
     for key, param in params.items():
         which = param.WhichOneof("parameter_choice")
         if which is None:
