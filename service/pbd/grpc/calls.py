@@ -20,11 +20,13 @@ from typing import Any
 
 import grpc
 
+from pbd.grpc.deframing import Deframer, Reservations
 from pbd.grpc.protocol import (
     ENCODINGS,
     HEAD,
     OK_TRAILERS,
     Abort,
+    Buffer,
     Context,
     Message,
     Requests,
@@ -43,7 +45,7 @@ log = logging.getLogger("pbd.grpc")
 class Method:
     streaming: bool  # stream-stream when True, unary-unary otherwise
     handler: Callable[..., Any]
-    deserialize: Callable[[bytes], Any]
+    deserialize: Callable[[Buffer], Any]  # protobuf's FromString takes any buffer
     serialize: Callable[[Any], bytes]
 
 
@@ -51,8 +53,8 @@ class Call:
     """One RPC: deframes the request stream, runs the handler, writes the answer."""
 
     __slots__ = (
-        "stream", "method", "context", "calls", "max_message", "encoding", "parts", "have",
-        "need", "request", "requests", "task", "timer", "expired", "done",
+        "stream", "method", "context", "calls", "max_message", "encoding", "deframer",
+        "request", "requests", "task", "timer", "expired", "done",
     )  # fmt: skip
 
     def __init__(
@@ -70,9 +72,7 @@ class Call:
         self.calls = calls
         self.max_message = calls.max_message
         self.encoding = encoding
-        self.parts: list[memoryview] = []  # a message arriving in pieces
-        self.have = 0
-        self.need = 0  # total bytes (prefix included) of the message in ``parts``, 0: unknown
+        self.deframer = Deframer(calls.max_message, self._message, calls.reservations)
         self.request: Message | None = None
         self.requests: Requests | None = None
         self.task: asyncio.Task[None] | None = None
@@ -94,7 +94,7 @@ class Call:
             return
         try:
             if chunk:
-                self._deframe(chunk)
+                self.deframer.feed(chunk)
         except Abort as exc:
             self._finish_error(exc.code, exc.details)
             return
@@ -102,13 +102,27 @@ class Call:
             if self.requests is not None:
                 self.requests.ended = True
                 self.requests.wake()
-            elif self.parts:
+            elif self.deframer.pending:
                 self._finish_error(grpc.StatusCode.INTERNAL, "Incomplete request message")
             elif self.request is None:
                 self._finish_error(grpc.StatusCode.INTERNAL, "No request message")
             elif self.task is None:
                 request, self.request = self.request, None
                 self.task = asyncio.get_running_loop().create_task(self._run_unary(request))
+
+    def room(self) -> memoryview | None:
+        """Where the connection may read the rest of a large message straight in."""
+        return None if self.done else self.deframer.room()
+
+    def wrote(self, n: int, end: bool) -> None:
+        """``n`` bytes were read into :meth:`room`."""
+        try:
+            self.deframer.wrote(n)
+        except Abort as exc:
+            self._finish_error(exc.code, exc.details)
+            return
+        if end:
+            self.on_data(memoryview(b""), True)
 
     def on_reset(self) -> None:
         if not self.done:
@@ -129,51 +143,10 @@ class Call:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def _deframe(self, chunk: memoryview) -> None:
-        if not self.parts:
-            pos, n = 0, len(chunk)
-            while n - pos >= 5:
-                length = int.from_bytes(chunk[pos + 1 : pos + 5], "big")
-                if n - pos - 5 < length:
-                    break
-                self._message(chunk[pos], chunk[pos + 5 : pos + 5 + length])
-                pos += 5 + length
-            if pos == n:
-                return
-            chunk = chunk[pos:]
-        self.parts.append(chunk)
-        self.have += len(chunk)
-        while True:
-            if not self.need:
-                if self.have < 5:
-                    return
-                first = self.parts[0]
-                head = bytes(first[:5]) if len(first) >= 5 else b"".join(self.parts)[:5]
-                length = int.from_bytes(head[1:5], "big")
-                self._check_size(length)
-                self.need = 5 + length
-            if self.have < self.need:
-                return
-            data = b"".join(self.parts)
-            self.parts, self.have, need = [], 0, self.need
-            self.need = 0
-            self._message(data[0], memoryview(data)[5:need])
-            if len(data) > need:
-                rest = memoryview(data)[need:]
-                self.parts, self.have = [rest], len(rest)
-
-    def _check_size(self, length: int) -> None:
-        if length > self.max_message:
-            raise Abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"Received message larger than max ({length} vs. {self.max_message})",
-            )
-
-    def _message(self, flag: int, body: memoryview) -> None:
-        self._check_size(len(body))
+    def _message(self, flag: int, body: Buffer) -> None:
         if flag:
             self._inflater()  # an encoding pbd lacks fails the call now
-        message = (flag, bytes(body))
+        message = (flag, body)
         if self.requests is not None:
             self.requests.items.append(message)
             self.requests.wake()
@@ -206,12 +179,16 @@ class Call:
             f"not one of {ENCODINGS.decode()}",
         )
 
-    def _decompress(self, body: bytes) -> bytes:
+    def _decompress(self, body: Buffer) -> bytes:
         try:
             data: bytes = self._inflater().decompress(body, self.max_message + 1)
         except zlib.error as exc:
             raise Abort(grpc.StatusCode.INTERNAL, f"Cannot decompress the message: {exc}") from None
-        self._check_size(len(data))
+        if len(data) > self.max_message:
+            raise Abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({len(data)} vs. {self.max_message})",
+            )
         return data
 
     # -- running the handler -------------------------------------------------------------------
@@ -280,6 +257,7 @@ class Call:
 
     def _release(self) -> None:
         self.calls.active -= 1
+        self.deframer.close()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -296,6 +274,7 @@ class Calls:
         self.max_calls = max_calls
         self.active = 0
         self.accepting = True
+        self.reservations = Reservations()
 
     def open(self, stream: Stream, headers: Fields) -> Call | None:
         path = b""

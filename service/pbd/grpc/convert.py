@@ -17,6 +17,7 @@ from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import model_config_pb2 as mc
 from pbd.errors import invalid_arg
 from pbd.grpc import wire
+from pbd.grpc.protocol import Buffer
 from pbd.types import (
     IndexEntry,
     InferRequest,
@@ -104,11 +105,11 @@ def _has_contents(tensor: Any) -> bool:
     )
 
 
-def infer_request_from_wire(data: bytes) -> InferRequest:
+def infer_request_from_wire(data: Buffer) -> InferRequest:
     """Parse a serialized ModelInferRequest without copying its raw tensor bytes."""
     try:
         header, raws = wire.split_raw_inputs(data)
-        msg = pb.ModelInferRequest.FromString(header)
+        msg = pb.ModelInferRequest.FromString(header)  # type: ignore[arg-type]  # any buffer
     except (wire.WireError, DecodeError) as exc:
         raise invalid_arg(f"malformed request: {exc}") from None
     if not raws and len(msg.raw_input_contents):

@@ -115,8 +115,10 @@ def _unbase64(value: bytes) -> bytes:
         return value
 
 
-# A request message as it arrived: (compressed flag, bytes).
-Message = tuple[int, bytes]
+# A request message's bytes: a copy, or the buffer it was read into (pbd.grpc.deframing).
+Buffer = bytes | bytearray | memoryview
+# A request message as it arrived: (compressed flag, its bytes).
+Message = tuple[int, Buffer]
 
 
 class Requests:

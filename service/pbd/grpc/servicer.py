@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -22,7 +22,7 @@ from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.calls import Method
-from pbd.grpc.protocol import Context
+from pbd.grpc.protocol import Buffer, Context
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.streams import StreamSession
@@ -32,6 +32,7 @@ log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 Handler = Callable[[Any, Context], Awaitable[Any]]
+_T = TypeVar("_T")
 
 
 def _errors_to_status(fn: Handler) -> Handler:
@@ -84,7 +85,7 @@ class InferenceServicer:
         config = self.dp.model_config(request.name, request.version)
         return pb.ModelConfigResponse(config=convert.model_config_to_pb(config.as_dict))
 
-    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+    async def ModelInfer(self, request: Buffer, context: Any) -> bytes:
         began = time.time_ns()
         infer_request = convert.infer_request_from_wire(request)
         return await self._answer(
@@ -215,7 +216,7 @@ def _traceparent(context: Any) -> str | None:
     return None
 
 
-def _identity(data: bytes) -> bytes:
+def _identity(data: _T) -> _T:
     return data
 
 

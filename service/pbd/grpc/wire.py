@@ -11,6 +11,10 @@ entries; protobuf concatenates repeated fields, so the result is an ordinary mes
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pbd.grpc.protocol import Buffer
 
 RAW_INPUT_FIELD = 7
 RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])  # raw_output_contents, length-delimited
@@ -46,7 +50,7 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def split_raw_inputs(data: bytes) -> tuple[bytes, list[memoryview]]:
+def split_raw_inputs(data: Buffer) -> tuple[Buffer, list[memoryview]]:
     """``(message without field 7, [field-7 payloads as views of data])``.
 
     Every top-level field of ModelInferRequest is length-delimited; anything else is left in

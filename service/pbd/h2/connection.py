@@ -1,11 +1,13 @@
 """One HTTP/2 server connection on an asyncio transport.
 
-Reading is a single pass over what the socket gave (``data_received``): complete frames are
-handled in place, a DATA payload that spans several reads is handed to its stream piece by
-piece as memoryviews of the received bytes (no reassembly buffer, so a 16 MiB message is not
-copied on its way in), and only a partial frame header or a partial control frame is kept
-back. Everything written while one read is handled leaves in one ``write`` at its end; an
-answer written later (a unary response's HEADERS, DATA and trailers) leaves at once, in one.
+The connection is an ``asyncio.BufferedProtocol``: the transport reads into the connection's
+own buffer, and each read is one pass over the frames in it; a DATA payload is handed to its
+stream piece by piece as views of that buffer (the stream copies what it keeps), and only a
+partial frame header or a partial control frame is kept back. While a large message's DATA
+is coming, the transport reads straight into the message's own buffer instead
+(``StreamHandler.room``): a 16 MiB request is copied once, by the kernel. Everything written
+while one read is handled leaves in one ``write`` at its end; an answer written later (a
+unary response's HEADERS, DATA and trailers) leaves at once.
 
 Flow control (RFC 9113 section 5.2): the server opens large receive windows and tops them up
 as the application takes data, so a client never waits for a window update on a large
@@ -36,6 +38,10 @@ log = logging.getLogger("pbd.h2")
 STREAM_WINDOW = 16 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 MAX_RECV_FRAME = 1024 * 1024
+# What one read takes into the connection's own buffer (asyncio reads 256 KiB by default).
+READ_SIZE = 256 * 1024
+# A DATA payload with at least this much left to come goes straight into its message.
+DIRECT_MIN = 64 * 1024
 # A request's header block (HEADERS plus CONTINUATION) larger than this ends the connection;
 # each frame counts its 9-byte header too, so a flood of empty CONTINUATION frames ends it.
 MAX_HEADER_BLOCK = 64 * 1024
@@ -52,7 +58,7 @@ class Application(Protocol):
         ...
 
 
-class Connection(Sender, asyncio.Protocol):
+class Connection(Sender, asyncio.BufferedProtocol):
     def __init__(self, app: Application, on_lost: Callable[[Connection], None]) -> None:
         super().__init__()
         self.app = app
@@ -74,6 +80,8 @@ class Connection(Sender, asyncio.Protocol):
         self.last_stream = 0
         self.going_away = False
         self.recv_unacked = 0
+        self.read_buffer = memoryview(bytearray(READ_SIZE))
+        self.direct: Stream | None = None  # the stream whose buffer the last read went into
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -115,12 +123,30 @@ class Connection(Sender, asyncio.Protocol):
             if stream.handler is not None:
                 stream.handler.on_reset()
 
-    def data_received(self, data: bytes) -> None:
+    # -- reading: the transport reads into our buffer, or straight into a message's ---------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        self.direct = None
+        if self.data_left >= DIRECT_MIN and not self.failed:
+            stream = self.streams.get(self.data_stream)
+            handler = stream.handler if stream is not None else None
+            if stream is not None and handler is not None and not stream.remote_closed:
+                room = handler.room()
+                if room is not None and min(len(room), self.data_left) >= DIRECT_MIN:
+                    self.direct = stream
+                    return room[: self.data_left]
+        return self.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.failed:
             return
+        stream, self.direct = self.direct, None
         self.receiving = True
         try:
-            self._receive(data)
+            if stream is None:
+                self._receive(self.read_buffer[:nbytes])
+            else:
+                self._wrote(stream, nbytes)
         except f.ProtocolError as exc:
             log.debug("HTTP/2 connection error: %s", exc)
             self.write(f.goaway(self.last_stream, exc.code, str(exc).encode()[:200]))
@@ -134,6 +160,17 @@ class Connection(Sender, asyncio.Protocol):
             self.recv_unacked = 0
         if self.out:
             self._flush()
+
+    def _wrote(self, stream: Stream, nbytes: int) -> None:
+        """``nbytes`` of the current DATA payload were read into the stream's own buffer."""
+        self.data_left -= nbytes
+        end = self.data_left == 0 and self.data_end
+        if end:
+            stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.wrote(nbytes, end)
+        if end and stream.local_closed:
+            self.forget(stream)
 
     def _fail(self) -> None:
         """Close after a connection error so that the GOAWAY arrives: closing a socket with
@@ -152,7 +189,7 @@ class Connection(Sender, asyncio.Protocol):
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _receive(self, data: bytes) -> None:
+    def _receive(self, data: bytes | memoryview) -> None:
         if self.partial:
             # Appending keeps a frame that trickles in byte by byte linear, not quadratic.
             self.partial += data
@@ -165,7 +202,7 @@ class Connection(Sender, asyncio.Protocol):
         pos = 0
         if not self.preface:
             if n < len(f.PREFACE):
-                if not f.PREFACE.startswith(data):
+                if not f.PREFACE.startswith(bytes(data)):
                     raise f.ProtocolError("not an HTTP/2 client preface")
                 self._keep(data, len(f.PREFACE))
                 return
@@ -200,7 +237,7 @@ class Connection(Sender, asyncio.Protocol):
             if n - pos - f.HEADER_SIZE < length:
                 self._keep(view[pos:], f.HEADER_SIZE + length)
                 return
-            payload = data[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length]
+            payload = bytes(view[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length])
             pos += f.HEADER_SIZE + length
             self._frame(kind, flags, stream_id, payload)
 

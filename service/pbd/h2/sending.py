@@ -20,7 +20,17 @@ LARGE_WRITE = 65536
 
 
 class StreamHandler(Protocol):
-    def on_data(self, chunk: memoryview, end: bool) -> None: ...
+    def on_data(self, chunk: memoryview, end: bool) -> None:
+        """The next piece of the request (a view of the connection's read buffer: copy what
+        is kept); ``end``: the client's last."""
+        ...
+
+    def room(self) -> memoryview | None:
+        """Where the connection may read the next bytes of a large message straight in, or
+        None; then :meth:`wrote` says how many it put there."""
+        ...
+
+    def wrote(self, n: int, end: bool) -> None: ...
 
     def on_reset(self) -> None: ...
 

@@ -172,6 +172,12 @@ class Handler:
                 self.stream.send_data(b"x" * self.app.answer)
                 self.stream.send_trailers(self.app.trailers)
 
+    def room(self) -> memoryview | None:
+        return None  # everything through on_data
+
+    def wrote(self, n: int, end: bool) -> None:
+        raise AssertionError("no room was offered")
+
     def on_reset(self) -> None:
         self.reset = True
 
