@@ -333,6 +333,7 @@ def test_one_models_flood_neither_takes_the_memory_nor_refuses_another_model(
                           settle=["gated", "add_sub"])  # fmt: skip
     daemon.client().infer("gated", gated_inputs(0, payload_bytes=size))  # warm up
     before_peak = vm_hwm_bytes(daemon.pid)
+    before_heap = rss_anon_bytes(daemon.pid)
     gate = tmp_path / "gate"
     outcomes: dict[str, int] = {}
 
@@ -371,7 +372,12 @@ def test_one_models_flood_neither_takes_the_memory_nor_refuses_another_model(
     assert set(outcomes) <= {"OK", "StatusCode.RESOURCE_EXHAUSTED"}, outcomes
     assert outcomes.get("StatusCode.RESOURCE_EXHAUSTED"), "the budget never refused the flood"
     # The documented bound: twice the budget (arena copy + the received message) plus what
-    # gRPC is receiving at once (every client's message, twice: its buffer and Python's copy).
+    # gRPC is receiving at once (every client's message; twice is kept as slack).
     bound = 2 * limit + 2 * clients * size + FLOOD_RSS_SLACK_BYTES
     assert growth < bound, f"peak RSS grew {growth / MIB:.0f} MiB, bound {bound / MIB:.0f} MiB"
-    assert settled < after - FLOOD_TRIMMED_BYTES, "the idle heap was not trimmed"
+    # What the flood took goes back: the trim gave back a good part of it, or the heap is
+    # near where it was before (large requests are read into their own buffers, freed whole).
+    assert settled < max(after - FLOOD_TRIMMED_BYTES, before_heap + FLOOD_TRIMMED_BYTES), (
+        f"the idle heap was not trimmed: {before_heap / MIB:.0f} MiB before the flood, "
+        f"{after / MIB:.0f} after, {settled / MIB:.0f} once trimmed"
+    )
