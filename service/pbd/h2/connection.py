@@ -21,7 +21,9 @@ stream or the connection drops, ``on_reset``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import struct
 from collections.abc import Callable
 from typing import Protocol
@@ -88,6 +90,12 @@ class Connection(Sender, asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A vanished client's connection (and any call it left open) is found by the
+            # kernel's keepalive probes (2 h idle by default, as grpc core's server pings).
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         transport.write(
             f.settings(
                 {

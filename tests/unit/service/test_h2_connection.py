@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import struct
 
 import pytest
@@ -319,3 +320,14 @@ def test_an_answer_before_the_request_ended_resets_the_rest_with_no_error() -> N
         assert conns[0].streams == {}
 
     run(test, Recorder(answer=None))
+
+
+def test_tcp_connections_get_kernel_keepalive() -> None:
+    """A vanished client's connection is found by keepalive probes (grpc core pings instead)."""
+
+    async def test(peer, app, connections) -> None:  # noqa: ANN001
+        await peer.until_ping()
+        sock = connections[0].transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+
+    run(test)
