@@ -48,6 +48,10 @@ class SocketFrameReader:
             self._buffer += chunk
         return True
 
+    def buffered(self) -> bool:
+        """Bytes already read from the socket wait here (a next frame, or part of one)."""
+        return bool(self._buffer)
+
     def read(self) -> bytes | None:
         if not self._fill(HEADER.size):
             if self._buffer:

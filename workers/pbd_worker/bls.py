@@ -15,6 +15,12 @@ on it notes the call as done. Done calls ride ahead of the next frame the worker
 next BLS call, the batch's result, a heartbeat) as ``BlsDone``. Finalizers may run in any
 thread, even inside a send, so they only append to a deque.
 
+``async_exec`` from a coroutine on the worker's event loop (``pbd_worker.event_loop``) sends
+the call and awaits its reply on that loop: concurrent calls of concurrent coroutines, no
+thread. The batch a call belongs to (the parents the daemon's deadlock check follows, the
+traceparent) is a context variable, so a decoupled model's background coroutine keeps its own
+batch's after the main loop moved on to the next batch.
+
 GPU inputs go through the daemon's CUDA memory pool instead of the arena: one ``PoolAlloc`` per
 call for all of them (all granted or none), a device-to-device copy into each block, and the
 call names the blocks; the daemon frees them when the call ends. A full pool fails the call
@@ -24,12 +30,15 @@ host memory.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextvars
 import itertools
 import json
 import threading
 import weakref
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,12 +53,30 @@ from pbd_worker.model_api.tensor import Tensor
 
 _NOT_IN_EXECUTE = "BLS is only supported during the 'execute' function."
 
+Replies = Callable[[tuple[str, int]], Awaitable[wpb.DaemonToWorker]]
+
+
+class _Batch(NamedTuple):
+    """What a call made while executing a batch carries: the BLS calls being served
+    (``parents``, for the daemon's cycle check) and the trace to join."""
+
+    parents: list[int]
+    traceparent: str
+
+
+# The batch whose execute() is running in this context: set by the main loop around a batch;
+# tasks created meanwhile (a decoupled model's background coroutine) inherit it.
+_current_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar(
+    "pbd_bls_batch", default=None
+)
+
 
 class _Call:
     """What one call holds on this side: input blocks, and how many output owners live."""
 
-    def __init__(self, call_id: int) -> None:
+    def __init__(self, call_id: int, decoupled: bool = False) -> None:
         self.call_id = call_id
+        self.decoupled = decoupled
         self.blocks: list[Block] = []
         self.live = 0
         self.final = False
@@ -85,8 +112,10 @@ class ResponseIterator:
 
 
 class BlsClient:
-    def __init__(self, link: DaemonLink, shm_dir: str) -> None:
+    def __init__(self, link: DaemonLink, shm_dir: str, replies: Replies, loop: Any) -> None:
         self.link = link
+        self.replies = replies  # awaits a reply on ``loop`` (``WorkerLoop.reply``)
+        self.loop = loop
         self.shm_dir = shm_dir
         self.callee_segments = SegmentMap(shm_dir)
         self.inputs: SegmentMap | None = None  # the daemon's segments for this instance
@@ -95,8 +124,8 @@ class BlsClient:
         self._done: collections.deque[int] = collections.deque()
         self._calls: dict[int, _Call] = {}
         self._lock = threading.Lock()  # arena allocations from concurrent async_exec threads
-        self._parents: list[int] = []
-        self._traceparent = ""
+        self._batch = _Batch([], "")  # for model threads, which do not inherit the context
+        self._batch_token: contextvars.Token[_Batch | None] | None = None
         self.executing = False
         self.cuda = CudaRegions()  # the daemon's pools (shared with the executor)
         link.pending_frames.append(self._take_done)
@@ -110,12 +139,18 @@ class BlsClient:
         self.callee_segments = SegmentMap(inputs.shm_dir)
 
     def begin_batch(self, execute: wpb.Execute) -> None:
-        self._parents = [r.bls_call for r in execute.requests if r.bls_call]
-        self._traceparent = next((r.traceparent for r in execute.requests if r.traceparent), "")
+        self._batch = _Batch(
+            [r.bls_call for r in execute.requests if r.bls_call],
+            next((r.traceparent for r in execute.requests if r.traceparent), ""),
+        )
+        self._batch_token = _current_batch.set(self._batch)
         self.executing = True
 
     def end_batch(self) -> None:
         self.executing = False
+        if self._batch_token is not None:
+            _current_batch.reset(self._batch_token)
+            self._batch_token = None
 
     def forget(self) -> None:
         """The daemon is gone: what it held for our calls is void."""
@@ -132,23 +167,7 @@ class BlsClient:
     # -- exec --------------------------------------------------------------------------------
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
-        if not self.executing:
-            raise TritonModelException(_NOT_IN_EXECUTE)
-        call = _Call(next(self._ids))
-        message = wpb.BlsCall(
-            call_id=call.call_id,
-            model_name=request.model_name(),
-            model_version=request.model_version(),
-            decoupled=decoupled,
-            parents=self._parents,
-        )
-        try:
-            self._describe(request, message.request, call)
-        except BaseException:
-            self._free_inputs(call)  # never sent: the blocks written so far go back now
-            raise
-        self._calls[call.call_id] = call
-        self.link.send(wpb.WorkerToDaemon(bls_call=message))
+        call = self._call(request, decoupled)
         if decoupled:
             return ResponseIterator(self, call)
         response = self._next_response(call)
@@ -156,7 +175,49 @@ class BlsClient:
             self._next_response(call)
         return response
 
-    def _describe(self, request: InferenceRequest, out: wpb.Request, call: _Call) -> None:
+    def exec_async(self, request: InferenceRequest, decoupled: bool) -> Awaitable[Any]:
+        """``async_exec``: on the worker's loop the call is sent now and its reply awaited
+        there; from another loop (one the model runs itself) ``exec`` runs in a thread."""
+        if asyncio.get_running_loop() is not self.loop:
+            return asyncio.get_running_loop().run_in_executor(None, self.exec, request, decoupled)
+        return self.loop.create_task(self._exec_on_loop(self._call(request, decoupled)))
+
+    async def _exec_on_loop(self, call: _Call) -> Any:
+        if call.decoupled:  # iterated as exec's: Triton's iterator blocks as well
+            return ResponseIterator(self, call)
+        key = ("bls_reply", call.call_id)
+        response = self._take(call, (await self.replies(key)).bls_reply)
+        while not call.final:
+            self._take(call, (await self.replies(key)).bls_reply)
+        return response
+
+    def _call(self, request: InferenceRequest, decoupled: bool) -> _Call:
+        """Send the call (its inputs placed first) for the batch executing in this context."""
+        batch = _current_batch.get()
+        if batch is None:  # a thread the model started during execute(), or no execute at all
+            if not self.executing:
+                raise TritonModelException(_NOT_IN_EXECUTE)
+            batch = self._batch
+        call = _Call(next(self._ids), decoupled)
+        message = wpb.BlsCall(
+            call_id=call.call_id,
+            model_name=request.model_name(),
+            model_version=request.model_version(),
+            decoupled=decoupled,
+            parents=batch.parents,
+        )
+        try:
+            self._describe(request, message.request, call, batch.traceparent)
+        except BaseException:
+            self._free_inputs(call)  # never sent: the blocks written so far go back now
+            raise
+        self._calls[call.call_id] = call
+        self.link.send(wpb.WorkerToDaemon(bls_call=message))
+        return call
+
+    def _describe(
+        self, request: InferenceRequest, out: wpb.Request, call: _Call, traceparent: str
+    ) -> None:
         out.id = request.request_id()
         out.requested_outputs.extend(sorted(request.requested_output_names()))
         out.parameters_json = request.parameters()
@@ -167,7 +228,7 @@ class BlsClient:
             out.correlation_id = correlation
         out.flags = request.flags()
         out.timeout_us = request.timeout()
-        out.traceparent = _traceparent(request.trace().get_context()) or self._traceparent
+        out.traceparent = _traceparent(request.trace().get_context()) or traceparent
         on_device: list[tuple[wpb.TensorRef, Tensor]] = []
         for tensor in request.inputs():
             ref = out.inputs.add(
@@ -219,7 +280,9 @@ class BlsClient:
         return block.segment.name, block.offset
 
     def _next_response(self, call: _Call) -> InferenceResponse:
-        reply = self.link.wait_reply(("bls_reply", call.call_id)).bls_reply
+        return self._take(call, self.link.wait_reply(("bls_reply", call.call_id)).bls_reply)
+
+    def _take(self, call: _Call, reply: wpb.BlsReply) -> InferenceResponse:
         if reply.final:
             call.final = True
             self._free_inputs(call)

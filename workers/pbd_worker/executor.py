@@ -24,14 +24,17 @@ from pbd_wire import dtypes
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions, CudaUnavailable
 from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
-from pbd_worker.loader import call_maybe_async, describe_exception
+from pbd_worker.event_loop import WorkerLoop
+from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonError
+from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.model_api.tensor import Tensor
-from pbd_worker.rescheduling import unanswered
+from pbd_worker.output_targets import OutputTooLarge, to_arena, to_client
+from pbd_worker.rescheduling import rescheduled, unanswered
 from pbd_worker.returns import check_returned
-from pbd_worker.streaming import BackgroundLoop, LiveRequests
+from pbd_worker.streaming import LiveRequests
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing
@@ -39,14 +42,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("pbd_worker")
 
 _EMPTY = memoryview(b"")
-
-
-class _OutputTooLarge(Exception):
-    """An output does not fit the client region it is aimed at (Triton: INTERNAL)."""
+# Triton's gRPC front end, when a default-mode request got a response and then an error.
+_TWO_RESPONSES = "expected a single response, got 2"
 
 
 def _error(code: str, message: str, tb: str = "") -> wpb.Error:
     return wpb.Error(code=code, message=message, traceback=tb)
+
+
+def _code_of(exc: BaseException) -> str:
+    if isinstance(exc, TritonError):
+        return exc.code()
+    if isinstance(exc, asyncio.CancelledError):
+        return TritonError.CANCELLED
+    return TritonError.INTERNAL
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class BatchExecutor:
@@ -59,7 +72,7 @@ class BatchExecutor:
         model_version: int,
         inputs: SegmentMap,
         outputs: Arena,
-        loop: asyncio.AbstractEventLoop,
+        aio: WorkerLoop,
         live: LiveRequests | None = None,
         gpu_inputs: bool = False,
         cuda: CudaRegions | None = None,
@@ -70,12 +83,11 @@ class BatchExecutor:
         self.model_version = model_version
         self.inputs = inputs
         self.outputs = outputs
-        self.loop = loop
+        self.aio = aio
         self.cuda = cuda or CudaRegions()  # clients' CUDA regions and pools, opened on use
         self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_wire.cuda)
         self._held: dict[int, list[Block]] = {}
         self.lock = threading.Lock()
-        self._background: BackgroundLoop | None = None  # async decoupled execute
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
@@ -155,9 +167,7 @@ class BatchExecutor:
             trace_context=None,
         )
 
-    def run(
-        self, execute: wpb.Execute, into: wpb.ExecuteResult | None = None
-    ) -> wpb.ExecuteResult:
+    def run(self, execute: wpb.Execute, into: wpb.ExecuteResult | None = None) -> wpb.ExecuteResult:
         """Run the batch; its result is written into ``into`` (a frame's field: protobuf
         copies a message handed to a constructor) or a new message."""
         result = into if into is not None else wpb.ExecuteResult()
@@ -212,12 +222,16 @@ class BatchExecutor:
         problem = check_returned(responses, requests, self.live.decoupled, self.instance_name)
         if problem:
             return self._fail_open(result, requests, _error("INTERNAL", self._failed(problem)))
+        unfinished = self.live.finish_execute([m.request_id for m in msgs])
         held: list[Block] = []
         with self.lock:
             for request_msg, request, response in zip(
                 msgs, requests, responses or [None] * len(requests), strict=True
             ):
                 if response is None:  # answered with the response sender, or rescheduled
+                    held_back = unfinished.get(request_msg.request_id)
+                    if held_back is not None and not rescheduled(request):
+                        self.live.send_final(held_back)
                     result.responses.append(unanswered(request_msg.request_id, request, self.live))
                     continue
                 self.live.done(request_msg.request_id)
@@ -228,18 +242,31 @@ class BatchExecutor:
         return result
 
     def _call_execute(self, requests: list[InferenceRequest]) -> Any:
-        """``execute(requests)``. An ``async def execute`` of a decoupled model runs in the
-        background, as in Triton: execute "returns" at once, the next batch may start, and an
-        exception is only logged (the model answers through its response senders)."""
-        if not self.live.decoupled:
-            return call_maybe_async(self.loop, self.model.execute, requests)
+        """``execute(requests)``. A default-mode ``async def execute`` is awaited on the
+        worker's event loop; a decoupled model's runs there in the background, as in Triton:
+        execute "returns" at once and the next batch may start. If that coroutine raises or is
+        cancelled, its requests still open are closed with the error (Triton only logs it)."""
         returned = self.model.execute(requests)
         if not inspect.isawaitable(returned):
             return returned
-        if self._background is None:
-            self._background = BackgroundLoop()
-        self._background.run(returned)
+        if not self.live.decoupled:
+            return self.aio.run(returned)
+        self.aio.spawn(_awaited(returned), lambda exc: self._failed_in_background(requests, exc))
         return None
+
+    def _failed_in_background(self, requests: list[InferenceRequest], exc: BaseException) -> None:
+        text, tb = describe_exception(exc)
+        if isinstance(exc, asyncio.CancelledError):
+            text = "the execute() coroutine was cancelled"
+        log.error("async execute() failed in the background: %s\n%s", text, tb)
+        error = TritonError(self._failed(text), _code_of(exc))
+        for request in requests:
+            sender = request.get_response_sender()
+            if not sender._is_closed:
+                sender._close()
+                self.live._deliver(
+                    request, InferenceResponse(error=error), TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
 
     def _drop_cancelled(
         self, result: wpb.ExecuteResult, msgs: list[wpb.Request], requests: list[InferenceRequest]
@@ -263,7 +290,10 @@ class BatchExecutor:
     def _fail_open(
         self, result: wpb.ExecuteResult, requests: list[InferenceRequest], error: wpb.Error
     ) -> wpb.ExecuteResult:
-        """Fail every request not answered yet; close every response sender (as Triton)."""
+        """Fail every request not answered yet; close every response sender (as Triton). A
+        request whose sender sent its response without the final flag has two answers now:
+        Triton's front end refuses that with "expected a single response, got 2"."""
+        unfinished = self.live.finish_execute([r._uid for r in requests])  # type: ignore[attr-defined]
         for request in requests:
             request_id = request._uid  # type: ignore[attr-defined]
             sender = request._response_sender
@@ -271,7 +301,12 @@ class BatchExecutor:
             if sender is not None:
                 sender._close()
             self.live.done(request_id)
-            if finished:
+            if request_id in unfinished:
+                self.live.discard(unfinished[request_id])
+                result.responses.append(wpb.Response(
+                    request_id=request_id, error=_error("INTERNAL", _TWO_RESPONSES)
+                ))  # fmt: skip
+            elif finished:
                 result.responses.append(wpb.Response(request_id=request_id, streamed=True))
             else:
                 result.responses.append(wpb.Response(request_id=request_id, error=error))
@@ -308,13 +343,13 @@ class BatchExecutor:
                     continue  # Triton prunes outputs the client did not ask for
                 target = targets.get(tensor.name())
                 if target is not None:
-                    out.outputs.append(self._output_to_client(tensor, target))
+                    out.outputs.append(to_client(tensor, target, self.inputs, self.cuda))
                 else:
-                    out.outputs.append(self._output(tensor, held))
+                    out.outputs.append(to_arena(tensor, held, self.inputs, self.outputs))
         except ShmExhausted as exc:
             del out.outputs[:]
             out.error.CopyFrom(_error("RESOURCE_EXHAUSTED", exc.message))
-        except _OutputTooLarge as exc:
+        except OutputTooLarge as exc:
             del out.outputs[:]
             out.error.CopyFrom(_error("INTERNAL", str(exc)))
         except CudaUnavailable as exc:
@@ -338,47 +373,3 @@ class BatchExecutor:
 
     def forget_cuda_regions(self, generations: list[int]) -> None:
         self.cuda.forget(generations)
-
-    def _output_to_client(self, tensor: Tensor, target: wpb.OutputTarget) -> wpb.TensorRef:
-        """Write an output straight into the client's registered region."""
-        nbytes = tensor._wire_nbytes()
-        if nbytes > target.byte_size:
-            raise _OutputTooLarge(
-                f"shared memory size specified with the request for output '{tensor.name()}' "
-                f"({target.byte_size} bytes) should be at least {nbytes} bytes to hold the "
-                "results"
-            )
-        if nbytes and target.HasField("cuda"):
-            tensor._write_into_device(self.cuda.bytes_at(target.cuda, target.offset, nbytes))
-            self.cuda.synchronize(target.cuda)
-        elif nbytes:
-            tensor._write_into(self.inputs.view(target.region, target.offset, nbytes))
-        return wpb.TensorRef(
-            name=tensor.name(),
-            datatype=tensor._datatype,
-            shape=tensor.shape(),
-            region=target.region,
-            offset=target.offset,
-            nbytes=nbytes,
-        )
-
-    def _output(self, tensor: Tensor, held: list[Block]) -> wpb.TensorRef:
-        ref = wpb.TensorRef(name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape())
-        nbytes = tensor._wire_nbytes()
-        ref.nbytes = nbytes
-        if nbytes == 0:
-            return ref
-        array = tensor._array_or_none()
-        if array is not None and array.flags.c_contiguous:
-            # In place when it is the daemon's segment; a client's region is not the daemon's
-            # to read a reply from (nor stable: it may be unregistered): copied below.
-            address = int(array.__array_interface__["data"][0])
-            found = self.inputs.locate(address, nbytes, clients=False)
-            if found is not None:
-                ref.region, ref.offset = found[0].name, found[1]
-                return ref
-        block = self.outputs.allocate(nbytes)
-        held.append(block)
-        tensor._write_into(block.view())
-        ref.region, ref.offset = block.segment.name, block.offset
-        return ref

@@ -2,9 +2,10 @@
 
 Decoupled: ``None`` (the model answers through its response senders). Default: a list with one
 entry per request: an ``InferenceResponse``, or ``None`` for a request its response sender
-answers or the model rescheduled (``pbd_worker.rescheduling``). A returned response counts as
-a send with the final flag, so a request that already got its response through the sender
-cannot get a second one this way.
+answers or the model rescheduled (``pbd_worker.rescheduling``); or ``None`` alone when the
+senders answer them all (Triton 24.06+). A returned response counts as a send with the final
+flag, so a request that already got its response through the sender cannot get a second one
+this way.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def check_returned(
             f"Python model '{instance_name}' is using the decoupled mode and the execute "
             "function must return None."
         )
+    if responses is None:
+        responses = [None] * len(requests)
     problem = check_list(responses, len(requests))
     if problem:
         return problem

@@ -18,7 +18,6 @@ This module imports neither ``pbd`` nor grpc: a worker starts in the time numpy 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import logging
@@ -34,6 +33,7 @@ from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.cuda import gpu_inputs
 from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker.bls import BlsClient
+from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.lifecycle import (
@@ -74,7 +74,8 @@ class WorkerRuntime:
         self._stop = threading.Event()
         self.executed = 0  # batches
         self.requests = 0
-        self.loop = asyncio.new_event_loop()
+        self.aio = WorkerLoop(self.link)  # the model's coroutines run here (event_loop)
+        self.loop = self.aio.loop
         self.model: Any = None
         self.fingerprint = ""
         self.executor: BatchExecutor | None = None
@@ -86,8 +87,9 @@ class WorkerRuntime:
         self.finalizing = False  # finalize() started: a SIGTERM now must not run it again
         self.metrics = MetricsChannel(self.link.send, self.link.ask)
         state.metrics_channel = self.metrics
-        self.bls = BlsClient(self.link, SHM_DIR)
+        self.bls = BlsClient(self.link, SHM_DIR, self.aio.reply, self.loop)
         state.bls_executor, state.model_control = self.bls.exec, self.bls.control
+        state.bls_async_executor = self.bls.exec_async
         self.live = LiveRequests(self.link.send, decoupled=False)
         state.response_sender_factory = self.live.sender_for
 
@@ -138,7 +140,7 @@ class WorkerRuntime:
                 )
             )
             while self.exit_code is None:
-                message = self.link.next()
+                message = self.aio.next()
                 if message is None:
                     return
                 self.handle(message)
@@ -297,7 +299,7 @@ class WorkerRuntime:
             model_version=int(args.get("model_version", "1") or 1),
             inputs=self.inputs,
             outputs=self.outputs,
-            loop=self.loop,
+            aio=self.aio,
             live=self.live,
             gpu_inputs=on_gpu,
             cuda=self.bls.cuda,

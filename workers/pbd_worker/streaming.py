@@ -9,22 +9,26 @@ frame, which the main loop reads between batches; ids of finished requests are i
 A response sent with the response sender travels as a ``StreamedResponse`` frame. Its output
 blocks are held under an id with the top bit set (so one ``Release`` message frees batches
 and streamed responses alike) until the daemon wrote them to the client.
+
+In the default mode a request has exactly one response, so the one its sender sends is its
+last: it leaves with the final flag whether or not the model added it (Triton would wait for the
+flag, and a model that never sends it would hang the client). Sent while ``execute`` still runs
+without the flag, it is kept until ``execute`` returned (``finish_execute``): if ``execute``
+answers the request too (raises, or returns a response for it), the client gets Triton's
+"expected a single response, got 2" instead.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
-import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.shm import Block
-from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
 from pbd_worker.model_api.response_sender import InferenceResponseSender
@@ -43,9 +47,9 @@ class ResponseWriter(Protocol):
         held: list[Block],
     ) -> wpb.Response: ...  # fmt: skip
     def hold(self, held_id: int, blocks: list[Block]) -> None: ...
+    def release(self, batch_ids: list[int]) -> None: ...
 
 STREAM_HELD_BIT = 1 << 63
-log = logging.getLogger("pbd_worker")
 
 
 class LiveRequests:
@@ -57,6 +61,10 @@ class LiveRequests:
         self.flags: CancelFlags | None = None  # the daemon's cancellation page
         self._live: dict[int, tuple[InferenceRequest, wpb.Request]] = {}
         self._held_ids = itertools.count(1)
+        # Default mode: requests whose execute() runs, and the responses sent meanwhile
+        # without the final flag (kept until execute() returned).
+        self._executing: set[int] = set()
+        self._unfinished: dict[int, wpb.StreamedResponse] = {}
 
     # -- bookkeeping (main thread, model threads) ------------------------------------------------
 
@@ -74,10 +82,33 @@ class LiveRequests:
             request._cancel_flag = functools.partial(self.flags.cancelled, request_id)
         with self._lock:
             self._live[request_id] = (request, msg)
+            if not self.decoupled:
+                self._executing.add(request_id)
 
     def done(self, request_id: int) -> None:
         with self._lock:
             self._live.pop(request_id, None)
+            self._executing.discard(request_id)
+
+    def finish_execute(self, request_ids: list[int]) -> dict[int, wpb.StreamedResponse]:
+        """execute() returned for these requests: responses their senders sent from now on
+        leave at once; those kept meanwhile are returned (the executor decides their fate)."""
+        if self.decoupled:
+            return {}
+        with self._lock:
+            self._executing.difference_update(request_ids)
+            return {i: out for i in request_ids if (out := self._unfinished.pop(i, None))}
+
+    def send_final(self, out: wpb.StreamedResponse) -> None:
+        """Send a response ``finish_execute`` returned: the request's one and last."""
+        out.flags = TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self.done(out.request_id)
+        self.send(wpb.WorkerToDaemon(streamed=out))
+
+    def discard(self, out: wpb.StreamedResponse) -> None:
+        """Drop a response ``finish_execute`` returned (execute answered its request too)."""
+        if out.held and self.executor is not None:
+            self.executor.release([out.held])
 
     def forget_all(self) -> None:
         """The daemon is gone: nothing is live any more, its cancellation page is void."""
@@ -113,30 +144,15 @@ class LiveRequests:
             if held:
                 out.held = STREAM_HELD_BIT | next(self._held_ids)
                 self.executor.hold(out.held, held)
-        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+        if not self.decoupled:
+            with self._lock:
+                if not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                    if request_id in self._executing:
+                        self._unfinished[request_id] = out
+                        return
+                elif request_id in self._unfinished:  # the flag for the one kept
+                    out = self._unfinished.pop(request_id)
+            out.flags = TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if out.flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done(request_id)
         self.send(wpb.WorkerToDaemon(streamed=out))
-
-
-class BackgroundLoop:
-    """Where a decoupled model's ``async def execute`` runs: an event loop on its own thread,
-    so execute "returns" at once and batches of one instance run concurrently (Triton 24.04+).
-    An exception is only logged: the model answers through its response senders."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="async-execute", daemon=True).start()
-
-    def run(self, awaitable: Any) -> None:
-        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
-        future.add_done_callback(_log_failure)
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _log_failure(future: Any) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        text, tb = describe_exception(future.exception())
-        log.error("async execute() failed in the background: %s\n%s", text, tb)

@@ -4,7 +4,6 @@ The real IPC path runs where a GPU is: tests/gpu/test_cuda_shm.py."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 from pathlib import Path
@@ -16,7 +15,9 @@ import triton_python_backend_utils as pb_utils
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import gpu_inputs
 from pbd_wire.shm import Arena, SegmentMap
+from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
+from pbd_worker.ipc.daemon_link import DaemonLink
 
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -45,7 +46,7 @@ class _Identity:
 
 @pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")
 def test_cuda_input_without_cupy_fails_the_request(tmp_path: Path) -> None:
-    loop = asyncio.new_event_loop()
+    aio = WorkerLoop(DaemonLink("@unused", lambda: None))
     arena = Arena("pbdtest-cuda-w", 4096, 4096, shm_dir=str(tmp_path))
     try:
         executor = BatchExecutor(
@@ -55,7 +56,7 @@ def test_cuda_input_without_cupy_fails_the_request(tmp_path: Path) -> None:
             model_version=1,
             inputs=SegmentMap(str(tmp_path)),
             outputs=arena,
-            loop=loop,
+            aio=aio,
         )
         ref = wpb.TensorRef(name="IN", datatype="FP32", shape=[4], offset=0, nbytes=16)
         ref.cuda.device_id, ref.cuda.ipc_handle, ref.cuda.generation = 0, b"\1" * 64, 1
@@ -80,4 +81,4 @@ def test_cuda_input_without_cupy_fails_the_request(tmp_path: Path) -> None:
         assert ok.responses[0].outputs[0].nbytes == 16
     finally:
         arena.close()
-        loop.close()
+        aio.loop.close()

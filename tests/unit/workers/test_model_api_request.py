@@ -137,6 +137,7 @@ def test_inputs_must_be_tensors_and_names_strings():
 
 def test_bls_is_refused_until_the_runtime_provides_it(monkeypatch):
     monkeypatch.setattr(state, "bls_executor", None)
+    monkeypatch.setattr(state, "bls_async_executor", None)
     request = pb_utils.InferenceRequest(model_name="m")
     with pytest.raises(pb_utils.TritonModelException, match="BLS.*not available in this pbd"):
         request.exec()
@@ -157,7 +158,11 @@ def test_installed_hooks_are_used(monkeypatch):
         calls.append((request.model_name(), decoupled))
         return pb_utils.InferenceResponse()
 
+    async def async_executor(request, decoupled):
+        return executor(request, decoupled)
+
     monkeypatch.setattr(state, "bls_executor", executor)
+    monkeypatch.setattr(state, "bls_async_executor", async_executor)
     monkeypatch.setattr(state, "response_sender_factory", lambda request: object())
     request = pb_utils.InferenceRequest(model_name="other")
     assert isinstance(request.exec(), pb_utils.InferenceResponse)

@@ -163,7 +163,13 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Daemon]:
         gc.unfreeze()  # initialize() froze what the model loaded
 
 
-_STATE = ("bls_executor", "model_control", "metrics_channel", "response_sender_factory")
+_STATE = (
+    "bls_executor",
+    "bls_async_executor",
+    "model_control",
+    "metrics_channel",
+    "response_sender_factory",
+)
 
 
 def test_initialize_execute_release_finalize(daemon: Daemon, model_dir: Path) -> None:

@@ -5,13 +5,16 @@ thread and model threads, so they hold a lock and go out as one write each, prec
 custom-metric updates buffered since the last one, the frames of ``pending_frames`` and those
 deferred until then (spans). A metric query (``ask``) or a BLS call (``wait_reply``) waits for
 its reply: it reads frames itself when no one else is reading, keeping the others (a pipelined
-Execute, a Release) for the main loop, which reads with ``next``.
+Execute, a Release) for the main loop, which reads with ``next``. While coroutines of the
+model are alive, the main thread reads through ``pbd_worker.event_loop`` instead: only frames
+that are already here (``read_ready``), and ``woke`` tells it when another reader took some.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -37,6 +40,8 @@ class DaemonLink:
         self._read_lock = threading.Lock()
         self._replies: dict[tuple[str, int], collections.deque[wpb.DaemonToWorker]] = {}
         self._replied = threading.Condition()
+        # Called after a thread in ``wait_reply`` read frames (the event loop re-checks).
+        self.woke: Callable[[], None] | None = None
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -117,14 +122,14 @@ class DaemonLink:
         running the model the main loop is not reading, so read here; another thread may find
         the main loop (or another waiter) reading, and then waits for it to file the reply."""
         while True:
-            reply = self._take_reply(key)
+            reply = self.take_reply(key)
             if reply is not None:
                 return reply
             if self._read_lock.acquire(blocking=False):
                 try:
                     # The reader we waited for may have filed our reply just before it let go
                     # of the lock: reading now would wait for a frame that never comes.
-                    reply = self._take_reply(key)
+                    reply = self.take_reply(key)
                     message = self._read_one() if reply is None else None
                 finally:
                     self._read_lock.release()
@@ -134,11 +139,35 @@ class DaemonLink:
                     raise RuntimeError("the daemon closed the connection")
                 if _reply_key(message) is None:
                     self._backlog.append(message)
+                if self.woke is not None:
+                    self.woke()
             else:
                 with self._replied:
                     self._replied.wait_for(lambda: key in self._replies, timeout=0.05)
 
-    def _take_reply(self, key: tuple[str, int]) -> wpb.DaemonToWorker | None:
+    def read_ready(self) -> wpb.DaemonToWorker | None:
+        """The next frame for the main loop if it is here already (kept, buffered, or waiting
+        on the socket), filing the replies read on the way; None when there is none (or
+        another thread is reading). EOFError when the daemon closed the connection."""
+        if not self._read_lock.acquire(blocking=False):
+            return None
+        try:
+            while not self._backlog:
+                reader, sock = self.reader, self.sock
+                if reader is None or sock is None:
+                    raise EOFError("not connected to the daemon")
+                if not reader.buffered() and not select.select([sock], [], [], 0)[0]:
+                    return None
+                message = self._read_one()
+                if message is None:
+                    raise EOFError("the daemon closed the connection")
+                if _reply_key(message) is None:
+                    return message
+            return self._backlog.popleft()
+        finally:
+            self._read_lock.release()
+
+    def take_reply(self, key: tuple[str, int]) -> wpb.DaemonToWorker | None:
         with self._replied:
             queue = self._replies.get(key)
             if not queue:

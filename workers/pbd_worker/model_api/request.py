@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pbd_worker.model_api import state
 from pbd_worker.model_api.errors import TritonModelException
 from pbd_worker.model_api.parameters import parameters_to_json
 from pbd_worker.model_api.tensor import Tensor
-
-if TYPE_CHECKING:
-    import asyncio
 
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 _UINT64_LIMIT = 2**64
@@ -286,15 +283,11 @@ class InferenceRequest:
 
     def exec(self, decoupled: bool = False) -> Any:
         """BLS: run this request on ``model_name`` and wait for the response(s)."""
-        return _bls_executor()(self, bool(decoupled))
+        return _installed(state.bls_executor)(self, bool(decoupled))
 
-    def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
-        """BLS from ``async def execute``: a future to await, run off the event loop."""
-        executor = _bls_executor()
-        import asyncio  # only async models pay for it
-
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(None, executor, self, bool(decoupled))
+    def async_exec(self, decoupled: bool = False) -> Any:
+        """BLS from ``async def execute``: an awaitable of what ``exec`` returns."""
+        return _installed(state.bls_async_executor)(self, bool(decoupled))
 
     def __repr__(self) -> str:
         names = [t.name() for t in self._inputs]
@@ -303,8 +296,7 @@ class InferenceRequest:
         )
 
 
-def _bls_executor() -> state.BlsExecutor:
-    executor = state.bls_executor
+def _installed(executor: state.BlsExecutor | None) -> state.BlsExecutor:
     if executor is None:
         raise TritonModelException(
             "InferenceRequest.exec()/async_exec() (BLS) is not available in this pbd version: "

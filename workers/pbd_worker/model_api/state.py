@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 # The hooks take a ``pbd_worker.model_api.request.InferenceRequest``; it is not named here
 # because that module reads this one (the API sits above its state).
 # ``bls_executor(request, decoupled)`` runs ``request`` on another model and returns an
-# ``InferenceResponse`` (or, decoupled, an iterator of them). It blocks; ``async_exec`` runs it
-# on the event loop's default executor.
+# ``InferenceResponse`` (or, decoupled, an iterator of them). It blocks; ``async_exec`` calls
+# ``bls_async_executor`` instead, which returns an awaitable of the same.
 BlsExecutor = Callable[[Any, bool], Any]
 # ``response_sender_factory(request)`` returns the request's ``InferenceResponseSender``.
 ResponseSenderFactory = Callable[[Any], Any]
 
 bls_executor: BlsExecutor | None = None
+bls_async_executor: BlsExecutor | None = None
 # ``model_control(op, model_name, **fields)``: load_model / unload_model / is_model_ready
 # (``pbd_worker.bls.BlsClient.control``); returns the daemon's reply, raises on its error.
 model_control: Callable[..., Any] | None = None
