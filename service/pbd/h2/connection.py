@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import struct
 from collections.abc import Callable
 from typing import Protocol
 
@@ -304,9 +303,9 @@ class Connection(Sender, asyncio.BufferedProtocol):
             self._deliver(memoryview(_unpad(payload)), bool(flags & f.END_STREAM))
         elif kind == f.SETTINGS:
             if not flags & f.ACK:
-                self._settings(payload)
+                self.peer_settings(payload)
         elif kind == f.WINDOW_UPDATE:
-            self._window_update(stream_id, payload)
+            self.window_update(stream_id, payload)
         elif kind == f.PING:
             if len(payload) != 8:
                 raise f.ProtocolError("PING payload not 8 bytes", f.FRAME_SIZE_ERROR)
@@ -365,51 +364,6 @@ class Connection(Sender, asyncio.BufferedProtocol):
             stream.handler.on_data(memoryview(b""), True)
         if stream.local_closed and stream.remote_closed:
             self.forget(stream)
-
-    def _settings(self, payload: bytes) -> None:
-        if len(payload) % 6:
-            raise f.ProtocolError("SETTINGS length not a multiple of 6", f.FRAME_SIZE_ERROR)
-        for key, value in struct.iter_unpack(">HI", payload):
-            if key == f.INITIAL_WINDOW_SIZE:
-                if value > f.MAX_WINDOW:
-                    raise f.ProtocolError("initial window too large", f.FLOW_CONTROL_ERROR)
-                self.window_shift += value - self.peer_initial_window
-                self.peer_initial_window = value
-            elif key == f.MAX_FRAME_SIZE:
-                if not f.DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
-                    raise f.ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
-                self.max_send_frame = value
-        self.write(f.SETTINGS_ACK)
-        self._unblock()
-
-    def _window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
-        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
-        if stream_id == 0:
-            if not increment:
-                raise f.ProtocolError("WINDOW_UPDATE of 0 on the connection")
-            self.send_window += increment
-            if self.send_window > f.MAX_WINDOW:
-                raise f.ProtocolError("connection window overflow", f.FLOW_CONTROL_ERROR)
-            self._unblock()
-            return
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            return
-        self.sync_window(stream)
-        stream.send_window += increment
-        if not increment or stream.send_window > f.MAX_WINDOW:  # RFC 9113 sections 6.9, 6.9.1
-            self._reset_by_error(stream, f.FLOW_CONTROL_ERROR if increment else f.PROTOCOL_ERROR)
-            return
-        self.pump(stream)
-
-    def _reset_by_error(self, stream: Stream, code: int) -> None:
-        """A stream error (RFC 9113 section 5.4.2): RST_STREAM, and the handler is told."""
-        stream.reset(code)
-        stream.remote_closed = True
-        if stream.handler is not None:
-            stream.handler.on_reset()
 
     # -- shutdown ----------------------------------------------------------------------------
 

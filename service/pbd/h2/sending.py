@@ -1,5 +1,6 @@
 """The sending half of an HTTP/2 connection: streams as the application sees them, and
-flow control on what the server sends (RFC 9113 section 5.2).
+flow control on what the server sends (RFC 9113 section 5.2), with the client's SETTINGS and
+WINDOW_UPDATE frames that govern it.
 
 Outgoing DATA respects the client's connection and stream windows and its frame size, and
 waits in the stream's queue (trailers behind it) until a WINDOW_UPDATE makes room. What is
@@ -10,6 +11,7 @@ answer) leaves at once.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from typing import Protocol
 
@@ -131,6 +133,54 @@ class Sender:
         self.blocked: dict[int, Stream] = {}
         self.out: list[bytes | memoryview] = []
         self.receiving = False
+
+    # -- the client's settings and windows --------------------------------------------------
+
+    def peer_settings(self, payload: bytes) -> None:
+        """A SETTINGS frame (not an ack): what it says about our sending, then the ack."""
+        if len(payload) % 6:
+            raise f.ProtocolError("SETTINGS length not a multiple of 6", f.FRAME_SIZE_ERROR)
+        for key, value in struct.iter_unpack(">HI", payload):
+            if key == f.INITIAL_WINDOW_SIZE:
+                if value > f.MAX_WINDOW:
+                    raise f.ProtocolError("initial window too large", f.FLOW_CONTROL_ERROR)
+                self.window_shift += value - self.peer_initial_window
+                self.peer_initial_window = value
+            elif key == f.MAX_FRAME_SIZE:
+                if not f.DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise f.ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
+                self.max_send_frame = value
+        self.write(f.SETTINGS_ACK)
+        self._unblock()
+
+    def window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if stream_id == 0:
+            if not increment:
+                raise f.ProtocolError("WINDOW_UPDATE of 0 on the connection")
+            self.send_window += increment
+            if self.send_window > f.MAX_WINDOW:
+                raise f.ProtocolError("connection window overflow", f.FLOW_CONTROL_ERROR)
+            self._unblock()
+            return
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        self.sync_window(stream)
+        stream.send_window += increment
+        if not increment or stream.send_window > f.MAX_WINDOW:  # RFC 9113 sections 6.9, 6.9.1
+            self._reset_by_error(stream, f.FLOW_CONTROL_ERROR if increment else f.PROTOCOL_ERROR)
+            return
+        self.pump(stream)
+
+    def _reset_by_error(self, stream: Stream, code: int) -> None:
+        """A stream error (RFC 9113 section 5.4.2): RST_STREAM, and the handler is told."""
+        stream.reset(code)
+        stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.on_reset()
 
     def write(self, data: bytes | memoryview) -> None:
         """Frames made while a read is handled leave together at its end; others at once

@@ -11,7 +11,6 @@ KIND_AUTO is left for the daemon to resolve (pbd.instances.placement): only it k
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,13 @@ from pbd._proto import model_config_pb2 as mc
 from pbd.ensemble.spec import EnsembleSpec, ensemble_spec, is_ensemble
 from pbd.errors import Code, PbdError
 from pbd.repository.config_json import config_to_dict
+from pbd.repository.shapes import ShapeError, check_shape
 from pbd_wire import dtypes
 
 CONFIG_FILE = "config.pbtxt"
 DEFAULT_MODEL_FILENAME = "model.py"
 # Triton's SEQUENCE_IDLE_DEFAULT_MICROSECONDS.
 SEQUENCE_IDLE_DEFAULT_US = 1_000_000
-WILDCARD_DIM = -1
 
 _Group = mc.ModelInstanceGroup
 _IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
@@ -314,63 +313,12 @@ def _tensor(t: Any, kind: str, msg: mc.ModelConfig, src: str) -> TensorConfig:
         raise ConfigError(f"{label}: format {mc.ModelInput.Format.Name(t.format)} needs 3 dims")
     dims = tuple(t.dims)
     reshape = tuple(t.reshape.shape) if t.HasField("reshape") else None
-    _check_shape(label, dims, reshape, msg.max_batch_size)
+    try:
+        check_shape(label, dims, reshape, msg.max_batch_size)
+    except ShapeError as exc:
+        raise ConfigError(str(exc)) from None
     optional = kind == "input" and t.optional
     return TensorConfig(t.name, datatype.name, dims, reshape, optional)
-
-
-def _check_shape(
-    label: str, dims: tuple[int, ...], reshape: tuple[int, ...] | None, max_batch_size: int
-) -> None:
-    """Triton's ValidateIOShape: dims are required; an empty reshape (a scalar per batch
-    item) needs batching and dims of one element; variable-size segments must match."""
-    if not dims:
-        raise ConfigError(f"{label}: dims must be set (a scalar is dims: [ 1 ])")
-    _check_dims(f"{label}: dims", dims)
-    if reshape is None:
-        return
-    if not reshape and max_batch_size == 0:
-        raise ConfigError(
-            f"{label}: reshape cannot be empty for a model without batching (max_batch_size 0)"
-        )
-    _check_dims(f"{label}: reshape", reshape)
-    dims_count, reshape_count = _element_count(dims), _element_count(reshape)
-    if dims_count != reshape_count and not (reshape_count == 0 and dims_count == 1):
-        raise ConfigError(
-            f"{label}: reshape {list(reshape)} has a different size than dims {list(dims)}"
-        )
-    if dims_count == WILDCARD_DIM and _segments(dims) != _segments(reshape):
-        raise ConfigError(
-            f"{label}: reshape {list(reshape)} does not match dims {list(dims)}: the sizes "
-            "between variable-size (-1) dimensions must be equal"
-        )
-
-
-def _check_dims(where: str, shape: tuple[int, ...]) -> None:
-    for dim in shape:
-        if dim < 1 and dim != WILDCARD_DIM:
-            raise ConfigError(
-                f"{where} {list(shape)}: each dimension must be an integer >= 1, or -1 for a "
-                "variable-size dimension"
-            )
-
-
-def _element_count(shape: tuple[int, ...]) -> int:
-    """Triton's element count: -1 if any dimension varies, 0 for an empty shape."""
-    if WILDCARD_DIM in shape:
-        return WILDCARD_DIM
-    return math.prod(shape) if shape else 0
-
-
-def _segments(shape: tuple[int, ...]) -> list[int]:
-    """Element counts of the runs between -1 dims: [2, 4, -1, 6] -> [8, 6]."""
-    counts = [1]
-    for dim in shape:
-        if dim == WILDCARD_DIM:
-            counts.append(1)
-        else:
-            counts[-1] *= dim
-    return counts
 
 
 def _check_unique(tensors: tuple[TensorConfig, ...], kind: str, src: str) -> None:
