@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import errno
 import os
-import uuid
 
 import numpy as np
 import pytest
@@ -10,15 +9,6 @@ import pytest
 from pbd_wire import shm
 from pbd_wire.client_region import RegionIdentity
 from pbd_wire.shm import Arena, Segment, SegmentMap, ShmExhausted, align
-
-
-@pytest.fixture
-def prefix():
-    name = f"pbdtest-{uuid.uuid4().hex[:8]}-"
-    yield name
-    for leftover in os.listdir(shm.SHM_DIR):
-        if leftover.startswith(name):
-            os.unlink(os.path.join(shm.SHM_DIR, leftover))
 
 
 def test_allocate_reuses_freed_space_and_coalesces(prefix):

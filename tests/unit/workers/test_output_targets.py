@@ -3,27 +3,14 @@ copied into the arena and held; a client region too small gets Triton's message.
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import numpy as np
 import pytest
 
-from pbd_wire import shm
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions
 from pbd_wire.shm import Arena, Block, SegmentMap
 from pbd_worker.model_api.tensor import Tensor
 from pbd_worker.output_targets import OutputTooLarge, to_arena, to_client
-
-
-@pytest.fixture
-def prefix():
-    name = f"pbdtest-{uuid.uuid4().hex[:8]}-"
-    yield name
-    for leftover in os.listdir(shm.SHM_DIR):
-        if leftover.startswith(name):
-            os.unlink(os.path.join(shm.SHM_DIR, leftover))
 
 
 def test_an_input_returned_unchanged_is_pointed_at_not_copied(prefix):
