@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from pbd.grpc.deadlines import Deadlines
 from pbd.grpc.deframing import Deframer, Reservations
 from pbd.grpc.protocol import (
     ENCODINGS,
@@ -54,7 +55,7 @@ class Call:
 
     __slots__ = (
         "stream", "method", "context", "calls", "max_message", "encoding", "deframer",
-        "request", "requests", "task", "timer", "expired", "done",
+        "request", "requests", "task", "timed", "expired", "done",
     )  # fmt: skip
 
     def __init__(
@@ -76,16 +77,15 @@ class Call:
         self.request: Message | None = None
         self.requests: Requests | None = None
         self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.timed = timeout is not None
         self.expired = False
         self.done = False
         calls.active += 1
-        loop = asyncio.get_running_loop()
         if timeout is not None:
-            self.timer = loop.call_later(timeout, self._expire)
+            calls.deadlines.add(self, timeout, self._expire)
         if method.streaming:
             self.requests = Requests(self._decode)
-            self.task = loop.create_task(self._run_stream())
+            self.task = asyncio.get_running_loop().create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------
 
@@ -132,7 +132,7 @@ class Call:
                 self.task.cancel()
 
     def _expire(self) -> None:
-        self.timer = None
+        self.timed = False
         if self.done:
             return
         self.expired = True
@@ -258,9 +258,9 @@ class Call:
     def _release(self) -> None:
         self.calls.active -= 1
         self.deframer.close()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self.timed:
+            self.timed = False
+            self.calls.deadlines.discard(self)
 
 
 class Calls:
@@ -275,6 +275,7 @@ class Calls:
         self.active = 0
         self.accepting = True
         self.reservations = Reservations()
+        self.deadlines = Deadlines()
 
     def open(self, stream: Stream, headers: Fields) -> Call | None:
         path = b""

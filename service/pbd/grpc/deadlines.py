@@ -1,0 +1,55 @@
+"""Deadlines of the calls in flight (``grpc-timeout``), with one timer for all of them.
+
+A timer per call costs a heap push, a cancel and the heap's cleanup of the cancelled handle on
+every call that ends in time, which is nearly every one. Here a call's deadline goes into a
+dict; a single timer waits for the earliest deadline and is only re-armed when a call comes
+with an earlier one than it waits for. When it fires, every call past its deadline expires
+and the timer waits for the next earliest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+class Deadlines:
+    def __init__(self) -> None:
+        self._due: dict[object, tuple[float, Callable[[], None]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def add(self, key: object, timeout: float, expire: Callable[[], None]) -> None:
+        """``expire()`` runs ``timeout`` seconds from now unless :meth:`discard` comes first."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + timeout
+        self._due[key] = (at, expire)
+        if self._timer is None or at < self._timer_at:
+            self._arm(loop, at)
+
+    def discard(self, key: object) -> None:
+        self._due.pop(key, None)
+        if not self._due and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time() + 1e-6  # the loop may run a timer a clock tick early
+        expired = [(key, expire) for key, (at, expire) in self._due.items() if at <= now]
+        for key, _ in expired:
+            del self._due[key]
+        for _, expire in expired:
+            expire()
+        if self._due and self._timer is None:
+            self._arm(loop, min(at for at, _ in self._due.values()))
