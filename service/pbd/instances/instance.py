@@ -334,10 +334,12 @@ class Instance:
             self.streams.cancel(request_id)
         self.streams.forget(request_ids)
 
-    def release_batch(self, batch_id: int, blocks: list[Block]) -> None:
-        """Free the inputs now; tell the worker with the next Execute, or after a moment."""
+    def release_batch(self, batch_id: int, blocks: list[Block], worker_holds: bool = True) -> None:
+        """Free the inputs now; tell the worker with the next Execute, or after a moment,
+        unless it holds nothing for the batch (no output in its arena)."""
         self.memory.free(blocks)
-        self.releases.add(batch_id)
+        if worker_holds:
+            self.releases.add(batch_id)
 
     def _send_release(self, ids: list[int]) -> None:
         if self.state is State.READY and self.conn is not None:

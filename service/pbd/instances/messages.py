@@ -41,7 +41,9 @@ class ExecutingInstance(Protocol):
     @property
     def error_bucket(self) -> ErrorBucket: ...
     def describe(self) -> str: ...
-    def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
+    def release_batch(
+        self, batch_id: int, blocks: list[Block], worker_holds: bool = True
+    ) -> None: ...
 
 
 
@@ -111,15 +113,24 @@ def batch_results(
 ) -> list[Any]:
     """One entry per request: an InferResult, a PbdError, or (answered later by the response
     sender) what ``instance.streams.resolve`` waits for."""
-    by_id = {r.request_id: r for r in result.responses}
+    responses = result.responses
+    by_id = {r.request_id: r for r in responses}
     outstanding = 1  # held by this loop, so a stream that already ended cannot free early
     results: list[Any] = []
+    # The worker keeps blocks for the batch only for outputs it wrote into its own arena
+    # (not those written into a client's region, nor an input returned in place); a batch
+    # with none needs no Release.
+    prefix = instance.memory.output_prefix
+    worker_holds = any(
+        r.streamed or r.rescheduled or any(o.region.startswith(prefix) for o in r.outputs)
+        for r in responses
+    )
 
     def release_one() -> None:
         nonlocal outstanding
         outstanding -= 1
         if outstanding == 0:
-            instance.release_batch(result.batch_id, blocks)
+            instance.release_batch(result.batch_id, blocks, worker_holds)
 
     streams = instance.streams
     failed: wpb.Error | None = None
