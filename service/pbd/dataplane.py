@@ -127,12 +127,7 @@ class DataPlane:
         )
 
     async def infer(self, request: InferRequest) -> InferResult:
-        return await self._infer(request, streamed=False)
-
-    async def infer_streamed(self, request: InferRequest) -> InferResult:
-        return await self._infer(request, streamed=True)
-
-    async def _infer(self, request: InferRequest, *, streamed: bool) -> InferResult:
+        """One request of a model that is not decoupled: its one result."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=False)
         try:
             return await runtime.infer(prepared)

@@ -14,6 +14,7 @@ shared-memory directory: a key is one file name, never ``.``, ``..`` or a path.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from dataclasses import dataclass
@@ -35,8 +36,8 @@ class RegionIdentity:
     device: int
     inode: int
 
-    @property
-    def worker_name(self) -> str:
+    @functools.cached_property
+    def worker_name(self) -> str:  # asked for every request that names the region
         return f"{self.file}#{self.generation}:{self.device}:{self.inode}"
 
     @classmethod

@@ -51,7 +51,8 @@ def params_from_pb(params: Mapping[str, pb.InferParameter]) -> dict[str, ParamVa
     out: dict[str, ParamValue] = {}
     if not params:  # most requests, inputs and outputs carry none
         return out
-    for key, param in params.items():
+    for key in params:  # a upb map: keys then lookups cost a third of items()
+        param = params[key]
         which = param.WhichOneof("parameter_choice")
         if which is None:
             raise invalid_arg(f"parameter '{key}' has no value (no *_param field is set)")
@@ -105,20 +106,30 @@ def _has_contents(tensor: Any) -> bool:
     )
 
 
+# Below this size protobuf parses the whole request (its copies of the tensor bytes cost less
+# than walking the message in Python); from it on, the raw entries stay views of the buffer.
+SPLIT_FROM = 64 * 1024
+
+
 def infer_request_from_wire(data: Buffer) -> InferRequest:
-    """Parse a serialized ModelInferRequest without copying its raw tensor bytes."""
+    """Parse a serialized ModelInferRequest without copying its raw tensor bytes (the bytes
+    of a request under ``SPLIT_FROM`` are copied once, by protobuf)."""
+    raws: list[memoryview] = []
     try:
-        header, raws = wire.split_raw_inputs(data)
-        msg = pb.ModelInferRequest.FromString(header)  # type: ignore[arg-type]  # any buffer
+        if len(data) >= SPLIT_FROM:
+            header, raws = wire.split_raw_inputs(data)
+            msg = pb.ModelInferRequest.FromString(header)  # type: ignore[arg-type]  # any buffer
+        else:
+            msg = pb.ModelInferRequest.FromString(data)  # type: ignore[arg-type]
     except (wire.WireError, DecodeError) as exc:
         raise invalid_arg(f"malformed request: {exc}") from None
-    if not raws and len(msg.raw_input_contents):
-        # split_raw_inputs left an unusual message to protobuf; take protobuf's copies.
+    if not raws and msg.raw_input_contents:
+        # A small message (or an unusual one split_raw_inputs left whole): protobuf's copies.
         raws = [memoryview(r) for r in msg.raw_input_contents]
     raw_iter = iter(raws)
     inputs: list[InputTensor] = []
     for tensor in msg.inputs:
-        params = params_from_pb(tensor.parameters)
+        params = params_from_pb(tensor.parameters) if tensor.parameters else {}
         data_view: memoryview | None = None
         if _has_contents(tensor):
             if raws:
@@ -138,8 +149,11 @@ def infer_request_from_wire(data: Buffer) -> InferRequest:
         model_version=msg.model_version,
         id=msg.id,
         inputs=inputs,
-        outputs=[RequestedOutput(o.name, params_from_pb(o.parameters)) for o in msg.outputs],
-        parameters=params_from_pb(msg.parameters),
+        outputs=[
+            RequestedOutput(o.name, params_from_pb(o.parameters) if o.parameters else {})
+            for o in msg.outputs
+        ],
+        parameters=params_from_pb(msg.parameters) if msg.parameters else {},
     )
 
 

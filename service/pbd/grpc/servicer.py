@@ -127,7 +127,7 @@ class InferenceServicer:
         try:
             request = convert.infer_request_from_wire(raw)
             return await self._answer(
-                request, "ModelStreamInfer", began, context, self.dp.infer_streamed,
+                request, "ModelStreamInfer", began, context, self.dp.infer,
                 convert.stream_response_to_wire,
             )  # fmt: skip
         except PbdError as exc:
