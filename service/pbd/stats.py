@@ -35,7 +35,8 @@ class Duration:
 
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
-        self.ns += max(ns, 0)
+        if ns > 0:
+            self.ns += ns
 
 
 @dataclass

@@ -94,8 +94,8 @@ class BatchExecutor:
         self.tracing: WorkerTracing | None = None
         self._untraceable = False
 
-    def _tracing_for(self, execute: wpb.Execute) -> WorkerTracing | None:
-        if self._untraceable or not any(r.traceparent for r in execute.requests):
+    def _tracing_for(self, traceparents: list[str]) -> WorkerTracing | None:
+        if self._untraceable or not any(traceparents):
             return None
         if self.tracing is None:
             import gc
@@ -172,18 +172,18 @@ class BatchExecutor:
         copies a message handed to a constructor) or a new message."""
         result = into if into is not None else wpb.ExecuteResult()
         result.batch_id = execute.batch_id
-        ids = [r.request_id for r in execute.requests]
+        msgs = list(execute.requests)  # protobuf makes a new wrapper on every walk: once
+        ids = [r.request_id for r in msgs]
         began = time.perf_counter_ns()
         try:
             with self.lock:
-                requests = [self._request(r) for r in execute.requests]
+                requests = [self._request(r) for r in msgs]
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
             for request_id in ids:
                 self.live.done(request_id)
             if isinstance(exc, CudaUnavailable):
                 return self._fail_all(result, ids, _error("UNSUPPORTED", str(exc)))
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
-        msgs = list(execute.requests)
         for msg, request in zip(msgs, requests, strict=True):
             self.live.start(msg, request)
         if any(r.is_cancelled() for r in requests):
@@ -192,8 +192,8 @@ class BatchExecutor:
                 return result
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
-        tracing = self._tracing_for(execute)
         traceparents = [r.traceparent for r in msgs]
+        tracing = self._tracing_for(traceparents)
         span: Any = (
             tracing.execute_span(traceparents, result.execute_span)
             if tracing is not None

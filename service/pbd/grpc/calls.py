@@ -82,10 +82,10 @@ class Call:
         self.done = False
         calls.active += 1
         if timeout is not None:
-            calls.deadlines.add(self, timeout, self._expire)
+            calls.deadlines.add(stream.conn.loop, self, timeout, self._expire)
         if method.streaming:
             self.requests = Requests(self._decode)
-            self.task = asyncio.get_running_loop().create_task(self._run_stream())
+            self.task = stream.conn.loop.create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------
 
@@ -108,7 +108,7 @@ class Call:
                 self._finish_error(grpc.StatusCode.INTERNAL, "No request message")
             elif self.task is None:
                 request, self.request = self.request, None
-                self.task = asyncio.get_running_loop().create_task(self._run_unary(request))
+                self.task = self.stream.conn.loop.create_task(self._run_unary(request))
 
     def room(self) -> memoryview | None:
         """Where the connection may read the rest of a large message straight in."""

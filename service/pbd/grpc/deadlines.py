@@ -22,9 +22,15 @@ class Deadlines:
     def __len__(self) -> int:
         return len(self._due)
 
-    def add(self, key: object, timeout: float, expire: Callable[[], None]) -> None:
-        """``expire()`` runs ``timeout`` seconds from now unless :meth:`discard` comes first."""
-        loop = asyncio.get_running_loop()
+    def add(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        key: object,
+        timeout: float,
+        expire: Callable[[], None],
+    ) -> None:
+        """``expire()`` runs ``timeout`` seconds from now on ``loop`` unless :meth:`discard`
+        comes first."""
         at = loop.time() + timeout
         self._due[key] = (at, expire)
         if self._timer is None or at < self._timer_at:
@@ -40,11 +46,10 @@ class Deadlines:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = at
-        self._timer = loop.call_at(at, self._fire)
+        self._timer = loop.call_at(at, self._fire, loop)
 
-    def _fire(self) -> None:
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
-        loop = asyncio.get_running_loop()
         now = loop.time() + 1e-6  # the loop may run a timer a clock tick early
         expired = [(key, expire) for key, (at, expire) in self._due.items() if at <= now]
         for key, _ in expired:

@@ -89,6 +89,8 @@ class Connection(Sender, asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        # Kept: asyncio.get_running_loop() makes a getpid() system call each time on 3.11.
+        self.loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # A vanished client's connection (and any call it left open) is found by the

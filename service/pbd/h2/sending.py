@@ -120,6 +120,8 @@ class Stream:
 class Sender:
     """The connection's sending state; ``pbd.h2.connection.Connection`` adds the reading."""
 
+    loop: asyncio.AbstractEventLoop  # set when the connection is made
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, Stream] = {}

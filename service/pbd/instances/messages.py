@@ -15,7 +15,7 @@ from pbd.instances.records import InstancePlan
 from pbd.instances.streaming import InstanceStreams, json_params
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
-from pbd.types import InferResult, PreparedRequest, request_batch_size
+from pbd.types import InferResult, OutputTensor, PreparedRequest, request_batch_size
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block, ShmExhausted
 
@@ -113,18 +113,18 @@ def batch_results(
 ) -> list[Any]:
     """One entry per request: an InferResult, a PbdError, or (answered later by the response
     sender) what ``instance.streams.resolve`` waits for."""
-    responses = result.responses
-    by_id = {r.request_id: r for r in responses}
+    responses = list(result.responses)
+    if len(responses) == 1 and len(request_ids) == 1:
+        by_id = {request_ids[0]: responses[0]} if responses[0].request_id == request_ids[0] else {}
+    else:
+        by_id = {r.request_id: r for r in responses}
     outstanding = 1  # held by this loop, so a stream that already ended cannot free early
     results: list[Any] = []
     # The worker keeps blocks for the batch only for outputs it wrote into its own arena
     # (not those written into a client's region, nor an input returned in place); a batch
-    # with none needs no Release.
+    # with none needs no Release. Found out in the loop below, before anything is released.
     prefix = instance.memory.output_prefix
-    worker_holds = any(
-        r.streamed or r.rescheduled or any(o.region.startswith(prefix) for o in r.outputs)
-        for r in responses
-    )
+    worker_holds = len(by_id) != len(request_ids)  # a response for no request: be safe
 
     def release_one() -> None:
         nonlocal outstanding
@@ -141,8 +141,10 @@ def batch_results(
                 request_id, PbdError(Code.INTERNAL, f"{instance.describe()} returned no response")
             ))  # fmt: skip
         elif response.rescheduled:
+            worker_holds = True
             results.append(streams.rescheduled(request_id, instance.config.iterative_sequence))
         elif response.streamed:
+            worker_holds = True
             outstanding += 1  # the batch's inputs stay until its final response
             results.append(streams.streamed(request_id, release_one))
         elif response.HasField("error"):
@@ -154,10 +156,13 @@ def batch_results(
         else:
             try:
                 targets = prepared.output_targets
-                outputs = [
-                    instance.memory.output(ref, ref.name in targets) for ref in response.outputs
-                ]
+                outputs: list[OutputTensor] = []
+                for ref in response.outputs:
+                    outputs.append(instance.memory.output(ref, ref.name in targets))
+                    if ref.region.startswith(prefix):
+                        worker_holds = True
             except ValueError as exc:
+                worker_holds = True
                 error = PbdError(Code.INTERNAL, f"{instance.describe()}: {exc}")
                 results.append(streams.answered(request_id, error))
                 continue

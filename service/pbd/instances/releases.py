@@ -18,11 +18,14 @@ class PendingReleases:
         self._send = send  # a Release frame with these ids, for when no Execute came
         self._ids: list[int] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # asked once: a getpid() each time
 
     def add(self, batch_id: int) -> None:
         self._ids.append(batch_id)
         if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush)
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._timer = self._loop.call_later(RELEASE_DELAY_S, self._flush)
 
     def take(self) -> list[int]:
         """The ids to put on an Execute about to be sent (none are left pending)."""

@@ -10,6 +10,7 @@ KIND_AUTO is left for the daemon to resolve (pbd.instances.placement): only it k
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -101,10 +102,18 @@ class ModelConfig:
         return bool(self.as_dict.get("sequence_batching", {}).get("iterative_sequence"))
 
     def input(self, name: str) -> TensorConfig | None:
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
 
     def output(self, name: str) -> TensorConfig | None:
-        return next((t for t in self.outputs if t.name == name), None)
+        return self._outputs_by_name.get(name)
+
+    @functools.cached_property
+    def _inputs_by_name(self) -> dict[str, TensorConfig]:  # looked up for every request
+        return {t.name: t for t in self.inputs}
+
+    @functools.cached_property
+    def _outputs_by_name(self) -> dict[str, TensorConfig]:
+        return {t.name: t for t in self.outputs}
 
 
 def load_model_config(model_dir: Path, *, override_json: str | None = None) -> ModelConfig:

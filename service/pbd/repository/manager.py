@@ -310,10 +310,13 @@ class ModelRepository:
         if entry is None or not (entry.versions or entry.dead):
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if number == -1:
-            ready = [r for r in entry.versions.values() if r.serving]
-            if not ready:
+            latest: VersionRuntime | None = None
+            for candidate in entry.versions.values():
+                if candidate.serving and (latest is None or candidate.version > latest.version):
+                    latest = candidate
+            if latest is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            return max(ready, key=lambda r: r.version)
+            return latest
         runtime = entry.versions.get(number)
         if runtime is None:
             if number in entry.dead:
