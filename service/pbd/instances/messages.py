@@ -148,6 +148,9 @@ def batch_results(
             outstanding += 1  # the batch's inputs stay until its final response
             results.append(streams.streamed(request_id, release_one))
         elif response.HasField("error"):
+            # An output that failed after others were written into the arena leaves their
+            # blocks held by the worker (the response carries none of them): tell it.
+            worker_holds = True
             err = response.error
             if failed is None:
                 failed = err

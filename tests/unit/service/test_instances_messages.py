@@ -91,10 +91,10 @@ def test_outputs_in_the_workers_arena_are_released_to_it(
         worker_arena.close()
 
 
-def test_an_error_response_releases_the_batch_at_once_without_telling_the_worker(
-    instance: FakeInstance,
-) -> None:
-    response = wpb.Response(error=wpb.Error(code="INTERNAL", message="boom"))
+def test_an_error_response_still_tells_the_worker(instance: FakeInstance) -> None:
+    """A request that failed on its second output holds the first one's block in the worker,
+    though the response names none: the worker must hear that the batch is done."""
+    response = wpb.Response(error=wpb.Error(code="RESOURCE_EXHAUSTED", message="full"))
     answer = _run(instance, response, {})
-    assert isinstance(answer, PbdError) and answer.message == "boom"
-    assert instance.released == [(7, False)]
+    assert isinstance(answer, PbdError) and answer.message == "full"
+    assert instance.released == [(7, True)]
