@@ -161,6 +161,9 @@ class Call:
         flag, data = message
         if flag:
             data = await asyncio.to_thread(self._decompress, data)
+        return self._deserialize(data)
+
+    def _deserialize(self, data: Buffer) -> Any:
         try:
             return self.method.deserialize(data)
         except Exception:
@@ -196,7 +199,10 @@ class Call:
     async def _run_unary(self, message: Message) -> None:
         method = self.method
         try:
-            request = await self._decode(message)
+            if message[0]:
+                request = await self._decode(message)
+            else:  # not compressed: no coroutine of its own (nearly every call)
+                request = self._deserialize(message[1])
             response = await method.handler(request, self.context)
             body = method.serialize(response)
         except Abort as exc:

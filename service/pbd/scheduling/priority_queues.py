@@ -75,6 +75,14 @@ class PriorityQueues(Generic[InstanceT]):
             self._levels[level] = _Level(policy.policy_of(level))
         self._changed = asyncio.Event()
         self._ordinals = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, asked for once: on Python 3.11 each asking is a getpid() call."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     @property
     def max_size(self) -> int:
@@ -94,8 +102,12 @@ class PriorityQueues(Generic[InstanceT]):
         return sum(not item.future.done() for item in self._queued())
 
     def empty(self) -> bool:
-        """Nothing queued, not even requests whose callers gave up (O(levels), unlike len)."""
-        return not any(level.waiting or level.delayed for level in self._levels.values())
+        """Nothing queued, not even requests whose callers gave up (O(levels), unlike len).
+        Asked for every request: a plain loop, no generator."""
+        for level in self._levels.values():  # noqa: SIM110 - no generator on the request path
+            if level.waiting or level.delayed:
+                return False
+        return True
 
     def submit(self, prepared: PreparedRequest) -> asyncio.Future[InferResult]:
         """Queue a request; raises UNAVAILABLE when its level's queue is full."""
@@ -104,7 +116,7 @@ class PriorityQueues(Generic[InstanceT]):
         limit = level.policy.max_queue_size
         if limit and level.over(limit):
             raise queue_full(self.name, level.live(), limit)
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         future: asyncio.Future[InferResult] = loop.create_future()
         item = WorkItem(prepared, future, loop.time(), level_no)
         timeout_us = level.policy.timeout_us(prepared.timeout_us)
@@ -124,7 +136,7 @@ class PriorityQueues(Generic[InstanceT]):
     def in_order(self) -> Iterator[WorkItem]:
         """Queued requests in the order they are served: level 1 first; in a level, arrival
         order, then the ones delayed by their timeout. Abandoned ones are dropped here."""
-        now = asyncio.get_running_loop().time()
+        now = self.loop.time()
         for level in self._levels.values():
             self._move_timed_out(level, now)
             for queue in (level.waiting, level.delayed):
