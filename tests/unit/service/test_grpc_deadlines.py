@@ -27,7 +27,7 @@ def test_each_call_expires_at_its_own_deadline_in_order() -> None:
     assert _run(main()) == ["early", "middle", "late"]
 
 
-def test_a_call_that_ends_in_time_never_expires_and_leaves_no_timer() -> None:
+def test_calls_that_end_in_time_never_expire() -> None:
     async def main() -> tuple[list[str], int]:
         loop = asyncio.get_running_loop()
         deadlines = Deadlines()
@@ -78,3 +78,27 @@ def test_an_expiry_may_end_other_calls() -> None:
         return fired
 
     assert _run(main()) == ["first"]
+
+
+def test_one_call_at_a_time_arms_one_timer_per_timeout_not_one_per_call() -> None:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines()
+        armed = 0
+        real_call_at = loop.call_at
+
+        def counting_call_at(when, callback, *args):  # type: ignore[no-untyped-def]
+            nonlocal armed
+            armed += 1
+            return real_call_at(when, callback, *args)
+
+        loop.call_at = counting_call_at  # type: ignore[method-assign]
+        try:
+            for i in range(50):
+                deadlines.add(loop, i, 30.0, lambda: None)
+                deadlines.discard(i)
+        finally:
+            del loop.call_at  # type: ignore[method-assign]
+        return armed
+
+    assert _run(main()) == 1
