@@ -156,6 +156,13 @@ class PreparedRequest:
     on_cancel: Callable[[], None] | None = None
 
 
+def batch_rows(batch: list[PreparedRequest], max_batch_size: int) -> int:
+    """The batch dimension of an execute of ``batch`` (its size for a model without batching)."""
+    if max_batch_size <= 0:
+        return len(batch)
+    return sum(request_batch_size(p, max_batch_size) for p in batch)
+
+
 def request_batch_size(prepared: PreparedRequest, max_batch_size: int) -> int:
     """The batch dimension a request adds to an execute (1 for a model without batching)."""
     if max_batch_size <= 0 or not prepared.inputs:

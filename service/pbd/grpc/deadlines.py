@@ -51,10 +51,12 @@ class Deadlines:
     def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         now = loop.time() + 1e-6  # the loop may run a timer a clock tick early
-        expired = [(key, expire) for key, (at, expire) in self._due.items() if at <= now]
-        for key, _ in expired:
-            del self._due[key]
-        for _, expire in expired:
-            expire()
+        due = sorted(  # earliest first (the index keeps keys from being compared)
+            (at, n, key) for n, (key, (at, _)) in enumerate(self._due.items()) if at <= now
+        )
+        for _, _, key in due:
+            entry = self._due.pop(key, None)  # an earlier expiry may have ended this call
+            if entry is not None:
+                entry[1]()
         if self._due and self._timer is None:
             self._arm(loop, min(at for at, _ in self._due.values()))

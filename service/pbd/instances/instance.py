@@ -40,7 +40,7 @@ from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import batch_computed
-from pbd.types import InferResult, PreparedRequest, request_batch_size
+from pbd.types import InferResult, PreparedRequest, batch_rows
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block
@@ -311,19 +311,11 @@ class Instance:
         traces = [p.request.trace for p in batch if p.request.trace is not None]
         if traces:
             batch_computed(traces, result, self._span_attributes)
-        max_batch_size = self.config.max_batch_size
-        size = (
-            sum(request_batch_size(p, max_batch_size) for p in batch)
-            if max_batch_size > 0
-            else len(batch)
-        )
         results = batch_results(self, batch, result, blocks, request_ids)
-        plain = all(isinstance(r, InferResult) for r in results)
-        failed = (0, 0) if plain else failed_share(batch, results, self.config)
-        self.stats.executed(
-            len(batch), copy_ns + result.input_ns, result.infer_ns, result.output_ns, size, failed
-        )
-        return results if plain else await self.streams.resolve(results)
+        ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
+        size = batch_rows(batch, self.config.max_batch_size)
+        self.stats.executed(len(batch), *ns, size, failed_share(batch, results, self.config))
+        return await self.streams.resolve(results)
 
     def _abandon(
         self,

@@ -147,6 +147,8 @@ class InstanceStreams:
     async def resolve(self, results: list[Any]) -> list[InferResult | PbdError]:
         """Wait for the answers that come through private streams (ModelInfer on a model that
         answers with its response sender)."""
+        if not any(isinstance(item, _Awaiting) for item in results):
+            return results  # nearly always: nothing to wait for
         out: list[InferResult | PbdError] = []
         for item in results:
             out.append(await item.stream.last() if isinstance(item, _Awaiting) else item)
