@@ -159,6 +159,19 @@ class PriorityQueues(Generic[InstanceT]):
     def pop_head(self) -> WorkItem | None:
         """The next request to serve, out of the queue (its timeout no longer applies); None
         when no caller waits."""
+        for level in self._levels.values():
+            if level.delayed or level.policy.delay_on_timeout:
+                break  # the general order below: timed-out requests move behind the rest
+            waiting = level.waiting
+            while waiting:  # in arrival order; abandoned ones are dropped on the way
+                item = waiting.popleft()
+                if not item.future.done():
+                    if item.timer is not None:
+                        item.timer.cancel()
+                        item.timer = None
+                    return item
+        else:
+            return None
         head = next(self.in_order(), None)
         if head is not None:
             self.take([head])

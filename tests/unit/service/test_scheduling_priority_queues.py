@@ -11,7 +11,7 @@ from scheduling_samples import Place, ids, prepared
 from pbd.errors import Code, PbdError, unavailable
 from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
-from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, RequestQueue
+from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, PriorityQueues, RequestQueue
 from pbd.scheduling.scheduler import Batch, Scheduler
 from pbd.scheduling.sequence_batcher import SequenceBatcher
 from pbd.types import SEQUENCE_START, PreparedRequest
@@ -148,3 +148,37 @@ def test_failing_queued_requests_older_than_a_time_and_all_of_them(kind: str) ->
         assert len(queue) == 0
 
     run(scenario())
+
+
+def test_pop_head_serves_levels_in_order_skips_abandoned_requests_and_stops_their_timers() -> None:
+    async def scenario() -> tuple[list[str | None], bool]:
+        policy = BatchingPolicy(
+            max_batch_size=1, levels=2, default_level=2,
+            default_policy=QueuePolicy(0, 0, True),
+        )  # fmt: skip
+        queue: PriorityQueues[object] = PriorityQueues("m", policy)
+        queue.submit(prepared(0, priority=2, timeout_us=60_000_000))
+        gone = queue.submit(prepared(1, priority=1))
+        queue.submit(prepared(2, priority=1))
+        gone.cancel()  # its caller gave up
+        first = queue.pop_head()
+        second = queue.pop_head()
+        order = [item.prepared.request.id if item else None for item in (first, second)]
+        order.append(None if queue.pop_head() is None else "more")
+        assert second is not None
+        return order, second.timer is None
+
+    assert run(scenario()) == (["2", "0", None], True)
+
+
+def test_pop_head_with_timeout_action_delay_serves_timed_out_requests_last() -> None:
+    async def scenario() -> list[str]:
+        policy = BatchingPolicy(max_batch_size=1, default_policy=QueuePolicy(0, 0, True, True))
+        queue: PriorityQueues[object] = PriorityQueues("m", policy)
+        queue.submit(prepared(0, timeout_us=1000))
+        await asyncio.sleep(0.01)
+        queue.submit(prepared(1))
+        items = [queue.pop_head(), queue.pop_head()]
+        return [item.prepared.request.id for item in items if item is not None]
+
+    assert run(scenario()) == ["1", "0"]
