@@ -56,6 +56,13 @@ class _Level:
         return len(self.waiting) + len(self.delayed) >= limit
 
 
+def _stop_timer(item: WorkItem) -> None:
+    """The request leaves the queue: its queue timeout no longer applies."""
+    if item.timer is not None:
+        item.timer.cancel()
+        item.timer = None
+
+
 def queue_full(name: str, waiting: int, limit: int) -> PbdError:
     return rejected(
         f"Exceeds maximum queue size: {name} already has {waiting} requests "
@@ -166,9 +173,7 @@ class PriorityQueues(Generic[InstanceT]):
             while waiting:  # in arrival order; abandoned ones are dropped on the way
                 item = waiting.popleft()
                 if not item.future.done():
-                    if item.timer is not None:
-                        item.timer.cancel()
-                        item.timer = None
+                    _stop_timer(item)
                     return item
         else:
             return None
@@ -181,9 +186,7 @@ class PriorityQueues(Generic[InstanceT]):
         """Remove ``items`` (just returned by ``in_order``, which stops there) from their
         queues: they are being dispatched, so their queue timeouts no longer apply."""
         for item in items:
-            if item.timer is not None:
-                item.timer.cancel()
-                item.timer = None
+            _stop_timer(item)
             level = self._levels[item.level]
             queue = level.waiting if item in level.waiting else level.delayed
             if queue[0] is item:
