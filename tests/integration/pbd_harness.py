@@ -36,6 +36,15 @@ STOP_TIMEOUT_S = 90.0
 SETTLE_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.1
 LOG_TAIL_CHARS = 20_000
+# The log settings a daemon started without log flags reports (Triton's defaults).
+DEFAULT_LOG_SETTINGS = {
+    "log_file": "",
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
 
 _daemon_numbers = itertools.count()
 

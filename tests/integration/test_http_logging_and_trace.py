@@ -15,19 +15,18 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from pbd_harness import TEST_MODELS, Daemon, make_repository, running_daemon, wait_until
+from pbd_harness import (
+    DEFAULT_LOG_SETTINGS,
+    TEST_MODELS,
+    Daemon,
+    make_repository,
+    running_daemon,
+    wait_until,
+)
 
 NON_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 NON_STRING = "attempt to access JSON non-string as string"
 NON_ARRAY = "attempt to access JSON non-array as array"
-DEFAULT_LOG = {
-    "log_file": "",
-    "log_info": True,
-    "log_warning": True,
-    "log_error": True,
-    "log_verbose_level": 0,
-    "log_format": "default",
-}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +71,7 @@ def test_log_settings_over_http_reach_running_workers(
     daemon: Daemon, http: httpclient.InferenceServerClient
 ) -> None:
     """Was 503 "the server does not support dynamic logging"."""
-    assert http.get_log_settings() == DEFAULT_LOG
+    assert http.get_log_settings() == DEFAULT_LOG_SETTINGS
     before = daemon.log().count("traced: info line"), daemon.log().count("traced: verbose line")
     _infer(http)
     wait_until(
@@ -80,7 +79,7 @@ def test_log_settings_over_http_reach_running_workers(
     )
     assert daemon.log().count("traced: verbose line") == before[1]  # verbose level 0
     answer = http.update_log_settings({"log_verbose_level": 1, "log_info": False})
-    assert answer == {**DEFAULT_LOG, "log_verbose_level": 1, "log_info": False}
+    assert answer == {**DEFAULT_LOG_SETTINGS, "log_verbose_level": 1, "log_info": False}
     _infer(http)
     wait_until(
         lambda: daemon.log().count("traced: verbose line") == before[1] + 1, 30, "the verbose line"
@@ -105,7 +104,7 @@ def test_log_settings_errors_as_triton(
     daemon: Daemon, http: httpclient.InferenceServerClient, body: Any, status: int, message: str
 ) -> None:
     assert _request(daemon, "POST", "/v2/logging", body) == (status, {"error": message})
-    assert http.get_log_settings() == DEFAULT_LOG
+    assert http.get_log_settings() == DEFAULT_LOG_SETTINGS
 
 
 def test_log_settings_as_triton_reads_them(
@@ -113,7 +112,7 @@ def test_log_settings_as_triton_reads_them(
 ) -> None:
     ignored = [{"unknown": 1}, {"log_verbose_level": None}, [1]]
     for body in ignored:
-        assert _request(daemon, "POST", "/v2/logging", body) == (200, DEFAULT_LOG)
+        assert _request(daemon, "POST", "/v2/logging", body) == (200, DEFAULT_LOG_SETTINGS)
     # Keys before the bad one are applied, in Triton's order (not the body's).
     body = {"log_format": "fancy", "log_info": False}
     assert _request(daemon, "POST", "/v2/logging", body)[0] == 503

@@ -17,6 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from pbd_harness import (
+    DEFAULT_LOG_SETTINGS,
     TEST_MODELS,
     Daemon,
     error_of,
@@ -230,14 +231,7 @@ def _log_lines(daemon: Daemon, text: str) -> int:
 
 def test_log_settings_as_triton_reach_workers(daemon: Daemon) -> None:
     client = daemon.client()
-    expected = {
-        "log_file": "",
-        "log_info": True,
-        "log_warning": True,
-        "log_error": True,
-        "log_verbose_level": 0,
-        "log_format": "default",
-    }
+    expected = DEFAULT_LOG_SETTINGS
     assert client.get_log_settings(as_json=True)["settings"] == {
         k: {"string_param" if isinstance(v, str) else "bool_param" if isinstance(v, bool)
             else "uint32_param": v} for k, v in expected.items()
