@@ -66,7 +66,7 @@ class Daemon:
             self.launcher = self.systemd = SystemdLauncher(settings)
         else:
             self.hub = WorkerHub(settings.worker_socket or f"@pbd-{self.daemon_id}")
-            self.launcher = ProcessLauncher()
+            self.launcher = ProcessLauncher(settings.worker_scheduling)
             self.systemd = None
         self.notifier = DaemonNotifier(self.status_text)
         self.gpus = visible_gpus()

@@ -121,6 +121,12 @@ class Settings:
     systemd_reattach_secs: float = _opt(
         120.0, "how long a worker unit waits for a restarted daemon before it exits"
     )
+    worker_scheduling: str = _opt(
+        "batch",
+        "CPU scheduling policy of the workers: batch (SCHED_BATCH: a worker handed a request does "
+        "not preempt the daemon, which goes on serving; docs/architecture.md) or normal",
+        choices=("batch", "normal"),
+    )
     worker_pipeline_depth: int = _opt(
         2, "batches queued at a worker at once (1: strictly one at a time; more hides the hop)"
     )

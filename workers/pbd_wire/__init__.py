@@ -13,3 +13,6 @@ worker (``pbd_worker``) both import it, and it imports neither (nor grpc).
 PROTOCOL_VERSION = 1
 # The environment variable that carries a worker's one-time connection token.
 TOKEN_ENV = "PBD_WORKER_TOKEN"
+# The environment variable that names the CPU scheduling policy a worker puts itself under
+# ("batch" or "normal"; the daemon's --worker-scheduling).
+SCHEDULING_ENV = "PBD_WORKER_SCHEDULING"

@@ -10,6 +10,7 @@ import signal
 import sys
 import types
 
+from pbd_wire import SCHEDULING_ENV
 from pbd_worker import output
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     output.install(opts.instance)
     apply_logging(LogConfig(), opts.instance)
+    apply_scheduling(os.environ.get(SCHEDULING_ENV, "normal"))
     runtime = WorkerRuntime(opts.socket, opts.instance, opts.reconnect_secs)
     if opts.reconnect_secs:
         # A systemd unit: `systemctl stop` is SIGTERM; finalize the model, then go. (Under the
@@ -59,3 +61,25 @@ def main(argv: list[str] | None = None) -> int:
         return runtime.serve()
     finally:
         runtime.close()
+
+
+def apply_scheduling(policy: str) -> None:
+    """Put the worker's threads under ``policy``: those running (numpy's BLAS starts some on
+    import) and, as threads inherit it, those it starts later.
+
+    ``batch`` is SCHED_BATCH: a fair share of the CPU as at nice 0, but a worker woken by a
+    request does not preempt the task on the CPU it wakes on. That task is usually the daemon,
+    which has just handed it the request over a Unix socket (a "sync" wakeup, which queues the
+    worker on the daemon's CPU): under SCHED_OTHER the worker took the CPU at once and the
+    daemon, the one process every request goes through, waited with its other requests.
+    No privilege is needed; a kernel that refuses leaves the worker as it was."""
+    if policy != "batch":
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_BATCH, os.sched_param(0))
+        except ProcessLookupError:
+            continue  # that thread has just ended
+        except OSError as exc:
+            log.warning("cannot switch to SCHED_BATCH (%s); the worker stays as it was", exc)
+            return

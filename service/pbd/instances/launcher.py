@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pbd_wire import SCHEDULING_ENV
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -129,12 +131,16 @@ class ProcessLauncher:
 
     detaching = False
 
+    def __init__(self, scheduling: str = "batch") -> None:
+        self.scheduling = scheduling
+
     def token(self, instance_id: str) -> str:
         return secrets.token_hex(16)
 
     async def start(self, spec: WorkerSpec) -> ProcessHandle:
         env = dict(os.environ)
         env.update(spec.env)
+        env[SCHEDULING_ENV] = self.scheduling
         process = await asyncio.create_subprocess_exec(
             *spec.argv(),
             env=env,

@@ -63,7 +63,7 @@ class ConfigCompleter:
         self.hub = hub
         self.gpus = gpus
         # Always a child process, also under the systemd launcher: it lives for one call.
-        self.launcher = launcher or ProcessLauncher()
+        self.launcher = launcher or ProcessLauncher(settings.worker_scheduling)
 
     async def load(self, model_dir: Path, override_json: str | None = None) -> ModelConfig:
         return normalize_instance_groups(await self._complete(model_dir, override_json), self.gpus)

@@ -26,7 +26,7 @@ from pbd.instances.launcher import WorkerHandle, WorkerSpec
 from pbd.settings import Settings
 from pbd.systemd import units
 from pbd.systemd.bus import SERVICE, UNIT, SystemdBus
-from pbd_wire import TOKEN_ENV
+from pbd_wire import SCHEDULING_ENV, TOKEN_ENV
 
 log = logging.getLogger("pbd.systemd")
 
@@ -124,6 +124,7 @@ class SystemdLauncher:
             "PBD_WORKER_SOCKET": spec.socket,
             "PBD_INSTANCE": spec.instance_id,
             "PBD_RECONNECT_SECS": f"{self.settings.systemd_reattach_secs:g}",
+            SCHEDULING_ENV: self.settings.worker_scheduling,
             **spec.env,
         }
         units.write_private(self._env_path(spec.instance_id), units.env_file_text(env))

@@ -16,6 +16,7 @@ from pbd.instances.launcher import WorkerSpec
 from pbd.settings import Settings
 from pbd.systemd import units
 from pbd.systemd.launcher import SystemdLauncher
+from pbd_wire import SCHEDULING_ENV
 
 NAMES = ["add_sub/1/add_sub_0_0", "my-model/3/my-model_0_1", ".hidden/1/x", "ünï/1/g_0", "a b/1/c"]
 
@@ -88,3 +89,18 @@ def test_an_instance_in_its_own_environment_gets_that_interpreter(tmp_path: Path
     written = units.read_env_file(tmp_path / "env" / "m-1-m_0.env")
     assert written["PBD_PYTHON"] == "/e/py"
     assert written["PYTHONPATH"] == "/c/wp"
+
+
+@pytest.mark.parametrize("policy", ["batch", "normal"])
+def test_the_environment_file_names_the_workers_scheduling_policy(
+    tmp_path: Path, policy: str
+) -> None:
+    """The unit's worker applies --worker-scheduling to itself, as a child process does."""
+    settings = Settings(
+        systemd_env_dir=tmp_path / "env",
+        systemd_unit_dir=tmp_path / "units",
+        worker_scheduling=policy,
+    )
+    SystemdLauncher(settings)._write_unit_files(WorkerSpec("m/1/m_0", "/run/pbd/worker.sock"))
+    written = units.read_env_file(tmp_path / "env" / "m-1-m_0.env")
+    assert written[SCHEDULING_ENV] == policy
