@@ -8,8 +8,9 @@ reaches the request waiting for it in the same loop iteration that read it: no r
 no ``readexactly`` per frame. ``None`` tells the handler (or ``recv()``) that the worker is
 gone: EOF, a reset, or a frame that does not decode.
 
-Frames sent in one loop iteration go out in one write (``send`` queues, a ``call_soon``
-flushes), so a burst of Executes costs one syscall.
+A frame is written when it is sent (``send``): the worker starts on it while the daemon goes
+on; batching a loop turn's frames into one write saved syscalls but cost every request that
+turn's latency.
 """
 
 from __future__ import annotations
