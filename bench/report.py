@@ -66,6 +66,16 @@ class ScenarioResult:
         return subject / base if base > 0 else math.nan
 
     @property
+    def paired_ratio(self) -> float:
+        """The median of the per-repeat ratios: run i of one server and run i of the other ran
+        back to back, so each ratio sees the same stretch of a shared host, where the ratio of
+        medians can set a run in a slow stretch against one in a fast one."""
+        base, subject = (self.runs[s] for s in self.servers)
+        pairs = zip(base, subject, strict=False)  # a failed run ends the shorter list early
+        ratios = [b.infer_per_s / a.infer_per_s for a, b in pairs if a.infer_per_s > 0]
+        return statistics.median(ratios) if ratios else math.nan
+
+    @property
     def cpu_ratio(self) -> float:
         """The subject's server CPU per infer over the baseline's: steadier on a shared machine."""
         base, subject = (self.cpu_us_per_infer(s) for s in self.servers)
@@ -80,6 +90,7 @@ class ScenarioResult:
         out: dict[str, object] = {
             **asdict(self.scenario),
             f"ratio_{subject}_over_{base}": self.ratio,
+            f"paired_ratio_{subject}_over_{base}": self.paired_ratio,
             f"cpu_ratio_{subject}_over_{base}": self.cpu_ratio,
         }
         for server in self.servers:

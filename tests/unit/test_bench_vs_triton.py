@@ -6,6 +6,7 @@ No server is started and nothing is downloaded; no wall-clock thresholds.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -80,11 +81,23 @@ def test_markdown_table(result: ScenarioResult) -> None:
     empty = ScenarioResult(Scenario("fp32 16 MiB", [1, 4], 2), servers=SERVERS)
     lines = markdown_table([result, empty]).splitlines()
     assert len(lines) == 4
-    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == 13
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == 14
     assert lines[2] == (
-        "| fp32 [1,16] | 8 | 2000 | 2.00 | 2.00 | 300 | 1000 | 2.00 | 2.00 | 600 | 0.50 | 2.00 |"
+        "| fp32 [1,16] | 8 | 2000 | 2.00 | 2.00 | 300 | 1000 | 2.00 | 2.00 | 600 | 0.50 | 0.50 "
+        "| 2.00 |"
     )
-    assert lines[3].endswith("| - | - |")  # no runs: no numbers, no crash
+    assert lines[3].endswith("| - | - | - |")  # no runs: no numbers, no crash
+
+
+def test_paired_ratio_sets_each_run_against_the_one_beside_it() -> None:
+    """Ratios per repeat (0.9, 0.95, 0.909), then their median."""
+    res = ScenarioResult(Scenario("fp32 [1,16]", [1, 16], 1), servers=SERVERS)
+    res.runs["triton"] += [_run(1000, 0.3), _run(400, 0.3), _run(1100, 0.3)]
+    res.runs["pbd"] += [_run(900, 0.3), _run(380, 0.3), _run(1000, 0.3)]
+    assert res.ratio == pytest.approx(900 / 1000)
+    assert res.paired_ratio == pytest.approx(1000 / 1100)
+    assert res.summary()["paired_ratio_pbd_over_triton"] == pytest.approx(1000 / 1100)
+    assert math.isnan(ScenarioResult(Scenario("x", [1], 1), servers=SERVERS).paired_ratio)
 
 
 def _shm_answer(shape: list[int], raw: bytes = b"") -> bytes:
