@@ -164,3 +164,28 @@ def test_tracing_off_prints_its_share(capsys: pytest.CaptureFixture[str]) -> Non
     assert tracing_off.main(["--daemon-us", "400"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith("tracing off, per request") and "% of 400 us" in lines[-1]
+
+
+def test_cold_path_runs_the_worker_path_and_reports_each_gap(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import cold_path
+
+    assert cold_path.main(["--requests", "20", "--gaps-ms", "0.1,0.2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    labels = [line[:22].strip() for line in lines[1:]]
+    assert labels == ["back to back", "after 0.1 ms idle", "after 0.2 ms idle"]
+    for line in lines[1:]:
+        cost, cost_ratio, reference, reference_ratio = line[22:].split()
+        assert float(cost) > 0 and float(reference) > 0
+        assert cost_ratio.endswith("x") and reference_ratio.endswith("x")
+    assert lines[1][22:].split()[1::2] == ["1.0x", "1.0x"]
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith("pbd-coldpath-")]
+
+
+def test_cold_path_refuses_gaps_that_are_not_positive() -> None:
+    from bench.cold_path import parse_gaps
+
+    assert parse_gaps("0.5, 2") == [0.5, 2.0]
+    with pytest.raises(Exception, match="positive"):
+        parse_gaps("0,1")
