@@ -82,6 +82,20 @@ def command_line(pid: int) -> str:
         return ""
 
 
+def python_runtime(pid: int) -> str:
+    """The Python runtime ``pid`` runs on: the ``libpython`` it mapped (an embedding such as
+    Triton's stub, or an interpreter built with ``--enable-shared``), else its executable."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if "/libpython3" in path:
+                    return path
+        return os.path.realpath(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU time of ``pid`` and of its children that are alive now."""
     return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children(pid))

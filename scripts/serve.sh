@@ -4,5 +4,5 @@
 # Extra arguments go to `pbd serve` (see `.venv/bin/pbd serve --help`).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/bootstrap.sh" examples
+VENV=.venv "$root/scripts/bootstrap.sh" examples
 exec "$root/.venv/bin/pbd" serve --model-repository "$root/examples/models" "$@"

@@ -5,7 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-scripts/bootstrap.sh test
+VENV=.venv scripts/bootstrap.sh test  # the suite runs in .venv, whatever VENV says
 .venv/bin/ruff check .
 .venv/bin/mypy
 set +e

@@ -12,7 +12,7 @@ cd "$root"
 gpu=0
 if [ -n "$(ls /proc/driver/nvidia/gpus 2>/dev/null)" ]; then gpu=1; fi
 if [ ! -x .venv/bin/python ]; then
-  if [ "$gpu" = 1 ]; then scripts/bootstrap.sh test,gpu,gpu-test; else scripts/bootstrap.sh test; fi
+  if [ "$gpu" = 1 ]; then VENV=.venv scripts/bootstrap.sh test,gpu,gpu-test; else VENV=.venv scripts/bootstrap.sh test; fi
 elif [ "$gpu" = 1 ] && ! .venv/bin/python -c 'import cupy, cuda.bindings.runtime' 2>/dev/null; then
   .venv/bin/python -m pip install -q -e ".[test,gpu,gpu-test]"
 fi

@@ -154,3 +154,29 @@ def test_shm_pair_checks_the_output_region_and_clears_it() -> None:
     finally:
         pair.close()
     assert not any(os.path.exists(p) for p in paths)
+
+
+def test_interpreter_facts_name_this_build_and_flag_another() -> None:
+    import subprocess
+    import sys
+
+    from bench import procstat
+    from bench.vs_triton import interpreter_note, interpreter_version
+
+    here = interpreter_version(sys.executable)
+    assert here == " ".join(sys.version.split())
+    assert interpreter_version("/nonexistent/python3") == ""
+    runtime = procstat.python_runtime(os.getpid())
+    assert "libpython3" in runtime or os.path.samefile(runtime, sys.executable)
+    with subprocess.Popen(["sleep", "5"]) as child:
+        try:
+            assert procstat.python_runtime(child.pid).endswith("sleep")  # no libpython
+        finally:
+            child.kill()
+    assert procstat.python_runtime(2**22 + 1) == ""  # above pid_max: no such process
+
+    same = {"pbd_python": f"/a/python ({here})", "triton_stub_python": f"/usr/bin/python3 ({here})"}
+    assert interpreter_note(same) == ""
+    other = {**same, "triton_stub_python": "/usr/bin/python3 (3.11.2 (main) [GCC 12.2.0])"}
+    note = interpreter_note(other)
+    assert note.startswith("note: pbd runs on /a/python") and "--python .venv-system" in note
