@@ -34,6 +34,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
 from bench import procstat
+from bench.interpreters import interpreter_note, interpreters
 from bench.loadgen import (
     ResponseMismatch,
     build_request,
@@ -57,13 +58,6 @@ RESULTS = ROOT / "bench" / "results"
 SERVERS = ("triton", "pbd")  # (baseline, subject): ratios are pbd over Triton
 MIB = 262144  # FP32 elements in 1 MiB
 TRITON_STUB_SHM = "triton_python_backend_shm_region_"  # the python backend's own segments
-# The interpreter Triton's stub runs models on (scripts/triton.sh; the stub embeds its
-# libpython, whatever the PATH or PYTHONPATH).
-STUB_PYTHON = "/usr/bin/python3"
-LIKE_FOR_LIKE = (
-    "PYTHON=/usr/bin/python3 VENV=.venv-system scripts/bootstrap.sh, "
-    "then --python .venv-system/bin/python"
-)
 
 
 @dataclass(frozen=True)
@@ -242,43 +236,6 @@ def server_versions(started: dict[str, ServerProcess]) -> dict[str, str]:
             meta = client.get_server_metadata()
             versions[f"{name}_version"] = f"{meta.name} {meta.version}"
     return versions
-
-
-def interpreter_version(python: str) -> str:
-    """``sys.version`` of the interpreter ``python`` on one line; "" when it does not run."""
-    try:
-        done = subprocess.run(
-            [python, "-c", "import sys; print(sys.version)"],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return " ".join(done.stdout.split())
-
-
-def interpreters(python: str, started: dict[str, ServerProcess]) -> dict[str, str]:
-    """Which Python build each side runs model code on: pbd's ``--python`` and the stub's
-    interpreter by their ``sys.version``, and the runtime each server's first child mapped."""
-    facts = {
-        "pbd_python": f"{python} ({interpreter_version(python)})",
-        "triton_stub_python": f"{STUB_PYTHON} ({interpreter_version(STUB_PYTHON)})",
-    }
-    for name, server in started.items():
-        kids = procstat.children(server.pid)
-        facts[f"{name}_children_runtime"] = procstat.python_runtime(kids[0]) if kids else ""
-    return facts
-
-
-def interpreter_note(facts: dict[str, str]) -> str:
-    """A warning when pbd and Triton's stub run different Python builds (builds differ in
-    speed: bench/README.md, "Against Triton"); "" when they are the same build."""
-    pbd, stub = facts["pbd_python"], facts["triton_stub_python"]
-    if pbd.split(" ", 1)[1] == stub.split(" ", 1)[1]:
-        return ""
-    return (
-        f"note: pbd runs on {pbd}, Triton's stub on {stub}: different Python builds, so the "
-        f"ratios also measure the interpreters. Like for like: {LIKE_FOR_LIKE}"
-    )
 
 
 def memory(started: dict[str, ServerProcess], key: str, label: str) -> dict[str, object]:

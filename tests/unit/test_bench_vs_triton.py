@@ -161,7 +161,7 @@ def test_interpreter_facts_name_this_build_and_flag_another() -> None:
     import sys
 
     from bench import procstat
-    from bench.vs_triton import interpreter_note, interpreter_version
+    from bench.interpreters import interpreter_note, interpreter_version
 
     here = interpreter_version(sys.executable)
     assert here == " ".join(sys.version.split())
@@ -175,8 +175,14 @@ def test_interpreter_facts_name_this_build_and_flag_another() -> None:
             child.kill()
     assert procstat.python_runtime(2**22 + 1) == ""  # above pid_max: no such process
 
-    same = {"pbd_python": f"/a/python ({here})", "triton_stub_python": f"/usr/bin/python3 ({here})"}
+    same = {
+        "pbd_python": "/a b/python",  # a path may hold spaces
+        "pbd_python_build": here,
+        "triton_stub_python": "/usr/bin/python3",
+        "triton_stub_python_build": here,
+    }
     assert interpreter_note(same) == ""
-    other = {**same, "triton_stub_python": "/usr/bin/python3 (3.11.2 (main) [GCC 12.2.0])"}
+    other = {**same, "triton_stub_python_build": "3.11.2 (main) [GCC 12.2.0]"}
     note = interpreter_note(other)
-    assert note.startswith("note: pbd runs on /a/python") and "--python .venv-system" in note
+    assert note.startswith(f"note: pbd runs on /a b/python ({here}), Triton's stub on ")
+    assert "--python .venv-system/bin/python" in note
