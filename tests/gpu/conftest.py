@@ -4,7 +4,6 @@ of them every test here is skipped with the reason. ``tests/gpu/run.sh`` runs th
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,19 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from pbd.gpus import visible_gpus  # noqa: E402
-
-GPU_MODELS = Path(__file__).resolve().parent / "models"
-
-
-def gpu_skip_reason() -> str | None:
-    if not visible_gpus():
-        return "no NVIDIA GPU visible (/proc/driver/nvidia/gpus is empty)"
-    if importlib.util.find_spec("cupy") is None:
-        return "CuPy is not installed (pip install -e '.[gpu]')"
-    if importlib.util.find_spec("cuda") is None:
-        return "cuda-python is not installed (pip install -e '.[gpu-test]')"
-    return None
+from gpu_env import gpu_skip_reason  # noqa: E402
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

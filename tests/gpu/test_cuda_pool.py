@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import GPU_MODELS
+from gpu_env import GPU_MODELS
 from pbd_harness import Daemon, error_of, infer_input, running_daemon
 
 POOL_BYTES = 1 << 20

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import GPU_MODELS, gpu_skip_reason
+from gpu_env import GPU_MODELS, gpu_skip_reason
 from pbd_harness import Daemon, error_of, running_daemon
 
 if gpu_skip_reason() is None:
