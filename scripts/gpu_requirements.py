@@ -14,11 +14,16 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 FROM_TEST_EXTRA = ("tritonclient", "pytest", "pytest-timeout", "hypothesis")
 
 
+def distribution(requirement: str) -> str:
+    """The distribution a requirement names: ``tritonclient[grpc]==2.73.0`` -> tritonclient."""
+    return re.split(r"[\[<>=~!; ]", requirement, maxsplit=1)[0].lower()
+
+
 def requirements(pyproject: Path = PYPROJECT) -> list[str]:
     project = tomllib.loads(pyproject.read_text())["project"]
     wanted = list(project["dependencies"])
     for requirement in project["optional-dependencies"]["test"]:
-        if re.split(r"[\[<>=~!; ]", requirement, maxsplit=1)[0] in FROM_TEST_EXTRA:
+        if distribution(requirement) in FROM_TEST_EXTRA:
             wanted.append(requirement)
     return wanted
 
