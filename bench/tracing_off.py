@@ -33,6 +33,8 @@ CHECKS_PER_REQUEST = 6
 
 
 class _Result:
+    answered = False  # as an InferResult no edge answered early
+
     def __enter__(self) -> _Result:
         return self
 

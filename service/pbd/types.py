@@ -77,6 +77,10 @@ class InferRequest:
     # A step of an ensemble request the dataplane already admitted (pbd.ensemble): it runs
     # even while the daemon drains, as the request it belongs to does.
     internal: bool = False
+    # Set by a front end that can send the answer itself as soon as the result is in (gRPC
+    # ModelInfer, untraced: pbd.tracing.answer): the instance calls it where it reads the
+    # worker's result, before the bookkeeping that follows (pbd.instances.inflight).
+    respond: Callable[[InferResult], None] | None = None
 
     @property
     def log_id(self) -> str:
@@ -105,6 +109,7 @@ class InferResult:
     outputs: list[OutputTensor]
     parameters: dict[str, ParamValue] = field(default_factory=dict)
     _release: Callable[[], None] | None = None
+    answered: bool = False  # sent to the client already, by its request's ``respond``
 
     def release(self) -> None:
         release, self._release = self._release, None

@@ -1,9 +1,11 @@
 """gRPC calls on HTTP/2 streams (the gRPC-over-HTTP2 protocol): length-prefixed messages,
 ``grpc-timeout`` deadlines, ``grpc-encoding`` compression, status in trailers.
 
-A call is one :class:`pbd.h2.sending.Stream`. A unary call's handler runs as one task once
-its single request message is in; a streaming call's handler starts at once and reads its
-requests from an async iterator fed as messages arrive. Handlers have the shape grpc.aio's
+A call is one :class:`pbd.h2.sending.Stream`. A unary call's handler starts once its single
+request message is in: at once, in that read, up to where it first waits, then as a task
+(``pbd.grpc.eager``); it may send its answer before it returns (``Context.answer``). A
+streaming call's handler starts at once as a task and reads its requests from an async
+iterator fed as messages arrive. Handlers have the shape grpc.aio's
 have (``handler(request, context)``), and the context offers what pbd's servicer uses of
 grpc.aio's: ``invocation_metadata()`` and ``abort(code, details)`` (``pbd.grpc.protocol``). A
 client's RST_STREAM, a dropped connection or an expired deadline cancels the handler's task.
@@ -12,6 +14,7 @@ client's RST_STREAM, a dropped connection or an expired deadline cancels the han
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import zlib
 from collections.abc import Callable
@@ -22,6 +25,7 @@ import grpc
 
 from pbd.grpc.deadlines import Deadlines
 from pbd.grpc.deframing import Deframer, Reservations
+from pbd.grpc.eager import Started
 from pbd.grpc.protocol import (
     ENCODINGS,
     HEAD,
@@ -69,7 +73,7 @@ class Call:
     ) -> None:
         self.stream = stream
         self.method = method
-        self.context = Context(headers)
+        self.context = Context(headers, None if method.streaming else self.answer)
         self.calls = calls
         self.max_message = calls.max_message
         self.encoding = encoding
@@ -108,7 +112,7 @@ class Call:
                 self._finish_error(grpc.StatusCode.INTERNAL, "No request message")
             elif self.task is None:
                 request, self.request = self.request, None
-                self.task = self.stream.conn.loop.create_task(self._run_unary(request))
+                self._start_unary(request)
 
     def room(self) -> memoryview | None:
         """Where the connection may read the rest of a large message straight in."""
@@ -196,6 +200,20 @@ class Call:
 
     # -- running the handler -------------------------------------------------------------------
 
+    def _start_unary(self, message: Message) -> None:
+        """Run the handler now, in the read that completed its request, up to where it first
+        waits (for ModelInfer: its Execute is on the way to the worker); a task takes it from
+        there. Started as a task, it would run only on the loop's next turn, and the request
+        would reach its worker that much later. It runs in a context of its own, as a task's
+        coroutine does, and that context goes with it into the task."""
+        coro = self._run_unary(message)
+        context = contextvars.copy_context()
+        try:
+            waiting = context.run(coro.send, None)
+        except StopIteration:
+            return  # answered (or failed) without waiting for anything
+        self.task = self.stream.conn.loop.create_task(Started(coro, waiting), context=context)
+
     async def _run_unary(self, message: Message) -> None:
         method = self.method
         try:
@@ -204,7 +222,7 @@ class Call:
             else:  # not compressed: no coroutine of its own (nearly every call)
                 request = self._deserialize(message[1])
             response = await method.handler(request, self.context)
-            body = method.serialize(response)
+            body = None if response is None else method.serialize(response)
         except Abort as exc:
             self._finish_error(exc.code, exc.details)
         except asyncio.CancelledError:
@@ -212,10 +230,18 @@ class Call:
         except Exception as exc:
             self._unexpected(exc)
         else:
-            if not self.done:
-                self.done = True
-                self._release()
-                self.stream.send_all(HEAD, len(body).to_bytes(5, "big"), body, OK_TRAILERS)
+            if body is not None:
+                self.answer(body)
+            elif not self.done:
+                self._finish_error(grpc.StatusCode.INTERNAL, "The handler returned no answer")
+
+    def answer(self, body: bytes) -> None:
+        """Answer the unary call with ``body`` (status OK), maybe before its handler returns
+        (``Context.answer``); nothing if it is answered or over already."""
+        if not self.done:
+            self.done = True
+            self._release()
+            self.stream.send_all(HEAD, len(body).to_bytes(5, "big"), body, OK_TRAILERS)
 
     async def _run_stream(self) -> None:
         stream = self.stream

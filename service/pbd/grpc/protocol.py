@@ -80,13 +80,16 @@ def parse_timeout(value: bytes) -> float | None:
 
 
 class Context:
-    """What a handler sees of its call (the part of grpc.aio's ServicerContext pbd uses)."""
+    """What a handler sees of its call: the part of grpc.aio's ServicerContext pbd uses, and
+    ``answer(body)``, which sends a unary call's answer (OK) before its handler returns (the
+    handler then returns None)."""
 
-    __slots__ = ("_headers", "_metadata")
+    __slots__ = ("_headers", "_metadata", "answer")
 
-    def __init__(self, headers: Fields) -> None:
+    def __init__(self, headers: Fields, answer: Callable[[bytes], None] | None = None) -> None:
         self._headers = headers
         self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
+        self.answer = answer or _not_unary
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         if self._metadata is None:
@@ -104,6 +107,10 @@ class Context:
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         raise Abort(code, details)
+
+
+def _not_unary(body: bytes) -> None:
+    raise RuntimeError("only a unary call's handler can answer before it returns")
 
 
 def _unbase64(value: bytes) -> bytes:

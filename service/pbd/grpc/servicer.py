@@ -85,12 +85,14 @@ class InferenceServicer:
         config = self.dp.model_config(request.name, request.version)
         return pb.ModelConfigResponse(config=convert.model_config_to_pb(config.as_dict))
 
-    async def ModelInfer(self, request: Buffer, context: Any) -> bytes:
+    async def ModelInfer(self, request: Buffer, context: Context) -> bytes | None:
+        """The answer, or None when it went out already (``Context.answer``: as soon as the
+        worker's result was read)."""
         began = time.time_ns()
         infer_request = convert.infer_request_from_wire(request)
         return await self._answer(
             infer_request, "ModelInfer", began, context, self.dp.infer,
-            convert.infer_response_to_wire,
+            convert.infer_response_to_wire, context.answer,
         )  # fmt: skip
 
     async def _answer(
@@ -101,10 +103,11 @@ class InferenceServicer:
         context: Any,
         infer: Callable[[Any], Awaitable[Any]],
         to_wire: Callable[[Any], bytes],
-    ) -> bytes:
+        answer: Callable[[bytes], None] | None = None,
+    ) -> bytes | None:
         """Run ``request`` and encode its result; traced when the trace settings pick it."""
         trace = self.dp.start_trace(request, method, began, lambda: _traceparent(context))
-        return await run_traced(request, trace, infer, to_wire, finishing)
+        return await run_traced(request, trace, infer, to_wire, finishing, answer)
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any
@@ -126,10 +129,12 @@ class InferenceServicer:
         request = None
         try:
             request = convert.infer_request_from_wire(raw)
-            return await self._answer(
+            response = await self._answer(
                 request, "ModelStreamInfer", began, context, self.dp.infer,
                 convert.stream_response_to_wire,
             )  # fmt: skip
+            assert response is not None  # only an edge that answers itself gets None
+            return response
         except PbdError as exc:
             return convert.stream_error_to_wire(request, exc.message)
         except (ValueError, TypeError) as exc:

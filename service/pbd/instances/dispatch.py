@@ -124,7 +124,7 @@ class Dispatch:
             if trace is not None:
                 trace.dispatched(instance.plan.name, 1, instance.version)
             try:
-                outcome = (await instance.execute([prepared]))[0]
+                outcome = (await instance.execute([prepared], in_order=False))[0]
             except NotSent:
                 if self.stopping:
                     raise

@@ -20,14 +20,10 @@ from pbd.execenv.prepare import WorkerEnv
 from pbd.instances.error_log import ErrorBucket
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instances.hub import WorkerHub
+from pbd.instances.inflight import InFlight, abandon_settled, settle, settle_early
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
-from pbd.instances.messages import (
-    batch_results,
-    execute_message,
-    failed_share,
-    initialize_message,
-)
+from pbd.instances.messages import execute_message, initialize_message
 from pbd.instances.records import InstancePlan, NotSent, State
 from pbd.instances.releases import PendingReleases
 from pbd.instances.startup import initialize_worker, wait_connected
@@ -39,8 +35,7 @@ from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
-from pbd.tracing.request import batch_computed
-from pbd.types import InferResult, PreparedRequest, batch_rows
+from pbd.types import InferResult, PreparedRequest
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block
@@ -100,12 +95,11 @@ class Instance:
         self.inflight = 0
         self.draining = False  # being scaled away: finishes its work, takes no more
         self._batch_ids = itertools.count(1)
-        # batch id -> (future for its result, the input blocks it holds)
-        self._pending: dict[int, tuple[asyncio.Future[wpb.ExecuteResult], list[Block]]] = {}
+        self._pending: dict[int, InFlight] = {}  # by batch id
         self.releases = PendingReleases(self._send_release)
         self.disconnected = asyncio.Event()  # the worker's connection ended
         self._ending: asyncio.Task[None] | None = None
-        self._span_attributes: dict[str, object] = {
+        self.span_attributes: dict[str, object] = {
             "model.name": config.name,
             "model.version": version,
             "model.instance": plan.name,
@@ -191,12 +185,14 @@ class Instance:
         kind = message.WhichOneof("kind")
         if kind == "result":
             batch_id = message.result.batch_id
-            future, blocks = self._pending.pop(batch_id, (None, []))
-            if future is not None:
-                if not future.done():
-                    future.set_result(message.result)
-                else:  # the caller was cancelled; nobody will read these outputs
-                    self.release_batch(batch_id, blocks)
+            flight = self._pending.pop(batch_id, None)
+            if flight is not None:
+                if flight.future.done():  # the caller was cancelled; nobody reads the outputs
+                    self.release_batch(batch_id, flight.blocks)
+                elif flight.early:
+                    settle_early(self, flight, message.result)
+                else:
+                    flight.future.set_result(message.result)
                 self._free_room()
         elif kind == "streamed":
             self.streams.on_frame(message.streamed)
@@ -261,8 +257,13 @@ class Instance:
             self.settings.worker_heartbeat_timeout_secs
         )
 
-    async def execute(self, batch: list[PreparedRequest]) -> list[InferResult | PbdError]:
-        """Run ``batch`` on the worker; one result or error per request, in order."""
+    async def execute(
+        self, batch: list[PreparedRequest], in_order: bool = True
+    ) -> list[InferResult | PbdError]:
+        """Run ``batch`` on the worker; one result or error per request, in order.
+        ``in_order=False``: the caller hands each result on as it comes (the default
+        scheduler), so a lone request may be answered as soon as its result is read
+        (``pbd.instances.inflight``); a scheduler that orders answers keeps that to itself."""
         if self.state is not State.READY or self.conn is None:
             # It died between being picked and this call: nothing was sent.
             self._free_room()
@@ -278,11 +279,13 @@ class Instance:
             self._free_room()
             raise
         future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
-        self._pending[batch_id] = (future, blocks)
         released = self.releases.take()
         if released:
             frame.execute.release.extend(released)
-        copy_ns = time.perf_counter_ns() - copy_began
+        flight = InFlight.of(
+            future, blocks, batch, request_ids, time.perf_counter_ns() - copy_began, in_order
+        )
+        self._pending[batch_id] = flight
         try:
             self.conn.send(frame)
         except PbdError:
@@ -306,33 +309,27 @@ class Instance:
                     )
             result = await future
         except asyncio.CancelledError:
-            self._abandon(batch_id, future, blocks, request_ids)
+            self._abandon(batch_id, flight)
             raise
-        traces = [p.request.trace for p in batch if p.request.trace is not None]
-        if traces:
-            batch_computed(traces, result, self._span_attributes)
-        results = batch_results(self, batch, result, blocks, request_ids)
-        ns = (copy_ns + result.input_ns, result.infer_ns, result.output_ns)
-        size = batch_rows(batch, self.config.max_batch_size)
-        self.stats.executed(len(batch), *ns, size, failed_share(batch, results, self.config))
-        return await self.streams.resolve(results)
+        outcomes = flight.outcomes
+        if outcomes is None:
+            outcomes = settle(self, flight, result)
+        return await self.streams.resolve(outcomes)
 
-    def _abandon(
-        self,
-        batch_id: int,
-        future: asyncio.Future[wpb.ExecuteResult],
-        blocks: list[Block],
-        request_ids: list[int],
-    ) -> None:
+    def _abandon(self, batch_id: int, flight: InFlight) -> None:
         """The caller gave up while its batch was in the worker: the worker is told, and the
         batch's memory comes back when (or, if it came already, now that) its result is in."""
+        future = flight.future
+        if flight.outcomes is not None:
+            abandon_settled(self, flight)
+            return
         if not future.done():
             future.cancel()  # the result frame then releases the batch unread
         elif not future.cancelled() and future.exception() is None:
-            self.release_batch(batch_id, blocks)
-        for request_id in request_ids:
+            self.release_batch(batch_id, flight.blocks)
+        for request_id in flight.request_ids:
             self.streams.cancel(request_id)
-        self.streams.forget(request_ids)
+        self.streams.forget(flight.request_ids)
 
     def release_batch(self, batch_id: int, blocks: list[Block], worker_holds: bool = True) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment,
@@ -376,10 +373,10 @@ class Instance:
     def _fail_pending(self, error: PbdError) -> None:
         """The worker is gone: every batch it had fails with ``error``, and its room is free."""
         pending, self._pending = self._pending, {}
-        for future, blocks in pending.values():
-            if not future.done():
-                future.set_exception(error)
-            self.memory.free(blocks)
+        for flight in pending.values():
+            if not flight.future.done():
+                flight.future.set_exception(error)
+            self.memory.free(flight.blocks)
             self._free_room()
         self.streams.fail_all(error)
 

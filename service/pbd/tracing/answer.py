@@ -4,10 +4,11 @@ ModelStreamInfer, HTTP infer), each passing how its protocol ends the span."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest, InferResult
@@ -17,19 +18,48 @@ T = TypeVar("T")
 Finishing = Callable[[RequestTrace], AbstractContextManager[None]]
 
 
+@overload
 async def run_traced(
     request: InferRequest,
     trace: RequestTrace | None,
     infer: Callable[[InferRequest], Awaitable[InferResult]],
     encode: Callable[[InferResult], T],
     finishing: Finishing,
-) -> T:
+    answer: None = None,
+) -> T: ...
+
+
+@overload
+async def run_traced(
+    request: InferRequest,
+    trace: RequestTrace | None,
+    infer: Callable[[InferRequest], Awaitable[InferResult]],
+    encode: Callable[[InferResult], T],
+    finishing: Finishing,
+    answer: Callable[[T], None],
+) -> T | None: ...
+
+
+async def run_traced(
+    request: InferRequest,
+    trace: RequestTrace | None,
+    infer: Callable[[InferRequest], Awaitable[InferResult]],
+    encode: Callable[[InferResult], T],
+    finishing: Finishing,
+    answer: Callable[[T], None] | None = None,
+) -> T | None:
     """``infer(request)`` and ``encode`` its result, whose shared memory is handed back right
     after. Traced: the trace rides on the request, the response span covers the encoding, and
-    ``finishing`` ends the RPC span, however the call ends."""
+    ``finishing`` ends the RPC span, however the call ends.
+
+    ``answer``: the edge can send the encoded answer itself, before ``infer`` returns. An
+    untraced request then is answered as soon as its result is read (``InferRequest.respond``),
+    and None is returned when it was."""
     if trace is None:
+        if answer is not None:
+            request.respond = functools.partial(_answer_now, encode, answer)
         with await infer(request) as result:
-            return encode(result)
+            return None if result.answered else encode(result)
     request.trace = trace
     with finishing(trace):
         with await infer(request) as result:
@@ -37,3 +67,17 @@ async def run_traced(
             response = encode(result)
         trace.responded(replying)
         return response
+
+
+def _answer_now(
+    encode: Callable[[InferResult], T], answer: Callable[[T], None], result: InferResult
+) -> None:
+    """``result`` encoded and answered, its memory handed back; left alone if it cannot be
+    encoded (the request's own path encodes it again and reports why)."""
+    try:
+        response = encode(result)
+    except Exception:  # noqa: BLE001 - reported by the request's own path
+        return
+    result.release()
+    result.answered = True
+    answer(response)

@@ -49,7 +49,9 @@ class FakeInstance:
     def describe(self) -> str:
         return f"instance '{self.plan.name}'"
 
-    async def execute(self, batch: list[PreparedRequest]) -> list[InferResult | PbdError]:
+    async def execute(
+        self, batch: list[PreparedRequest], in_order: bool = True
+    ) -> list[InferResult | PbdError]:
         if self.not_sent:
             self.draining = True
             self._give_back()

@@ -1,0 +1,54 @@
+"""A coroutine started outside any task, handed to one where it first waits.
+
+``asyncio.Task(coro)`` runs nothing of ``coro`` before the loop's next turn (Python 3.12's
+eager tasks would; pbd runs on 3.11). A unary call's handler is mostly synchronous until it
+waits for its worker, so pbd's front end runs it at once, in the read that completed the
+request (``pbd.grpc.calls``), and gives a task what is left: :class:`Started` is that rest as
+a coroutine object. Its first ``send`` yields again what the coroutine yielded where it
+stopped (the future it waits for), so the task waits on that; every later ``send`` and every
+``throw`` (the task's cancellation, even one that comes before the task's first step) goes to
+the coroutine, as if the task had run it from the start.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+from collections.abc import Coroutine
+from typing import Any
+
+_NOTHING = object()
+
+
+class Started(collections.abc.Coroutine[Any, Any, Any]):
+    """The rest of ``coro``, suspended where it yielded ``waiting``."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+    def send(self, value: Any) -> Any:
+        waiting = self.waiting
+        if waiting is not _NOTHING:  # the task's first step
+            self.waiting = _NOTHING
+            return waiting
+        return self.coro.send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        self.waiting = _NOTHING
+        return self.coro.throw(*exc)
+
+    def close(self) -> None:
+        self.waiting = _NOTHING
+        self.coro.close()
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def __await__(self) -> Started:  # type: ignore[override]  # an iterator, as generators are
+        return self
+
+    def __repr__(self) -> str:
+        return f"<started {self.coro!r}>"
+
