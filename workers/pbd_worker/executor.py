@@ -13,7 +13,6 @@ other threads: the arena and the segment map are used under ``lock``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import threading
@@ -94,8 +93,8 @@ class BatchExecutor:
         self.tracing: WorkerTracing | None = None
         self._untraceable = False
 
-    def _tracing_for(self, traceparents: list[str]) -> WorkerTracing | None:
-        if self._untraceable or not any(traceparents):
+    def _tracing_for(self, msgs: list[wpb.Request]) -> WorkerTracing | None:
+        if self._untraceable or not any(m.traceparent for m in msgs):
             return None
         if self.tracing is None:
             import gc
@@ -192,19 +191,17 @@ class BatchExecutor:
                 return result
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
-        traceparents = [r.traceparent for r in msgs]
-        tracing = self._tracing_for(traceparents)
-        span: Any = (
-            tracing.execute_span(traceparents, result.execute_span)
-            if tracing is not None
-            else contextlib.nullcontext(None)
-        )
+        tracing = self._tracing_for(msgs)
         try:
-            with span as traces:
-                for request, request_trace in zip(requests, traces or (), strict=False):
-                    if request_trace is not None:
-                        request._trace = request_trace
+            if tracing is None:  # nearly always: no span to open
                 responses = self._call_execute(requests)
+            else:
+                traceparents = [r.traceparent for r in msgs]
+                with tracing.execute_span(traceparents, result.execute_span) as traces:
+                    for request, request_trace in zip(requests, traces, strict=False):
+                        if request_trace is not None:
+                            request._trace = request_trace
+                    responses = self._call_execute(requests)
         except MemoryError:
             raise  # the process is out of memory: the worker exits and is replaced
         except Exception as exc:  # noqa: BLE001 - model code may raise anything
@@ -247,7 +244,7 @@ class BatchExecutor:
         execute "returns" at once and the next batch may start. If that coroutine raises or is
         cancelled, its requests still open are closed with the error (Triton only logs it)."""
         returned = self.model.execute(requests)
-        if not inspect.isawaitable(returned):
+        if type(returned) is list or not inspect.isawaitable(returned):
             return returned
         if not self.live.decoupled:
             return self.aio.run(returned)
@@ -335,13 +332,14 @@ class BatchExecutor:
         params = response.parameters()
         if params and params != "{}":
             out.parameters_json = params
-        requested = set(request.requested_output_names())
-        targets = {t.name: t for t in msg.output_targets}
+        names = request._requested_output_names
+        requested = set(names) if names else None
+        targets = {t.name: t for t in msg.output_targets} if msg.output_targets else None
         try:
             for tensor in response.output_tensors():
-                if requested and tensor.name() not in requested:
+                if requested is not None and tensor.name() not in requested:
                     continue  # Triton prunes outputs the client did not ask for
-                target = targets.get(tensor.name())
+                target = targets.get(tensor.name()) if targets is not None else None
                 if target is not None:
                     out.outputs.append(to_client(tensor, target, self.inputs, self.cuda))
                 else:
