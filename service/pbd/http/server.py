@@ -196,13 +196,15 @@ class HttpFrontend:
         trace = self.dp.start_trace(
             parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
         )
-        payload, json_length = await run_traced(
+        answer = await run_traced(
             parsed.request,
             trace,
             self.dp.infer,
             lambda result: build_infer_response(result, parsed),
             _finishing,
         )
+        assert answer is not None  # None only for an edge that sends its answer itself
+        payload, json_length = answer
         if json_length is None:
             response = web.Response(body=payload, content_type="application/json")
         else:

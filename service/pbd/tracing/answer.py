@@ -8,7 +8,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import TypeVar, overload
+from typing import TypeVar
 
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest, InferResult
@@ -16,28 +16,6 @@ from pbd.types import InferRequest, InferResult
 T = TypeVar("T")
 # The edge's way to end a traced call's RPC span with the status the call ends with.
 Finishing = Callable[[RequestTrace], AbstractContextManager[None]]
-
-
-@overload
-async def run_traced(
-    request: InferRequest,
-    trace: RequestTrace | None,
-    infer: Callable[[InferRequest], Awaitable[InferResult]],
-    encode: Callable[[InferResult], T],
-    finishing: Finishing,
-    answer: None = None,
-) -> T: ...
-
-
-@overload
-async def run_traced(
-    request: InferRequest,
-    trace: RequestTrace | None,
-    infer: Callable[[InferRequest], Awaitable[InferResult]],
-    encode: Callable[[InferResult], T],
-    finishing: Finishing,
-    answer: Callable[[T], None],
-) -> T | None: ...
 
 
 async def run_traced(

@@ -43,6 +43,21 @@ async def _metadata(request: bytes, context: Context) -> bytes:
     return repr(sorted(context.invocation_metadata())).encode()
 
 
+EARLY_DONE: list[bytes] = []  # what _early did after it had answered
+
+
+async def _early(request: bytes, context: Context) -> None:
+    """Answers before it returns, then goes on (as ModelInfer's bookkeeping does)."""
+    context.answer(b"early " + request)
+    await asyncio.sleep(0.05)
+    EARLY_DONE.append(request)
+    return None
+
+
+async def _silent(request: bytes, context: Context) -> None:
+    return None
+
+
 async def _stream(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
     async for item in requests:
         yield item
@@ -54,6 +69,8 @@ METHODS = {
     b"/t/Abort": Method(False, _abort, _same, _same),
     b"/t/Metadata": Method(False, _metadata, _same, _same),
     b"/t/Stream": Method(True, _stream, _same, _same),
+    b"/t/Early": Method(False, _early, _same, _same),
+    b"/t/Silent": Method(False, _silent, _same, _same),
 }
 
 
@@ -398,3 +415,33 @@ def test_messages_inflate_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) ->
 
     run(test)
     assert len(threads) == 3 and threading.get_ident() not in threads
+
+
+# -- answering before the handler returns --------------------------------------------------
+
+
+def test_a_handler_may_answer_before_it_returns() -> None:
+    async def test(peer: Peer, calls: Calls) -> None:
+        EARLY_DONE.clear()
+        got = await call(peer, b"/t/Early", message(b"x"))
+        assert got.messages == [b"early x"] and got.status == (0, "")
+        assert EARLY_DONE == []  # the answer came before the handler finished
+        await asyncio.sleep(0.2)
+        assert EARLY_DONE == [b"x"] and calls.active == 0
+        assert (await call(peer, b"/t/Echo", message(b"y"), stream=3)).messages == [b"y"]
+
+    run(test)
+
+
+def test_a_handler_that_returns_no_answer_fails_the_call() -> None:
+    async def test(peer: Peer, calls: Calls) -> None:
+        got = await call(peer, b"/t/Silent", message(b"x"))
+        assert got.status == (code(grpc.StatusCode.INTERNAL), "The handler returned no answer")
+
+    run(test)
+
+
+def test_only_a_unary_call_can_answer_early() -> None:
+    context = Context([])
+    with pytest.raises(RuntimeError, match="unary"):
+        context.answer(b"x")

@@ -6,51 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
+from instance_samples import FakeInstance
 from scheduling_samples import prepared
 
 from pbd.errors import PbdError
-from pbd.instances.error_log import ErrorBucket
 from pbd.instances.inflight import InFlight, abandon_settled, settle, settle_early
 from pbd.instances.memory import InstanceMemory
-from pbd.instances.streaming import InstanceStreams
 from pbd.settings import Settings
-from pbd.stats import ModelStats
 from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
-
-
-@dataclass
-class FakeConfig:
-    name: str = "m"
-    iterative_sequence: bool = False
-    max_batch_size: int = 0
-
-
-@dataclass
-class FakeInstance:
-    memory: InstanceMemory
-    config: FakeConfig = field(default_factory=FakeConfig)
-    version: int = 1
-    released: list[int] = field(default_factory=list)
-    error_bucket: ErrorBucket = field(default_factory=ErrorBucket)
-    stats: ModelStats = field(default_factory=ModelStats)
-    span_attributes: dict[str, object] = field(default_factory=dict)
-    streams: InstanceStreams = field(init=False)
-    conn: Any = None
-
-    def __post_init__(self) -> None:
-        self.streams = InstanceStreams(self)  # type: ignore[arg-type]
-
-    def describe(self) -> str:
-        return "instance m_0"
-
-    def release_batch(self, batch_id: int, blocks: list[Any], worker_holds: bool = True) -> None:
-        self.released.append(batch_id)
 
 
 @pytest.fixture
@@ -140,4 +107,4 @@ def test_a_caller_that_gives_up_after_settling_hands_its_outputs_back(
     flight.outcomes = settle(instance, flight, result)  # type: ignore[arg-type]
     assert instance.released == []
     abandon_settled(instance, flight)  # type: ignore[arg-type]
-    assert instance.released == [3]
+    assert [batch_id for batch_id, _ in instance.released] == [3]

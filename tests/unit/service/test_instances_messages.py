@@ -4,48 +4,20 @@ told (Release) when the daemon is done with the batch: only when it holds blocks
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from instance_samples import FakeInstance
 from scheduling_samples import prepared
 
 from pbd.errors import PbdError
-from pbd.instances.error_log import ErrorBucket
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.messages import batch_results
-from pbd.instances.streaming import InstanceStreams
 from pbd.settings import Settings
 from pbd.types import InferResult, ShmSlice
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Arena
-
-
-@dataclass
-class FakeConfig:
-    name: str = "m"
-    iterative_sequence: bool = False
-
-
-@dataclass
-class FakeInstance:
-    memory: InstanceMemory
-    config: FakeConfig = field(default_factory=FakeConfig)
-    version: int = 1
-    released: list[tuple[int, bool]] = field(default_factory=list)
-    error_bucket: ErrorBucket = field(default_factory=ErrorBucket)
-    streams: InstanceStreams = field(init=False)
-    conn: Any = None
-
-    def __post_init__(self) -> None:
-        self.streams = InstanceStreams(self)  # type: ignore[arg-type]
-
-    def describe(self) -> str:
-        return "instance m_0"
-
-    def release_batch(self, batch_id: int, blocks: list[Any], worker_holds: bool = True) -> None:
-        self.released.append((batch_id, worker_holds))
 
 
 @pytest.fixture

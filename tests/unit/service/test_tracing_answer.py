@@ -73,3 +73,57 @@ def test_traced_a_failure_ends_the_span_with_it() -> None:
     with pytest.raises(PbdError):
         asyncio.run(run_traced(request, trace, infer, lambda r: r.id, finishing))  # type: ignore[arg-type]
     assert trace.events == [("failed", "no instance")]
+
+
+def answered_early(released: list[str]) -> Any:
+    """An infer whose instance answers through ``request.respond`` (pbd.instances.inflight)."""
+
+    async def infer(request: InferRequest) -> InferResult:
+        result = InferResult("m", "1", request.id, [])
+        result._release = lambda: released.append(request.id)
+        assert request.respond is not None
+        request.respond(result)
+        return result
+
+    return infer
+
+
+def test_an_edge_that_answers_itself_gets_the_answer_before_infer_returns() -> None:
+    released: list[str] = []
+    sent: list[str] = []
+    request = InferRequest("m", "1", "e", [])
+
+    def encode(result: InferResult) -> str:
+        assert released == []  # encoded before the memory goes back
+        return result.id
+
+    returned = asyncio.run(
+        run_traced(request, None, answered_early(released), encode, finishing, sent.append)
+    )
+    assert (returned, sent, released) == (None, ["e"], ["e"])
+
+
+def test_an_answer_that_cannot_be_encoded_early_fails_on_the_requests_own_path() -> None:
+    released: list[str] = []
+    sent: list[str] = []
+    request = InferRequest("m", "1", "f", [])
+
+    def encode(result: InferResult) -> str:
+        raise ValueError("unencodable")
+
+    with pytest.raises(ValueError, match="unencodable"):
+        asyncio.run(
+            run_traced(request, None, answered_early(released), encode, finishing, sent.append)
+        )
+    assert (sent, released) == ([], ["f"])  # nothing sent; the memory went back once
+
+
+def test_a_request_never_answered_early_is_encoded_and_returned() -> None:
+    released: list[str] = []
+    sent: list[str] = []
+    request = InferRequest("m", "1", "g", [])
+    returned = asyncio.run(
+        run_traced(request, None, served(released), lambda r: r.id, finishing, sent.append)
+    )
+    assert (returned, sent, released) == ("g", [], ["g"])
+    assert request.respond is not None  # offered; the instance did not use it
