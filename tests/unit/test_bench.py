@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -189,3 +190,30 @@ def test_cold_path_refuses_gaps_that_are_not_positive() -> None:
     assert parse_gaps("0.5, 2") == [0.5, 2.0]
     with pytest.raises(Exception, match="positive"):
         parse_gaps("0,1")
+
+
+def test_trees_runs_a_commit_beside_this_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    """Both daemons answer right, each imports its own tree, and the worktree is gone after."""
+    from bench import trees
+
+    assert trees.main(["--base", "HEAD", "--rounds", "2", "--seconds", "0.3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[2:4]] == ["base", "head"]
+    ratios = [line.split()[1] for line in out[4:]]
+    assert ratios == ["infer/s", "p50", "p99", "CPU"]
+    for line in out[4:]:
+        assert len(line.split("rounds")[1].split()) == 2  # one ratio per round
+    listed = subprocess.run(
+        ["git", "worktree", "list"], cwd=trees.ROOT, capture_output=True, text=True, check=True
+    )
+    assert "pbd-trees-" not in listed.stdout
+
+
+def test_trees_puts_the_base_tree_first_and_refuses_an_unknown_rev(tmp_path: Path) -> None:
+    from bench import trees
+
+    assert trees.python_path(os.getpid()) == os.environ.get("PYTHONPATH")
+    path = trees.tree_path(tmp_path).split(os.pathsep)
+    assert path == [str(tmp_path / "service"), str(tmp_path / "workers"), str(tmp_path / "protos")]
+    with pytest.raises(ValueError, match="no-such-rev"):
+        trees.worktree("no-such-rev", tmp_path)
