@@ -114,10 +114,12 @@ class Deframer:
             self._complete()
 
     def close(self) -> None:
-        """The call is over: a message part way in is dropped, its reservation given back."""
+        """The call is over: a message part way in is dropped, its reservation given back,
+        and the call's callback let go (see ``Call._release``)."""
         self.buf = None
         self.head = b""
         self._unreserve()
+        self.deliver = _dropped
 
     def _check_size(self, length: int) -> None:
         if length > self.max_message:
@@ -145,3 +147,7 @@ class Deframer:
         if self.reserved:
             self.reservations.give(self.reserved)
             self.reserved = 0
+
+
+def _dropped(flag: int, body: Buffer) -> None:
+    """What a closed deframer delivers to: nothing reaches a call that is over."""
