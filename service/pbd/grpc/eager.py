@@ -36,12 +36,22 @@ class Started(collections.abc.Coroutine[Any, Any, Any]):
         return self.coro.send(value)
 
     def throw(self, *exc: Any) -> Any:
-        self.waiting = _NOTHING
+        self._let_go()
         return self.coro.throw(*exc)
 
     def close(self) -> None:
-        self.waiting = _NOTHING
+        self._let_go()
         self.coro.close()
+
+    def _let_go(self) -> None:
+        """Before the task's first step, a task's cancellation (the only thing it throws
+        then) would have cancelled what the coroutine waits on, had the task been waiting on
+        it: do that here. Code that waits in a queue relies on it (a request whose future is
+        cancelled is skipped, not granted room)."""
+        waiting, self.waiting = self.waiting, _NOTHING
+        cancel = getattr(waiting, "cancel", None)
+        if cancel is not None:
+            cancel()
 
     def __next__(self) -> Any:
         return self.send(None)
