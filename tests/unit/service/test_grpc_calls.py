@@ -4,16 +4,16 @@ message framing, compression, size limits, deadlines, status trailers and errors
 from __future__ import annotations
 
 import asyncio
-import gc
 import gzip
 import threading
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from urllib.parse import unquote_to_bytes
+from typing import Any
 
 import grpc
 import pytest
-from h2_peer import Frame, Peer, connect, request, serve
+from grpc_calls_peer import answer, call, code, message, run_calls
+from h2_peer import Peer, request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,21 +44,6 @@ async def _metadata(request: bytes, context: Context) -> bytes:
     return repr(sorted(context.invocation_metadata())).encode()
 
 
-EARLY_DONE: list[bytes] = []  # what _early did after it had answered
-
-
-async def _early(request: bytes, context: Context) -> None:
-    """Answers before it returns, then goes on (as ModelInfer's bookkeeping does)."""
-    context.answer(b"early " + request)
-    await asyncio.sleep(0.05)
-    EARLY_DONE.append(request)
-    return None
-
-
-async def _silent(request: bytes, context: Context) -> None:
-    return None
-
-
 async def _stream(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
     async for item in requests:
         yield item
@@ -70,70 +55,11 @@ METHODS = {
     b"/t/Abort": Method(False, _abort, _same, _same),
     b"/t/Metadata": Method(False, _metadata, _same, _same),
     b"/t/Stream": Method(True, _stream, _same, _same),
-    b"/t/Early": Method(False, _early, _same, _same),
-    b"/t/Silent": Method(False, _silent, _same, _same),
 }
 
 
-def run(
-    test: Callable[[Peer, Calls], Awaitable[None]],
-    max_message: int = 2**31 - 1,
-    max_calls: int | None = None,
-) -> None:
-    async def main() -> None:
-        calls = Calls(METHODS, max_message, max_calls)
-        async with serve(calls) as served:
-            peer = await connect(served.port, {f.INITIAL_WINDOW_SIZE: 1 << 24})
-            peer.send(f.window_update(0, 1 << 30))
-            try:
-                await test(peer, calls)
-            finally:
-                peer.writer.close()
-
-    asyncio.run(main())
-
-
-def message(body: bytes, compressed: bool = False) -> bytes:
-    return bytes([compressed]) + len(body).to_bytes(4, "big") + body
-
-
-class Answer:
-    def __init__(self, peer: Peer, frames: list[Frame]) -> None:
-        self.blocks = [peer.decode(x.payload) for x in frames if x.kind == f.HEADERS]
-        self.ended = bool(frames) and frames[-1].kind == f.HEADERS
-        body = b"".join(x.payload for x in frames if x.kind == f.DATA)
-        self.messages = []
-        while body:
-            length = int.from_bytes(body[1:5], "big")
-            self.messages.append(body[5 : 5 + length])
-            body = body[5 + length :]
-
-    @property
-    def status(self) -> tuple[int, str]:
-        trailers = dict(self.blocks[-1])
-        message = unquote_to_bytes(trailers.get(b"grpc-message", b"")).decode()
-        return int(trailers[b"grpc-status"]), message
-
-
-async def answer(peer: Peer, stream: int) -> Answer:
-    frames = []
-    while not (frames and frames[-1].kind == f.HEADERS and frames[-1].flags & f.END_STREAM):
-        frame = await peer.frame()
-        if frame.stream == stream:
-            frames.append(frame)
-    return Answer(peer, frames)
-
-
-async def call(peer: Peer, path: bytes, *data: bytes, stream: int = 1, extra: tuple = ()) -> Answer:
-    wire = [peer.headers(stream, request(path, *extra), end_stream=not data)]
-    for i, chunk in enumerate(data):
-        wire.append(f.frame(f.DATA, f.END_STREAM if i == len(data) - 1 else 0, stream, chunk))
-    peer.send(*wire)
-    return await answer(peer, stream)
-
-
-def code(status: grpc.StatusCode) -> int:
-    return int(status.value[0])
+def run(test: Callable[[Peer, Calls], Awaitable[None]], **limits: Any) -> None:
+    run_calls(METHODS, test, **limits)
 
 
 # -- messages ---------------------------------------------------------------------------------
@@ -416,55 +342,3 @@ def test_messages_inflate_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) ->
 
     run(test)
     assert len(threads) == 3 and threading.get_ident() not in threads
-
-
-# -- answering before the handler returns --------------------------------------------------
-
-
-def test_a_handler_may_answer_before_it_returns() -> None:
-    async def test(peer: Peer, calls: Calls) -> None:
-        EARLY_DONE.clear()
-        got = await call(peer, b"/t/Early", message(b"x"))
-        assert got.messages == [b"early x"] and got.status == (0, "")
-        assert EARLY_DONE == []  # the answer came before the handler finished
-        await asyncio.sleep(0.2)
-        assert EARLY_DONE == [b"x"] and calls.active == 0
-        assert (await call(peer, b"/t/Echo", message(b"y"), stream=3)).messages == [b"y"]
-
-    run(test)
-
-
-def test_a_handler_that_returns_no_answer_fails_the_call() -> None:
-    async def test(peer: Peer, calls: Calls) -> None:
-        got = await call(peer, b"/t/Silent", message(b"x"))
-        assert got.status == (code(grpc.StatusCode.INTERNAL), "The handler returned no answer")
-
-    run(test)
-
-
-def test_only_a_unary_call_can_answer_early() -> None:
-    context = Context([])
-    with pytest.raises(RuntimeError, match="unary"):
-        context.answer(b"x")
-
-
-def test_a_finished_call_is_freed_without_the_cycle_collector() -> None:
-    """Nothing of a call outlives it in a reference cycle (stream, deframer, context and the
-    handler's task all let go of it): under load, cycles made the collector run every few
-    dozen calls."""
-
-    def live_calls() -> int:
-        return sum(1 for o in gc.get_objects() if type(o) is calls_module.Call)
-
-    async def test(peer: Peer, calls: Calls) -> None:
-        for stream, path in enumerate((b"/t/Echo", b"/t/Early", b"/t/Abort"), start=0):
-            await call(peer, path, message(b"x"), stream=2 * stream + 1)
-        await asyncio.sleep(0.1)  # the handlers' tasks finish
-        assert live_calls() == 0
-
-    gc.collect()
-    gc.disable()
-    try:
-        run(test)
-    finally:
-        gc.enable()
