@@ -12,7 +12,7 @@ worker's answer and the client's.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pbd.errors import PbdError
@@ -41,7 +41,7 @@ class InFlight:
     request_ids: list[int]
     copy_ns: int  # building the Execute, inputs copied
     early: bool = False  # a lone request answered where its result is read
-    outcomes: list[Any] | None = field(default=None)  # worked out already (``early``)
+    outcomes: list[Any] | None = None  # worked out already (``early``)
 
     @classmethod
     def of(
