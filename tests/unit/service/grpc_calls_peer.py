@@ -11,7 +11,25 @@ import grpc
 from h2_peer import Frame, Peer, connect, request, serve
 
 from pbd.grpc.calls import Calls, Method
+from pbd.grpc.protocol import Context
 from pbd.h2 import frames as f
+
+
+def same(data: bytes) -> bytes:
+    return data
+
+
+def unary(handler: Callable[[bytes, Context], Awaitable[bytes | None]]) -> Method:
+    """A unary method on raw bytes both ways."""
+    return Method(False, handler, same, same)
+
+
+async def echo(request: bytes, context: Context) -> bytes:
+    return request
+
+
+async def abort(request: bytes, context: Context) -> bytes:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.decode())
 
 
 def run_calls(

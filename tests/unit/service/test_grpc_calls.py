@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_calls_peer import answer, call, code, message, run_calls
+from grpc_calls_peer import abort, answer, call, code, echo, message, run_calls, same, unary
 from h2_peer import Peer, request
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,21 +23,9 @@ from pbd.grpc.protocol import Context, parse_timeout
 from pbd.h2 import frames as f
 
 
-def _same(data: bytes) -> bytes:
-    return data
-
-
-async def _echo(request: bytes, context: Context) -> bytes:
-    return request
-
-
 async def _sleep(request: bytes, context: Context) -> bytes:
     await asyncio.sleep(3600)
     return b""
-
-
-async def _abort(request: bytes, context: Context) -> bytes:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.decode())
 
 
 async def _metadata(request: bytes, context: Context) -> bytes:
@@ -50,11 +38,11 @@ async def _stream(requests: AsyncIterator[bytes], context: Context) -> AsyncIter
 
 
 METHODS = {
-    b"/t/Echo": Method(False, _echo, _same, _same),
-    b"/t/Sleep": Method(False, _sleep, _same, _same),
-    b"/t/Abort": Method(False, _abort, _same, _same),
-    b"/t/Metadata": Method(False, _metadata, _same, _same),
-    b"/t/Stream": Method(True, _stream, _same, _same),
+    b"/t/Echo": unary(echo),
+    b"/t/Sleep": unary(_sleep),
+    b"/t/Abort": unary(abort),
+    b"/t/Metadata": unary(_metadata),
+    b"/t/Stream": Method(True, _stream, same, same),
 }
 
 

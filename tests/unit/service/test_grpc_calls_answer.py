@@ -10,25 +10,12 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_calls_peer import call, code, message, run_calls
+from grpc_calls_peer import abort, call, code, echo, message, run_calls, unary
 from h2_peer import Peer
 
 from pbd.grpc import calls as calls_module
-from pbd.grpc.calls import Calls, Method
+from pbd.grpc.calls import Calls
 from pbd.grpc.protocol import Context
-
-
-def _same(data: bytes) -> bytes:
-    return data
-
-
-async def _echo(request: bytes, context: Context) -> bytes:
-    return request
-
-
-async def _abort(request: bytes, context: Context) -> bytes:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.decode())
-
 
 EARLY_DONE: list[bytes] = []  # what _early did after it had answered
 
@@ -46,10 +33,10 @@ async def _silent(request: bytes, context: Context) -> None:
 
 
 METHODS = {
-    b"/t/Echo": Method(False, _echo, _same, _same),
-    b"/t/Abort": Method(False, _abort, _same, _same),
-    b"/t/Early": Method(False, _early, _same, _same),
-    b"/t/Silent": Method(False, _silent, _same, _same),
+    b"/t/Echo": unary(echo),
+    b"/t/Abort": unary(abort),
+    b"/t/Early": unary(_early),
+    b"/t/Silent": unary(_silent),
 }
 
 
