@@ -36,8 +36,8 @@ from pbd.metrics.collector import PbdCollector
 from pbd.metrics.cpu import CpuMetrics
 from pbd.metrics.custom import CustomMetrics
 from pbd.metrics.server import MetricsServer
+from pbd.modelconfig.model import ModelConfig
 from pbd.repository.autocomplete import ConfigCompleter
-from pbd.repository.config import ModelConfig
 from pbd.repository.manager import ModelRepository
 from pbd.repository.upload import UploadLimits, Uploads
 from pbd.settings import Settings

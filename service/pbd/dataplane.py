@@ -14,7 +14,7 @@ from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings

@@ -12,7 +12,7 @@ from typing import TypeGuard
 
 from pbd.errors import Code, PbdError, invalid_arg
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
-from pbd.repository.config import ModelConfig, TensorConfig
+from pbd.modelconfig.model import ModelConfig, TensorConfig
 from pbd.types import (
     SEQUENCE_END,
     SEQUENCE_START,

@@ -26,7 +26,8 @@ from pbd.grpc import convert
 from pbd.http import tensors
 from pbd.instances.memory import InstanceMemory
 from pbd.memory.client_shm import ClientShmRegistry
-from pbd.repository.config import ModelConfig, model_config_from_json, parse_model_config
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import model_config_from_json, parse_model_config
 from pbd.settings import Settings
 from pbd.types import InferRequest
 from pbd.validation import prepare_request, release_regions

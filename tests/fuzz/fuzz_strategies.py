@@ -17,7 +17,7 @@ from fuzz_oracles import REGIONS
 from hypothesis import strategies as st
 
 from pbd._proto import grpc_service_pb2 as pb
-from pbd.repository.config import ModelConfig, TensorConfig
+from pbd.modelconfig.model import ModelConfig, TensorConfig
 from pbd_wire import dtypes
 
 INT64 = st.integers(-(2**63), 2**63 - 1)

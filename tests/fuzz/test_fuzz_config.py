@@ -1,4 +1,4 @@
-"""config.pbtxt and RepositoryModelLoad's JSON ``config`` through repository/config.py."""
+"""config.pbtxt and RepositoryModelLoad's JSON ``config`` through modelconfig/parse.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from pbd.ensemble.spec import EnsembleSpec, Step
+from pbd.modelconfig.ensemble import EnsembleSpec, Step
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from pbd.ensemble.graph import EnsembleGraph, Flow
-from pbd.ensemble.spec import Step
 from pbd.ensemble.step_call import Tensor, run_step, step_input
 from pbd.errors import Code, PbdError
+from pbd.modelconfig.ensemble import Step
 from pbd.streams import ResponseStream, StreamResult
 from pbd.types import InferResult, OutputTensor, PreparedRequest, RequestedOutput
 

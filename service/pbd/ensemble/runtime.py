@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from pbd.ensemble.graph import EnsembleGraph
 from pbd.ensemble.runner import EnsembleRequest
-from pbd.ensemble.spec import EnsembleSpec
 from pbd.ensemble.validate import validate_steps
 from pbd.errors import PbdError, invalid_arg, unavailable
 from pbd.instances.records import VersionState
 from pbd.instances.version import VersionRuntime
+from pbd.modelconfig.ensemble import EnsembleSpec
 from pbd.stats import failure_reason
 from pbd.types import InferResult, PreparedRequest, request_batch_size
 

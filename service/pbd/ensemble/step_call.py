@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-from pbd.ensemble.spec import Step
 from pbd.errors import PbdError
 from pbd.instances.memory import locate
+from pbd.modelconfig.ensemble import Step
 from pbd.tracing.request import RequestTrace
 from pbd.types import (
     InferRequest,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pbd.ensemble.spec import EnsembleSpec, reachable
-from pbd.repository.config import ModelConfig, TensorConfig
+from pbd.modelconfig.ensemble import EnsembleSpec, reachable
+from pbd.modelconfig.model import ModelConfig, TensorConfig
 from pbd_wire import dtypes
 
 

@@ -31,7 +31,7 @@ from pbd.instances.streaming import InstanceStreams
 from pbd.instances.worker_link import WorkerLink
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing

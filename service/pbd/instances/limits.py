@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pbd.errors import invalid_arg
 from pbd.instances.autoscale import ScalingPolicy, parse_policy
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 
 if TYPE_CHECKING:

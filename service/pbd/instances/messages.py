@@ -13,7 +13,7 @@ from pbd.instances.error_log import ErrorBucket, log_failed_batch
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.records import InstancePlan
 from pbd.instances.streaming import InstanceStreams, json_params
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.types import InferResult, OutputTensor, PreparedRequest, request_batch_size
 from pbd_wire import worker_pb2 as wpb

@@ -9,7 +9,8 @@ from google.protobuf import json_format
 from pbd._proto import model_config_pb2 as mc
 from pbd.errors import invalid_arg
 from pbd.instances.records import InstancePlan
-from pbd.repository.config import ModelConfig, build_model_config
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import build_model_config
 
 _Group = mc.ModelInstanceGroup
 

@@ -20,7 +20,7 @@ from pbd.errors import unavailable
 from pbd.instances.autoscale import SAMPLE_INTERVAL_S, Decision, ScalingPolicy, decide
 from pbd.instances.records import State
 from pbd.instances.supervisor import Slot
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.scheduling.scheduler import Scheduler
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.worker_link import WorkerLink
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.streams import ResponseStream, StreamResult
 from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb

@@ -28,7 +28,7 @@ from pbd.instances.records import InstancePlan, State, VersionState
 from pbd.instances.scaler import Scaler
 from pbd.instances.supervisor import Slot, Supervisor
 from pbd.metrics.custom import CustomMetrics
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.scheduling import Scheduler, make_scheduler
 from pbd.settings import Settings
 from pbd.stats import ModelStats, failure_reason

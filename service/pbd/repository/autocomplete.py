@@ -31,15 +31,15 @@ from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
 from pbd.instances.placement import normalize_instance_groups
 from pbd.instances.startup import connected_or_exited
 from pbd.instances.worker_link import WorkerLink
-from pbd.repository.config import (
+from pbd.modelconfig.json_form import config_to_dict
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import (
     DEFAULT_MODEL_FILENAME,
-    ModelConfig,
     build_model_config,
     check_model_filename,
     model_config_from_json,
     read_model_config,
 )
-from pbd.repository.config_json import config_to_dict
 from pbd.settings import Settings
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb

@@ -19,7 +19,8 @@ from pathlib import Path
 from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
 from pbd.instances.records import VersionState
 from pbd.instances.version import VersionRuntime
-from pbd.repository.config import ModelConfig, load_model_config
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import load_model_config
 from pbd.repository.names import check_model_name
 from pbd.repository.upload import Uploads
 from pbd.types import IndexEntry

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 
 
 @dataclass(frozen=True)

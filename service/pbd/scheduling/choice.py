@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pbd.repository.config import SEQUENCE_IDLE_DEFAULT_US, ModelConfig
+from pbd.modelconfig.model import SEQUENCE_IDLE_DEFAULT_US, ModelConfig
 from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy, batching_policy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import RequestQueue

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pbd.repository.config import ModelConfig, parse_model_config
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import parse_model_config
 
 SRC = "repo/m/config.pbtxt"
 

@@ -17,7 +17,7 @@ from config_samples import ADD_SUB, parse
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError, not_found
 from pbd.memory.client_shm import ClientShmRegistry
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.streams import StreamResult

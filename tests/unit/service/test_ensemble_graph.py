@@ -5,7 +5,7 @@ from __future__ import annotations
 from config_samples import parse as _parse
 
 from pbd.ensemble.graph import EnsembleGraph
-from pbd.ensemble.spec import EnsembleSpec
+from pbd.modelconfig.ensemble import EnsembleSpec
 
 FP = "data_type: TYPE_FP32 dims: [ 1 ]"
 

@@ -6,7 +6,8 @@ import pytest
 from config_samples import parse as _parse
 
 from pbd.ensemble.validate import validate_steps
-from pbd.repository.config import ModelConfig, parse_model_config
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import parse_model_config
 
 
 def _model(name: str, io: str, extra: str = "") -> ModelConfig:

@@ -6,7 +6,7 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.instances.limits import VersionLimits, version_limits
-from pbd.repository.config import parse_model_config
+from pbd.modelconfig.parse import parse_model_config
 from pbd.settings import Settings
 
 

@@ -7,7 +7,7 @@ import pytest
 from pbd.errors import Code, PbdError
 from pbd.gpus import visible_gpus
 from pbd.instances.placement import normalize_instance_groups, plan_instances
-from pbd.repository.config import parse_model_config
+from pbd.modelconfig.parse import parse_model_config
 
 
 def _config(groups: str):

@@ -10,7 +10,7 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.instances.records import VersionState
-from pbd.repository.config import ModelConfig
+from pbd.modelconfig.model import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.repository.upload import UploadLimits, Uploads
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pbd.repository.config import parse_model_config
+from pbd.modelconfig.parse import parse_model_config
 from pbd.scheduling.batching_policy import QueuePolicy, batching_policy
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbd.repository.config import parse_model_config
+from pbd.modelconfig.parse import parse_model_config
 from pbd.scheduling import make_scheduler
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import RequestQueue

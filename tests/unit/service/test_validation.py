@@ -5,7 +5,7 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.memory.client_shm import ClientShmRegistry
-from pbd.repository.config import parse_model_config
+from pbd.modelconfig.parse import parse_model_config
 from pbd.types import (
     SEQUENCE_END,
     SEQUENCE_START,

@@ -6,7 +6,7 @@ names a model, maps inputs and outputs; no ensemble tensor is written by two ste
 data flow holds: starting from the ensemble's inputs, every tensor a step reads can be
 produced (no cycle, nothing read that nobody writes), every ensemble output is written, every
 input and intermediate tensor is read. The messages are Triton's, word for word (a stray
-quote included); ``pbd.repository.config`` puts the config file's path before them. What
+quote included); ``pbd.modelconfig.parse`` puts the config file's path before them. What
 needs the step models' configs is in ``pbd.ensemble.validate``.
 """
 

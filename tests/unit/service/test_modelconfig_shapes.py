@@ -1,11 +1,11 @@
-"""pbd.repository.shapes: Triton's ValidateIOShape rules for dims and reshape (the rest of a
+"""pbd.modelconfig.shapes: Triton's ValidateIOShape rules for dims and reshape (the rest of a
 config's checks: test_repository_config*)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pbd.repository.shapes import ShapeError, check_shape
+from pbd.modelconfig.shapes import ShapeError, check_shape
 
 
 @pytest.mark.parametrize(

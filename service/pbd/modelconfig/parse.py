@@ -1,4 +1,4 @@
-"""config.pbtxt -> an immutable, validated :class:`ModelConfig`.
+"""config.pbtxt -> an immutable, validated :class:`~pbd.modelconfig.model.ModelConfig`.
 
 config.pbtxt is protobuf text format of ``ModelConfig``. This module is the file-format edge:
 it parses the file (or the JSON of RepositoryModelLoad's ``config`` parameter), fills the
@@ -10,10 +10,8 @@ KIND_AUTO is left for the daemon to resolve (pbd.instances.placement): only it k
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,16 +19,21 @@ from typing import Any
 from google.protobuf import json_format, text_format
 
 from pbd._proto import model_config_pb2 as mc
-from pbd.ensemble.spec import EnsembleSpec, ensemble_spec, is_ensemble
 from pbd.errors import Code, PbdError
-from pbd.repository.config_json import config_to_dict
-from pbd.repository.shapes import ShapeError, check_shape
+from pbd.modelconfig.ensemble import ensemble_spec, is_ensemble
+from pbd.modelconfig.json_form import config_to_dict
+from pbd.modelconfig.model import (
+    SEQUENCE_IDLE_DEFAULT_US,
+    InstanceGroupConfig,
+    ModelConfig,
+    TensorConfig,
+    VersionPolicy,
+)
+from pbd.modelconfig.shapes import ShapeError, check_shape
 from pbd_wire import dtypes
 
 CONFIG_FILE = "config.pbtxt"
 DEFAULT_MODEL_FILENAME = "model.py"
-# Triton's SEQUENCE_IDLE_DEFAULT_MICROSECONDS.
-SEQUENCE_IDLE_DEFAULT_US = 1_000_000
 
 _Group = mc.ModelInstanceGroup
 _IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
@@ -41,79 +44,6 @@ class ConfigError(PbdError):
 
     def __init__(self, message: str) -> None:
         super().__init__(Code.INVALID_ARG, message)
-
-
-@dataclass(frozen=True)
-class TensorConfig:
-    name: str
-    datatype: str  # protocol string: "FP32", "BYTES" (TYPE_STRING), ...
-    dims: tuple[int, ...]  # without the batch dimension; -1 = variable
-    reshape: tuple[int, ...] | None
-    optional: bool = False  # inputs only
-
-
-@dataclass(frozen=True)
-class InstanceGroupConfig:
-    name: str
-    kind: str  # "KIND_AUTO" | "KIND_GPU" | "KIND_CPU" | "KIND_MODEL"
-    count: int
-    gpus: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class VersionPolicy:
-    kind: str  # "latest" | "all" | "specific"
-    num_versions: int = 1
-    versions: tuple[int, ...] = ()
-
-    def select(self, available: Iterable[int]) -> list[int]:
-        """The versions of ``available`` this policy serves, ascending."""
-        present = sorted(set(available))
-        if self.kind == "all":
-            return present
-        if self.kind == "specific":
-            return [v for v in present if v in self.versions]
-        return present[-self.num_versions :]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    name: str
-    backend: str
-    platform: str
-    max_batch_size: int
-    inputs: tuple[TensorConfig, ...]
-    outputs: tuple[TensorConfig, ...]
-    instance_groups: tuple[InstanceGroupConfig, ...]
-    version_policy: VersionPolicy
-    default_model_filename: str
-    parameters: Mapping[str, str]
-    decoupled: bool
-    # Triton's JSON form (int64 values as numbers, defaults present); treat it as read-only.
-    as_dict: Mapping[str, Any]
-    ensemble: EnsembleSpec | None = None  # platform "ensemble": its steps
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict)
-
-    @property
-    def iterative_sequence(self) -> bool:
-        """``sequence_batching { iterative_sequence: true }``: its requests may be rescheduled."""
-        return bool(self.as_dict.get("sequence_batching", {}).get("iterative_sequence"))
-
-    def input(self, name: str) -> TensorConfig | None:
-        return self._inputs_by_name.get(name)
-
-    def output(self, name: str) -> TensorConfig | None:
-        return self._outputs_by_name.get(name)
-
-    @functools.cached_property
-    def _inputs_by_name(self) -> dict[str, TensorConfig]:  # looked up for every request
-        return {t.name: t for t in self.inputs}
-
-    @functools.cached_property
-    def _outputs_by_name(self) -> dict[str, TensorConfig]:
-        return {t.name: t for t in self.outputs}
 
 
 def load_model_config(model_dir: Path, *, override_json: str | None = None) -> ModelConfig:
@@ -267,7 +197,7 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
     if msg.max_batch_size < 0:
         raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
     if is_ensemble(msg):
-        return  # no model file nor batcher of its own: pbd.ensemble.spec checks the steps
+        return  # no model file nor batcher of its own: pbd.modelconfig.ensemble checks the steps
     if msg.backend != "python":
         what = f"backend '{msg.backend}'" if msg.backend else f"platform '{msg.platform}'"
         raise ConfigError(

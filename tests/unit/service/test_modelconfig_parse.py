@@ -9,14 +9,8 @@ from config_samples import parse as _parse
 from google.protobuf import json_format
 
 from pbd._proto import model_config_pb2 as mc
-from pbd.repository.config import (
-    ConfigError,
-    InstanceGroupConfig,
-    TensorConfig,
-    VersionPolicy,
-    load_model_config,
-    model_config_from_json,
-)
+from pbd.modelconfig.model import InstanceGroupConfig, TensorConfig, VersionPolicy
+from pbd.modelconfig.parse import ConfigError, load_model_config, model_config_from_json
 from pbd_wire import dtypes
 
 

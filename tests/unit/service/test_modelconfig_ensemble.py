@@ -6,7 +6,7 @@ import pytest
 from config_samples import SRC
 from config_samples import parse as _parse
 
-from pbd.repository.config import ConfigError
+from pbd.modelconfig.parse import ConfigError
 
 IO = """
 name: "m"

@@ -8,11 +8,7 @@ from config_samples import parse as _parse
 from config_samples import tensor as _tensor
 
 from pbd.errors import Code, PbdError
-from pbd.repository.config import (
-    ConfigError,
-    model_config_from_json,
-    parse_model_config,
-)
+from pbd.modelconfig.parse import ConfigError, model_config_from_json, parse_model_config
 
 
 def test_errors_are_invalid_arg_pbd_errors() -> None:
