@@ -25,6 +25,7 @@ from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server
 from pbd.http.server import HttpFrontend
+from pbd.instances.custom_metrics import CustomMetrics
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
 from pbd.instances.version import VersionRuntime
@@ -34,7 +35,6 @@ from pbd.memory.malloc import tune_malloc
 from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
 from pbd.metrics.collector import PbdCollector
 from pbd.metrics.cpu import CpuMetrics
-from pbd.metrics.custom import CustomMetrics
 from pbd.metrics.server import MetricsServer
 from pbd.modelconfig.model import ModelConfig
 from pbd.repository.autocomplete import ConfigCompleter

@@ -1,4 +1,5 @@
-"""No import cycle among pbd, pbd_wire and pbd_worker modules, type-checking imports included.
+"""Imports point down: pbd's packages in declared layers, and no import cycle among pbd,
+pbd_wire and pbd_worker modules; type-checking imports included.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``,
 wherever it stands (module level, under ``if TYPE_CHECKING:``, inside a function). ``from
@@ -6,6 +7,10 @@ pkg import name`` counts as an import of ``pkg.name`` when that is a module, els
 Importing ``a.b.c`` runs the packages ``a`` and ``a.b`` first; their ``__init__`` modules are
 nodes too, so a package whose ``__init__`` imports a module that imports the package back
 is a cycle as well.
+
+``LAYERS`` names every package (and top-level module) of pbd, bottom first. A module may
+import modules of its own package and of lower layers; an import of a package in its own
+layer or a higher one fails the test, even when it makes no cycle (yet).
 """
 
 from __future__ import annotations
@@ -15,6 +20,33 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"pbd": ROOT / "service", "pbd_wire": ROOT / "workers", "pbd_worker": ROOT / "workers"}
+
+# Bottom first. Packages in one layer do not import each other.
+LAYERS: list[tuple[str, ...]] = [
+    # The wire, one implementation for both sides; the worker, which imports only the wire.
+    ("pbd_wire",),
+    ("pbd_worker",),
+    # Records and leaves: anyone may import them.
+    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2"),
+    ("pbd.memory",),
+    ("pbd.types", "pbd.stats", "pbd.modelconfig"),
+    ("pbd.streams", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
+     "pbd.scheduling"),  # fmt: skip
+    ("pbd.settings",),
+    ("pbd.logsettings",),
+    # Model instances and versions, then the repository of models over them.
+    ("pbd.instances",),
+    ("pbd.repository", "pbd.systemd"),
+    # What every RPC does, over the repository; the calls that re-enter it (BLS, ensembles)
+    # and what reads it (metrics, the status line).
+    ("pbd.dataplane",),
+    ("pbd.bls", "pbd.ensemble", "pbd.metrics", "pbd.status_line"),
+    # The edges: they call the dataplane.
+    ("pbd.grpc", "pbd.http"),
+    ("pbd.daemon",),
+    ("pbd.cli",),
+    ("pbd.__main__",),
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -61,6 +93,30 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def layer_of(module: str) -> tuple[str, int]:
+    """The declared package (or module) ``module`` belongs to, and its layer's index."""
+    best = ("", -1)
+    for index, layer in enumerate(LAYERS):
+        for unit in layer:
+            if (module == unit or module.startswith(unit + ".")) and len(unit) > len(best[0]):
+                best = (unit, index)
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module in the importer's own layer (another package) or above."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        unit, level = layer_of(name)
+        for target in sorted(targets):
+            if any(other.startswith(target + ".") for other in targets):
+                continue  # the package of a module imported: that import is reported
+            target_unit, target_level = layer_of(target)
+            if target_unit != unit and target_level >= level:
+                found.append(f"{name} ({unit}) -> {target} ({target_unit})")
+    return found
+
+
 def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
     """The strongly connected components with more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -99,6 +155,28 @@ def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
 def test_the_cycle_finder_finds_a_type_only_loop() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b", "c")]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_package_has_a_layer() -> None:
+    unplaced = sorted(name for name in import_graph() if layer_of(name)[1] < 0)
+    assert not unplaced, "modules of no layer in LAYERS: " + ", ".join(unplaced)
+
+
+def test_imports_point_down() -> None:
+    found = upward_imports(import_graph())
+    assert not found, "imports that do not point down (see LAYERS):\n" + "\n".join(found)
+
+
+def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
+    graph = {
+        "pbd.errors": {"pbd.types"},  # up
+        "pbd.stats": {"pbd.modelconfig.model", "pbd.errors"},  # across, then down
+        "pbd.modelconfig.parse": {"pbd.modelconfig.model"},  # inside its own package
+    }
+    assert upward_imports(graph) == [
+        "pbd.errors (pbd.errors) -> pbd.types (pbd.types)",
+        "pbd.stats (pbd.stats) -> pbd.modelconfig.model (pbd.modelconfig)",
+    ]
 
 
 def test_no_import_cycle() -> None:

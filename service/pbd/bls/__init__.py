@@ -2,6 +2,6 @@
 
 ``service`` runs calls through the dataplane and answers the caller's worker; ``pool`` lends
 callers blocks of the CUDA memory pool for GPU inputs; ``wait_graph`` finds calls that could
-never run (deadlocks); ``kinds`` names the worker messages that are BLS. This package imports
-none of its modules: the instances import ``kinds`` without pulling in the service.
+never run (deadlocks). The instances know nothing of this package: they hand the worker's BLS
+messages (``pbd.instances.hub.BLS_KINDS``) to the hub's sink, which the daemon points here.
 """

@@ -25,6 +25,10 @@ log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0
 
 
+# The worker-to-daemon messages that are BLS: an instance hands these to the hub's ``bls``.
+BLS_KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
+
+
 class BlsSink(Protocol):
     async def close(self) -> None: ...
     def on_message(self, caller: Any, message: wpb.WorkerToDaemon) -> None: ...

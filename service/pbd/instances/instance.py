@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pbd.bls.kinds import KINDS as BLS_KINDS
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
+from pbd.instances.custom_metrics import CustomMetrics
 from pbd.instances.error_log import ErrorBucket
 from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
-from pbd.instances.hub import WorkerHub
+from pbd.instances.hub import BLS_KINDS, WorkerHub
 from pbd.instances.inflight import InFlight, abandon_settled, settle, settle_early
 from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.instances.memory import InstanceMemory
@@ -30,7 +30,6 @@ from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
 from pbd.instances.worker_link import WorkerLink
 from pbd.logsettings import runtime_settings
-from pbd.metrics.custom import CustomMetrics
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats

@@ -17,6 +17,7 @@ from pathlib import Path
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instances.autoscale import ScalingPolicy
+from pbd.instances.custom_metrics import CustomMetrics
 from pbd.instances.dispatch import Dispatch
 from pbd.instances.hooks import live
 from pbd.instances.hub import WorkerHub
@@ -27,7 +28,6 @@ from pbd.instances.placement import plan_instances
 from pbd.instances.records import InstancePlan, State, VersionState
 from pbd.instances.scaler import Scaler
 from pbd.instances.supervisor import Slot, Supervisor
-from pbd.metrics.custom import CustomMetrics
 from pbd.modelconfig.model import ModelConfig
 from pbd.scheduling import Scheduler, make_scheduler
 from pbd.settings import Settings
