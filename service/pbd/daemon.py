@@ -25,10 +25,8 @@ from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
 from pbd.grpc.server import build_server
 from pbd.http.server import HttpFrontend
-from pbd.instances.custom_metrics import CustomMetrics
-from pbd.instances.hub import WorkerHub
-from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
-from pbd.instances.version import VersionRuntime
+from pbd.instance.custom_metrics import CustomMetrics
+from pbd.instance.instance import InstanceServices
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
@@ -46,6 +44,9 @@ from pbd.systemd.notify_loop import DaemonNotifier
 from pbd.systemd.units import worker_unit
 from pbd.tracing.provider import Tracing, build_tracing
 from pbd.tracing.settings import parse_trace_config
+from pbd.version.runtime import VersionRuntime
+from pbd.worker.hub import WorkerHub
+from pbd.worker.launcher import InstanceLauncher, ProcessLauncher
 
 log = logging.getLogger("pbd")
 SHUTDOWN_ANSWER_S = 5.0
@@ -71,30 +72,9 @@ class Daemon:
         self.notifier = DaemonNotifier(self.status_text)
         self.gpus = visible_gpus()
         self.custom_metrics = CustomMetrics()
-        shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
-
-        self.ensembles = Ensembles()
-
-        def make_runtime(config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
-            kind = VersionRuntime if config.ensemble is None else EnsembleRuntime
-            extra = {} if config.ensemble is None else {"ensembles": self.ensembles}
-            return kind(
-                config=config,
-                version=version,
-                model_dir=model_dir,
-                settings=settings,
-                launcher=self.launcher,
-                hub=self.hub,
-                shm_name=shm_name,
-                gpus=self.gpus,
-                custom_metrics=self.custom_metrics,
-                tracing=self.tracing,
-                **extra,
-            )
-
         self.repository = ModelRepository(
             settings.model_repository.resolve(),
-            make_runtime,
+            self._make_runtime,
             settings.exit_timeout_secs,
             ConfigCompleter(settings, self.hub, gpus=self.gpus).load,
             Uploads(
@@ -117,12 +97,37 @@ class Daemon:
             ),
             self.tracing,
         )
-        self.ensembles.repository, self.ensembles.dataplane = self.repository, self.dataplane
+        self.ensembles = Ensembles(self.repository, self.dataplane)
         self.cuda_pools = CudaPools(pool_sizes(settings.cuda_memory_pool_byte_size, self.gpus))
         self.bls = BlsService(self.dataplane, self.cuda_pools)
-        self.hub.bls = self.bls
+        # What every model version gives its instances; a model's BLS call re-enters at the
+        # dataplane, so this is built last (versions are made only when models load).
+        self.services = InstanceServices(
+            settings=settings,
+            launcher=self.launcher,
+            hub=self.hub,
+            shm_name=segment_namer(settings.shm_prefix, self.daemon_id),
+            gpus=self.gpus,
+            custom_metrics=self.custom_metrics,
+            tracing=self.tracing,
+            bls=self.bls,
+        )
         self.port = 0
         self._stop = asyncio.Event()
+
+    def _make_runtime(self, config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
+        """A version of a model the repository loads (never while the daemon is being built)."""
+        if config.ensemble is not None:
+            return EnsembleRuntime(
+                config=config,
+                version=version,
+                model_dir=model_dir,
+                services=self.services,
+                ensembles=self.ensembles,
+            )
+        return VersionRuntime(
+            config=config, version=version, model_dir=model_dir, services=self.services
+        )
 
     def _cuda_region_removed(self, region: CudaRegion) -> None:
         """Workers that opened the region's handle close it (those that did not ignore it)."""

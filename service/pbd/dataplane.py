@@ -27,8 +27,8 @@ from pbd.types import IndexEntry, InferRequest, InferResult, PreparedRequest
 from pbd.validation import prepare_request, release_regions
 
 if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
-    from pbd.instances.version import VersionRuntime
+    from pbd.instance.instance import Instance
+    from pbd.version.runtime import VersionRuntime
 
 # Only what pbd really implements is advertised.
 EXTENSIONS = (

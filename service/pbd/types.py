@@ -79,7 +79,7 @@ class InferRequest:
     internal: bool = False
     # Set by a front end that can send the answer itself as soon as the result is in (gRPC
     # ModelInfer, untraced: pbd.tracing.answer): the instance calls it where it reads the
-    # worker's result, before the bookkeeping that follows (pbd.instances.inflight).
+    # worker's result, before the bookkeeping that follows (pbd.instance.inflight).
     respond: Callable[[InferResult], None] | None = None
 
     @property

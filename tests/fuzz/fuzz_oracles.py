@@ -24,7 +24,7 @@ from pathlib import Path
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.http import tensors
-from pbd.instances.memory import InstanceMemory
+from pbd.instance.memory import InstanceMemory
 from pbd.memory.client_shm import ClientShmRegistry
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json, parse_model_config

@@ -24,7 +24,7 @@ from pbd_harness import (
     wait_until,
 )
 
-# pbd.instances.hooks.READY_CACHE_S: how long one is_ready() answer is reused.
+# pbd.instance.hooks.READY_CACHE_S: how long one is_ready() answer is reused.
 READY_CACHE_S = 1.0
 
 

@@ -34,9 +34,12 @@ LAYERS: list[tuple[str, ...]] = [
      "pbd.scheduling"),  # fmt: skip
     ("pbd.settings",),
     ("pbd.logsettings",),
-    # Model instances and versions, then the repository of models over them.
-    ("pbd.instances",),
-    ("pbd.repository", "pbd.systemd"),
+    # A worker process (launched, connected); one model instance in it; one model version
+    # (its instances, queue and dispatch); then the repository of models over them.
+    ("pbd.worker",),
+    ("pbd.instance", "pbd.systemd"),
+    ("pbd.version",),
+    ("pbd.repository",),
     # What every RPC does, over the repository; the calls that re-enter it (BLS, ensembles)
     # and what reads it (metrics, the status line).
     ("pbd.dataplane",),
@@ -94,13 +97,15 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def layer_of(module: str) -> tuple[str, int]:
-    """The declared package (or module) ``module`` belongs to, and its layer's index."""
-    best = ("", -1)
+    """The declared package (or module) ``module`` belongs to, and its layer's index. A unit
+    that holds other units (``pbd``) is only its own ``__init__``."""
+    units = [unit for layer in LAYERS for unit in layer]
     for index, layer in enumerate(LAYERS):
         for unit in layer:
-            if (module == unit or module.startswith(unit + ".")) and len(unit) > len(best[0]):
-                best = (unit, index)
-    return best
+            holds_units = any(other.startswith(unit + ".") for other in units)
+            if module == unit or (module.startswith(unit + ".") and not holds_units):
+                return unit, index
+    return "", -1
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -177,6 +182,8 @@ def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
         "pbd.errors (pbd.errors) -> pbd.types (pbd.types)",
         "pbd.stats (pbd.stats) -> pbd.modelconfig.model (pbd.modelconfig)",
     ]
+    assert layer_of("pbd") == ("pbd", 2)
+    assert layer_of("pbd.somewhere_new.module") == ("", -1)  # not under ``pbd``'s own layer
 
 
 def test_no_import_cycle() -> None:

@@ -18,7 +18,7 @@ from pbd.types import CudaSlice, ShmSlice
 from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
-    from pbd.instances.instance import Instance
+    from pbd.instance.instance import Instance
 
 
 class BlsPool:

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any, cast
 from pbd.bls.pool import BlsPool
 from pbd.bls.wait_graph import Waiter, WaitGraph
 from pbd.errors import Code, PbdError
-from pbd.instances.memory import locate
+from pbd.instance.memory import locate
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
 from pbd_wire import worker_pb2 as wpb
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
-    from pbd.instances.instance import Instance
+    from pbd.instance.instance import Instance
     from pbd.streams import StreamResult
 
 log = logging.getLogger("pbd.bls")

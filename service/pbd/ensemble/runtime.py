@@ -1,6 +1,6 @@
 """An ensemble as a served model version.
 
-It is a :class:`~pbd.instances.version.VersionRuntime` to everything that lists, looks up or
+It is a :class:`~pbd.version.runtime.VersionRuntime` to everything that lists, looks up or
 reports versions (the repository, the dataplane, metrics, the status line), with no instance,
 queue or worker of its own: its requests run as requests of its step models
 (``pbd.ensemble.runner``). Loading it loads its step models first (Triton does the same, also
@@ -21,11 +21,10 @@ from pbd.ensemble.graph import EnsembleGraph
 from pbd.ensemble.runner import EnsembleRequest
 from pbd.ensemble.validate import validate_steps
 from pbd.errors import PbdError, invalid_arg, unavailable
-from pbd.instances.records import VersionState
-from pbd.instances.version import VersionRuntime
 from pbd.modelconfig.ensemble import EnsembleSpec
 from pbd.stats import failure_reason
 from pbd.types import InferResult, PreparedRequest, request_batch_size
+from pbd.version.runtime import VersionRuntime, VersionState
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -40,11 +39,12 @@ _LOADING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
 
 class Ensembles:
     """What ensemble versions share: the repository their step models live in and the
-    dataplane their steps' requests go through (set once the daemon has built it)."""
+    dataplane their steps' requests go through. The repository makes ensemble versions as it
+    loads them, so the daemon builds this after both and before loading any model."""
 
-    def __init__(self, repository: ModelRepository | None = None) -> None:
+    def __init__(self, repository: ModelRepository, dataplane: DataPlane) -> None:
         self.repository = repository
-        self.dataplane: DataPlane | None = None
+        self.dataplane = dataplane
 
 
 class EnsembleRuntime(VersionRuntime):
@@ -59,7 +59,6 @@ class EnsembleRuntime(VersionRuntime):
 
     def _steps(self) -> list[VersionRuntime]:
         repository = self.ensembles.repository
-        assert repository is not None
         return [repository.lookup(s.model_name, s.version_text) for s in self.spec.steps]
 
     @property
@@ -98,7 +97,6 @@ class EnsembleRuntime(VersionRuntime):
         """Load every step model that has no ready version (Triton's messages when one is
         missing or fails)."""
         repository = self.ensembles.repository
-        assert repository is not None
         name = self.config.name
         chain = _LOADING.get()
         if name in chain:
@@ -137,7 +135,6 @@ class EnsembleRuntime(VersionRuntime):
                 "at ready state"
             )
         dataplane = self.ensembles.dataplane
-        assert dataplane is not None
         began = time.perf_counter_ns()
         run = EnsembleRequest(
             dataplane, self.graph, prepared, (self.config.name, str(self.version))

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from pbd.errors import PbdError
-from pbd.instances.memory import locate
+from pbd.instance.memory import locate
 from pbd.modelconfig.ensemble import Step
 from pbd.tracing.request import RequestTrace
 from pbd.types import (

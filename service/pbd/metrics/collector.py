@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
-from pbd.instances.records import State
+from pbd.instance.records import State
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
-    from pbd.instances.version import VersionRuntime
     from pbd.stats import ModelStats
+    from pbd.version.runtime import VersionRuntime
 
 _US = 1000  # ns per µs
 # Labelled by Triton's failure reason besides model and version (pbd.stats.FAILURE_REASONS).

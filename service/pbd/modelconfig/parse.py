@@ -5,7 +5,7 @@ it parses the file (or the JSON of RepositoryModelLoad's ``config`` parameter), 
 defaults Triton fills (core ``NormalizeModelConfig``/``NormalizeInstanceGroup``), checks it
 (Triton's ``ValidateIOShape`` rules and more; every message names the file and the field), and
 keeps the JSON form models get as ``args["model_config"]`` and the ModelConfig RPC returns.
-KIND_AUTO is left for the daemon to resolve (pbd.instances.placement): only it knows the GPUs.
+KIND_AUTO is left for the daemon to resolve (pbd.version.placement): only it knows the GPUs.
 """
 
 from __future__ import annotations

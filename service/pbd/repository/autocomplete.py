@@ -26,11 +26,6 @@ from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
-from pbd.instances.hub import WorkerHub
-from pbd.instances.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
-from pbd.instances.placement import normalize_instance_groups
-from pbd.instances.startup import connected_or_exited
-from pbd.instances.worker_link import WorkerLink
 from pbd.modelconfig.json_form import config_to_dict
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import (
@@ -41,6 +36,11 @@ from pbd.modelconfig.parse import (
     read_model_config,
 )
 from pbd.settings import Settings
+from pbd.version.placement import normalize_instance_groups
+from pbd.worker.connect import connected_or_exited
+from pbd.worker.hub import WorkerHub
+from pbd.worker.launcher import InstanceLauncher, ProcessLauncher, WorkerSpec
+from pbd.worker.link import WorkerLink
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 

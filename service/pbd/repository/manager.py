@@ -1,7 +1,7 @@
 """The model repository at run time: which models and versions are loaded, and their states.
 
 Loading a model reads its config.pbtxt, picks versions by the version policy, and starts a
-:class:`~pbd.instances.version.VersionRuntime` per version. Reloading keeps a version whose
+:class:`~pbd.version.runtime.VersionRuntime` per version. Reloading keeps a version whose
 files and config are unchanged; others are replaced new-before-old, so a reload never leaves
 the model without a serving version. Lookup errors carry Triton's codes and messages.
 """
@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
-from pbd.instances.records import VersionState
-from pbd.instances.version import VersionRuntime
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import load_model_config
 from pbd.repository.names import check_model_name
 from pbd.repository.upload import Uploads
 from pbd.types import IndexEntry
+from pbd.version.runtime import VersionRuntime, VersionState
 
 log = logging.getLogger("pbd.repository")
 RuntimeFactory = Callable[[ModelConfig, int, Path], VersionRuntime]

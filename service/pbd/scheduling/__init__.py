@@ -4,7 +4,7 @@
 ``choice.make_scheduler`` picks one of Triton's schedulers from a model's config: the default
 queue (``priority_queues``), the dynamic batcher (``dynamic_batcher``, with its policy in
 ``batching_policy``) or the sequence batcher (``sequence_batcher``). Nothing here imports
-``pbd.instances``: instances are known only through the ``Schedulable`` protocol.
+``pbd.instance``: instances are known only through the ``Schedulable`` protocol.
 """
 
 from pbd.scheduling.choice import make_scheduler

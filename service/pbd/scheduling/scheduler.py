@@ -14,7 +14,7 @@ picks one) is what the version's dispatcher talks to:
   (up to ``worker_pipeline_depth``), or only once it is idle.
 
 Schedulers know an instance only as something with a ``plan.name``: they are generic in the
-instance type, so this package imports nothing of ``pbd.instances``.
+instance type, so this package imports nothing of ``pbd.instance``.
 """
 
 from __future__ import annotations

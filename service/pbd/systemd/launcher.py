@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pbd.errors import PbdError
-from pbd.instances.launcher import WorkerHandle, WorkerSpec
 from pbd.settings import Settings
 from pbd.systemd import units
 from pbd.systemd.bus import SERVICE, UNIT, SystemdBus
+from pbd.worker.launcher import WorkerHandle, WorkerSpec
 from pbd_wire import SCHEDULING_ENV, TOKEN_ENV
 
 log = logging.getLogger("pbd.systemd")

@@ -1,42 +1,64 @@
-"""A stand-in for ``pbd.instances.instance.Instance`` as the modules that build and settle its
-batches see it (``messages.ExecutingInstance``, ``inflight.SettlingInstance``): real shared
-memory and streams, no worker; batch releases are recorded, not sent."""
+"""An instance's parts wired as ``pbd.instance.instance.Instance`` wires them, with no worker:
+real shared memory, request table, releases and in-flight batches of a real config; what would
+be sent to the worker is recorded instead (``told``, ``released``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
-from pbd.instances.error_log import ErrorBucket
-from pbd.instances.memory import InstanceMemory
-from pbd.instances.streaming import InstanceStreams
+from config_samples import parse
+
+from pbd.instance.inflight import InFlightBatches
+from pbd.instance.memory import InstanceMemory
+from pbd.instance.releases import PendingReleases
+from pbd.instance.requests import SentRequests
+from pbd.modelconfig.model import ModelConfig
+from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd_wire import worker_pb2 as wpb
+
+DESCRIPTION = "instance 'm_0' of model 'm' version 1"
 
 
-@dataclass
-class FakeConfig:
-    name: str = "m"
-    iterative_sequence: bool = False
-    max_batch_size: int = 0
+def model_config(extra: str = "") -> ModelConfig:
+    """Model ``m``: input X and output Y, FP32 [2], no batching; ``extra`` config text."""
+    return parse(
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]\n' + extra
+    )
 
 
-@dataclass
-class FakeInstance:
-    memory: InstanceMemory
-    config: FakeConfig = field(default_factory=FakeConfig)
-    version: int = 1
-    released: list[tuple[int, bool]] = field(default_factory=list)  # (batch id, worker holds)
-    error_bucket: ErrorBucket = field(default_factory=ErrorBucket)
-    stats: ModelStats = field(default_factory=ModelStats)
-    span_attributes: dict[str, object] = field(default_factory=dict)
-    streams: InstanceStreams = field(init=False)
-    conn: Any = None
+class Parts:
+    """memory, releases, requests and batches of one instance; its worker is a list."""
 
-    def __post_init__(self) -> None:
-        self.streams = InstanceStreams(self)  # type: ignore[arg-type]
+    def __init__(self, shm_dir: Path, config: ModelConfig | None = None) -> None:
+        self.config = config if config is not None else model_config()
+        self.memory = InstanceMemory(f"pbdtest-{shm_dir.name}", Settings(shm_dir=shm_dir))
+        self.told: list[wpb.DaemonToWorker] = []  # frames for the worker
+        self.released: list[list[int]] = []  # Release frames sent after the delay
+        self.capacity = 0  # times the dispatch heard that room came free
+        self.releases = PendingReleases(self.released.append)
+        self.requests = SentRequests(
+            model_name=self.config.name,
+            version=1,
+            memory=self.memory,
+            releases=self.releases,
+            tell=self.told.append,
+        )
+        self.batches = InFlightBatches(
+            config=self.config,
+            version=1,
+            description=DESCRIPTION,
+            span_attributes={},
+            memory=self.memory,
+            requests=self.requests,
+            releases=self.releases,
+            stats=ModelStats(),
+            on_capacity=self._on_capacity,
+        )
 
-    def describe(self) -> str:
-        return "instance m_0"
+    def _on_capacity(self) -> None:
+        self.capacity += 1
 
-    def release_batch(self, batch_id: int, blocks: list[Any], worker_holds: bool = True) -> None:
-        self.released.append((batch_id, worker_holds))
+    def close(self) -> None:
+        self.memory.close()

@@ -103,7 +103,7 @@ async def test_cancelled_before_its_first_step_the_coroutine_still_sees_it() -> 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert seen == ["cancelled"]
-    # As a task waiting on it would have: a queue skips a cancelled entry (pbd.instances).
+    # As a task waiting on it would have: a queue skips a cancelled entry (pbd.version.dispatch).
     assert future.cancelled()
 
 

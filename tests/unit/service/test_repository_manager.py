@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from pbd.errors import Code, PbdError
-from pbd.instances.records import VersionState
 from pbd.modelconfig.model import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
 from pbd.repository.upload import UploadLimits, Uploads
+from pbd.version.runtime import VersionState
 
 
 @pytest.mark.parametrize(("text", "value"), [("", -1), ("1", 1), ("07", 7), ("10", 10)])

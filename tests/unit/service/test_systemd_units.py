@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pbd import cli
-from pbd.instances.launcher import WorkerSpec
 from pbd.settings import Settings
 from pbd.systemd import units
 from pbd.systemd.launcher import SystemdLauncher
+from pbd.worker.launcher import WorkerSpec
 from pbd_wire import SCHEDULING_ENV
 
 NAMES = ["add_sub/1/add_sub_0_0", "my-model/3/my-model_0_1", ".hidden/1/x", "ünï/1/g_0", "a b/1/c"]

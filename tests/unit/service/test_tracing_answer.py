@@ -76,7 +76,7 @@ def test_traced_a_failure_ends_the_span_with_it() -> None:
 
 
 def answered_early(released: list[str]) -> Any:
-    """An infer whose instance answers through ``request.respond`` (pbd.instances.inflight)."""
+    """An infer whose instance answers through ``request.respond`` (pbd.instance.inflight)."""
 
     async def infer(request: InferRequest) -> InferResult:
         result = InferResult("m", "1", request.id, [])

@@ -1,41 +1,42 @@
 """One model version: its instances, its queue, loading, unloading and its state.
 
-A version owns a scheduler (``pbd.scheduling``), a :class:`~pbd.instances.dispatch.Dispatch`
-that runs its requests on its instances, and a :class:`~pbd.instances.supervisor.Supervisor`
-that keeps those instances alive. Load-driven scaling (``scaler``) adds and retires instances.
+A version owns a scheduler (``pbd.scheduling``), a :class:`~pbd.version.supervisor.Supervisor`
+that starts its instances and keeps them alive, and a :class:`~pbd.version.dispatch.Dispatch`
+that runs its requests on them. Load-driven scaling (``scaler``) asks the supervisor for more
+or fewer instances.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import enum
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from pbd.errors import Code, PbdError, unavailable
+from pbd.errors import PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
-from pbd.instances.autoscale import ScalingPolicy
-from pbd.instances.custom_metrics import CustomMetrics
-from pbd.instances.dispatch import Dispatch
-from pbd.instances.hooks import live
-from pbd.instances.hub import WorkerHub
-from pbd.instances.instance import Instance
-from pbd.instances.launcher import InstanceLauncher
-from pbd.instances.limits import scaling_policy, version_limits
-from pbd.instances.placement import plan_instances
-from pbd.instances.records import InstancePlan, State, VersionState
-from pbd.instances.scaler import Scaler
-from pbd.instances.supervisor import Slot, Supervisor
+from pbd.instance.instance import Instance, InstanceServices
+from pbd.instance.records import InstancePlan, State
 from pbd.modelconfig.model import ModelConfig
 from pbd.scheduling import Scheduler, make_scheduler
-from pbd.settings import Settings
 from pbd.stats import ModelStats, failure_reason
-from pbd.tracing.provider import Tracing
 from pbd.types import InferResult, PreparedRequest
+from pbd.version.autoscale import ScalingPolicy
+from pbd.version.dispatch import Dispatch
+from pbd.version.limits import scaling_policy, version_limits
+from pbd.version.placement import plan_instances
+from pbd.version.scaler import Scaler
+from pbd.version.supervisor import Slot, Supervisor
 
 log = logging.getLogger("pbd.instances")
+
+
+class VersionState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNLOADING = "UNLOADING"
 
 
 class VersionRuntime:
@@ -43,29 +44,13 @@ class VersionRuntime:
     depends_on: frozenset[str] = frozenset()
 
     def __init__(
-        self,
-        *,
-        config: ModelConfig,
-        version: int,
-        model_dir: Path,
-        settings: Settings,
-        launcher: InstanceLauncher,
-        hub: WorkerHub,
-        shm_name: Callable[[], str],
-        gpus: list[int],
-        custom_metrics: CustomMetrics | None = None,
-        tracing: Tracing | None = None,
+        self, *, config: ModelConfig, version: int, model_dir: Path, services: InstanceServices
     ) -> None:
         self.config = config
-        self.tracing = tracing
         self.version = version
         self.model_dir = model_dir
-        self.settings = settings
-        self.launcher = launcher
-        self.hub = hub
-        self.shm_name = shm_name
-        self.gpus = gpus
-        self.custom_metrics = custom_metrics if custom_metrics is not None else CustomMetrics()
+        self.services = services
+        self.settings = settings = services.settings
         self.state = VersionState.LOADING
         self.reason = ""
         self.queue: Scheduler[Instance] = make_scheduler(
@@ -74,19 +59,8 @@ class VersionRuntime:
         self.stats = ModelStats()
         self.execute_timeout = settings.execute_timeout_secs
         self.memory_limit = settings.instance_memory_limit_bytes
-        self.slots: list[Slot] = []
-        self.dispatch = Dispatch(
-            f"{config.name}/{version}",
-            self.queue,
-            self.instances,
-            self.instance_names,
-            self.stats,
-            settings,
-        )
-        self.supervisor = Supervisor(
-            self.slots, settings, self._new_instance, self.dispatch.on_capacity, self._given_up
-        )
-        self.templates: list[InstancePlan] = []
+        self.supervisor = Supervisor(self.id, settings, self._new_instance, self._given_up)
+        self.dispatch = Dispatch(self.id, self.queue, self.supervisor, self.stats, settings)
         self.policy = ScalingPolicy()
         self.scaler: Scaler | None = None
         self.worker_env: WorkerEnv | None = None  # the model's EXECUTION_ENV_PATH, prepared
@@ -95,20 +69,19 @@ class VersionRuntime:
     def id(self) -> str:
         return f"{self.config.name}/{self.version}"
 
+    @property
+    def slots(self) -> list[Slot]:
+        return self.supervisor.slots
+
     def _new_instance(self, plan: InstancePlan) -> Instance:
         return Instance(
             config=self.config,
             version=self.version,
             model_dir=self.model_dir,
             plan=plan,
-            settings=self.settings,
-            launcher=self.launcher,
-            hub=self.hub,
-            shm_base=self.shm_name(),
+            services=self.services,
             stats=self.stats,
             execute_timeout=self.execute_timeout,
-            custom_metrics=self.custom_metrics,
-            tracing=self.tracing,
             memory_limit=self.memory_limit,
             worker_env=self.worker_env,
             on_capacity=self.dispatch.on_capacity,
@@ -131,50 +104,8 @@ class VersionRuntime:
         # (a slot leaves the list only after its worker has exited).
         return self.scaler is not None and all(s.retired for s in self.slots)
 
-    def load_now(self) -> int:
-        """Requests queued or in flight: the signal load-driven scaling samples."""
-        return len(self.queue) + sum(s.instance.inflight for s in self.slots)
-
-    def _next_plan(self) -> InstancePlan:
-        """A new instance copies the templates round robin (so GPU groups spread over their
-        GPUs) under a name no live instance has."""
-        template = self.templates[len(self.slots) % len(self.templates)]
-        group = template.name.rsplit("_", 1)[0]
-        taken = {s.plan.name for s in self.slots}
-        n = next(i for i in itertools.count() if f"{group}_{i}" not in taken)
-        return InstancePlan(f"{group}_{n}", template.kind, template.device_id)
-
-    async def add_instance(self) -> Instance | None:
-        """Start one more instance; it takes work only once initialize() has returned."""
-        plan = self._next_plan()
-        slot = Slot(plan, self._new_instance(plan))
-        self.slots.append(slot)
-        try:
-            await slot.instance.start()
-        except PbdError as exc:
-            log.error("could not add %s: %s", slot.instance.describe(), exc.message)
-            self.slots.remove(slot)
-            return None
-        self.supervisor.watch(slot)
-        self.dispatch.on_capacity()
-        return slot.instance
-
-    async def retire_instance(self, slot: Slot, drain_timeout: float) -> None:
-        """Take no new work on ``slot``, let it finish what it has, then stop it."""
-        slot.retired = True
-        slot.instance.draining = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + drain_timeout
-        while slot.instance.inflight and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        if slot.task is not None:
-            slot.task.cancel()
-        await slot.instance.stop(max(deadline - loop.time(), 1.0))
-        if slot in self.slots:
-            self.slots.remove(slot)
-
     def instances(self) -> list[Instance]:
-        return [s.instance for s in self.slots]
+        return self.supervisor.instances()
 
     def _loading(self, step: str) -> None:
         """What loading does now (shown in the index and in systemd's STATUS)."""
@@ -184,7 +115,7 @@ class VersionRuntime:
         """Start every instance; on any failure stop the rest and raise the first error."""
         source = str(self.model_dir / "config.pbtxt")
         try:
-            plans = plan_instances(self.config, self.gpus)
+            plans = plan_instances(self.config, self.services.gpus)
             limits = version_limits(self.config, self.settings, source)
             self.policy = scaling_policy(self.config, self.settings, plans, source)
             self.reason = "loading: preparing the model's environment"
@@ -194,34 +125,18 @@ class VersionRuntime:
                 self.settings.execution_env_cache_dir,
                 self._loading,
             )
+            self.execute_timeout = limits.execute_timeout
+            self.memory_limit = limits.memory_limit
+            self.reason = f"loading: initialize() of {len(plans)} instance(s)"
+            await self.supervisor.spawn_all(plans)
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message
             raise
-        self.templates = plans
-        self.execute_timeout, self.memory_limit = limits.execute_timeout, limits.memory_limit
-        instances = [self._new_instance(p) for p in plans]
-        self.reason = f"loading: initialize() of {len(instances)} instance(s)"
-        try:
-            outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
-        except asyncio.CancelledError:  # shutdown during loading: those that started go too
-            await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
-            raise
-        failures = [o for o in outcomes if isinstance(o, BaseException)]
-        if failures:
-            await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
-            first = failures[0]
-            error = first if isinstance(first, PbdError) else PbdError(Code.INTERNAL, repr(first))
-            self.state, self.reason = VersionState.UNAVAILABLE, error.message
-            raise error
-        for plan, instance in zip(plans, instances, strict=True):
-            slot = Slot(plan, instance)
-            self.slots.append(slot)
-            self.supervisor.watch(slot)
-        self.supervisor.start()
         self.dispatch.start()
         self.state, self.reason = VersionState.READY, ""
         if self.policy.enabled:
-            self.scaler = Scaler(self)
+            name = f"model '{self.config.name}' version {self.version}"
+            self.scaler = Scaler(name, self.policy, self.supervisor, self.queue)
             self.scaler.start()
 
     async def infer(self, prepared: PreparedRequest) -> InferResult:
@@ -245,14 +160,11 @@ class VersionRuntime:
         """ModelReady: the version serves, and every live instance's is_ready() agrees."""
         if not self.ready:
             return False
-        live_ones = [i for i in self.instances() if live(i)]
+        live_ones = [i for i in self.instances() if i.live]
         if not live_ones:
             return True  # scaled to zero on purpose: the next request starts an instance
-        answers = await asyncio.gather(*(i.readiness.check() for i in live_ones))
+        answers = await asyncio.gather(*(i.ready_checked() for i in live_ones))
         return all(answers)
-
-    def instance_names(self) -> list[str]:
-        return [s.plan.name for s in self.slots if not s.given_up and not s.retired]
 
     def _given_up(self, reason: str) -> None:
         """Every instance was given up: the version cannot serve."""
@@ -273,7 +185,8 @@ class VersionRuntime:
         deadline = loop.time() + grace
         # Streams count as work: a decoupled request's responses may come after execute().
         while (
-            len(self.queue) or any(s.instance.inflight or s.instance.streams for s in self.slots)
+            len(self.queue)
+            or any(s.instance.batches.inflight or s.instance.requests for s in self.slots)
         ) and (loop.time() < deadline and any(not s.given_up for s in self.slots)):
             await asyncio.sleep(0.02)
         if self.scaler is not None:

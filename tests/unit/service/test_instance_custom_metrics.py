@@ -6,7 +6,7 @@ Two channels over one registry stand for two instances of a model sharing a seri
 
 from __future__ import annotations
 
-from pbd.instances.custom_metrics import CustomMetrics, WorkerMetrics, bound_text
+from pbd.instance.custom_metrics import CustomMetrics, WorkerMetrics, bound_text
 from pbd.metrics.server import exposition
 from pbd_wire import worker_pb2 as wpb
 from pbd_worker.metrics import MAX_PENDING, MetricsChannel

@@ -1,8 +1,5 @@
-"""The small records every part of ``pbd.instances`` (and its users) shares.
-
-Kept apart so that the version, its dispatch, its supervisor, the scaler and the hooks can all
-name an instance's state and plan without importing each other.
-"""
+"""The small records of an instance that its version (dispatch, supervisor, scaler) and the
+readers above (metrics, BLS) name: its state, its plan, and the error of a batch never sent."""
 
 from __future__ import annotations
 
@@ -20,13 +17,6 @@ class State(enum.Enum):
     READY = "READY"
     DEAD = "DEAD"
     STOPPED = "STOPPED"
-
-
-class VersionState(enum.Enum):
-    LOADING = "LOADING"
-    READY = "READY"
-    UNAVAILABLE = "UNAVAILABLE"
-    UNLOADING = "UNLOADING"
 
 
 @dataclass(frozen=True)

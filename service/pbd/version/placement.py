@@ -8,7 +8,7 @@ from google.protobuf import json_format
 
 from pbd._proto import model_config_pb2 as mc
 from pbd.errors import invalid_arg
-from pbd.instances.records import InstancePlan
+from pbd.instance.records import InstancePlan
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import build_model_config
 

@@ -1,9 +1,9 @@
-"""pbd.instances.hub: the BLS message kinds are worker-to-daemon messages of the wire, and the
+"""pbd.instance.instance: the BLS message kinds are worker-to-daemon messages of the wire, and the
 worker's only BLS messages."""
 
 from __future__ import annotations
 
-from pbd.instances.hub import BLS_KINDS
+from pbd.instance.instance import BLS_KINDS
 from pbd_wire import worker_pb2 as wpb
 
 

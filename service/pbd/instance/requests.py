@@ -1,8 +1,8 @@
-"""An instance's requests in the worker, by request id: streamed responses and cancellation.
+"""An instance's requests in its worker, by request id: streamed responses and cancellation.
 
 Every request sent to the worker gets an id unique for the connection and a
 :class:`ResponseStream` (the caller's, for ``infer_stream``; a private one otherwise). When the
-``ExecuteResult`` answers a request directly, its entry goes (``settle``); a request answered
+``ExecuteResult`` answers a request directly, its entry goes (``answered``); a request answered
 with the response sender (``Response.streamed``) stays until its final ``StreamedResponse``
 frame. A caller that gives up calls the request's ``on_cancel``, which tells the worker
 (``CancelRequests``) if the request is still there.
@@ -13,31 +13,15 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
-from pbd.instances.memory import InstanceMemory
-from pbd.instances.worker_link import WorkerLink
-from pbd.modelconfig.model import ModelConfig
+from pbd.instance.memory import InstanceMemory
+from pbd.instance.releases import PendingReleases
 from pbd.streams import ResponseStream, StreamResult
 from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.shm import Block
-
-
-class StreamOwner(Protocol):
-    """What the streams use of their instance (``pbd.instances.instance.Instance``, which
-    imports this module: a protocol, not an import back)."""
-
-    @property
-    def config(self) -> ModelConfig: ...
-    @property
-    def version(self) -> int: ...
-    @property
-    def memory(self) -> InstanceMemory: ...
-    @property
-    def conn(self) -> WorkerLink | None: ...
-    def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
 
 FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -79,9 +63,21 @@ class _Awaiting:
         self.stream = stream
 
 
-class InstanceStreams:
-    def __init__(self, instance: StreamOwner) -> None:
-        self.instance = instance
+class SentRequests:
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        version: int,
+        memory: InstanceMemory,
+        releases: PendingReleases,
+        tell: Callable[[wpb.DaemonToWorker], None],
+    ) -> None:
+        self.model_name = model_name
+        self.version_text = str(version)
+        self.memory = memory
+        self.releases = releases  # blocks the worker holds for a streamed response
+        self.tell = tell  # a frame for the worker (CancelRequests), dropped once it is gone
         self._ids = itertools.count(1)
         self._entries: dict[int, _Entry] = {}
 
@@ -157,7 +153,6 @@ class InstanceStreams:
     # -- frames -----------------------------------------------------------------------------------
 
     def on_frame(self, frame: wpb.StreamedResponse) -> None:
-        instance = self.instance
         entry = self._entries.get(frame.request_id)
         final = bool(frame.flags & FINAL)
         item = StreamResult(final=final)
@@ -168,7 +163,7 @@ class InstanceStreams:
             elif entry is not None:
                 item.result = self._result(entry, response, frame.held)
         if frame.held and item.result is None:
-            instance.release_batch(frame.held, [])
+            self.releases.add(frame.held)
         if entry is None:
             if item.result is not None:
                 item.result.release()
@@ -180,21 +175,21 @@ class InstanceStreams:
         entry.stream.put(item)
 
     def _result(self, entry: _Entry, response: wpb.Response, held: int) -> InferResult | None:
-        instance = self.instance
         request = entry.prepared.request
         targets = entry.prepared.output_targets
+        memory = self.memory
         try:
-            outputs = [instance.memory.output(ref, ref.name in targets) for ref in response.outputs]
+            outputs = [memory.output(ref, ref.name in targets) for ref in response.outputs]
         except ValueError:
             return None
 
         def release() -> None:
             if held:
-                instance.release_batch(held, [])
+                self.releases.add(held)
 
         return InferResult(
-            model_name=instance.config.name,
-            model_version=str(instance.version),
+            model_name=self.model_name,
+            model_version=self.version_text,
             id=request.id,
             outputs=outputs,
             parameters=json_params(response.parameters_json),
@@ -206,14 +201,12 @@ class InstanceStreams:
     def cancel(self, request_id: int) -> None:
         """The caller gave up on ``request_id``: tell the worker, if it still has it."""
         entry = self._entries.get(request_id)
-        if entry is None or self.instance.conn is None:
+        if entry is None:
             return
         if entry.own:
             entry.stream.close()
-        self.instance.memory.cancel.cancel(request_id)  # seen at once, even inside execute()
-        self.instance.conn.tell(
-            wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))
-        )
+        self.memory.cancel.cancel(request_id)  # seen at once, even inside execute()
+        self.tell(wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id])))
 
     def fail_all(self, error: PbdError) -> None:
         """The worker is gone: every open stream ends with ``error``."""

@@ -18,26 +18,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Protocol
 
 from pbd.errors import PbdError
-from pbd.instances.records import State
-from pbd.instances.worker_link import WorkerLink
+from pbd.instance.inflight import InFlightBatches
+from pbd.worker.link import WorkerLink
 from pbd_wire import worker_pb2 as wpb
-
-
-class ProbedInstance(Protocol):
-    """What the hooks use of an instance (``pbd.instances.instance.Instance``, which imports
-    this module)."""
-
-    @property
-    def state(self) -> State: ...
-    @property
-    def conn(self) -> WorkerLink | None: ...
-    @property
-    def inflight(self) -> int: ...
-    def describe(self) -> str: ...
-
 
 log = logging.getLogger("pbd.instances")
 READY_CACHE_S = 1.0
@@ -47,8 +32,9 @@ READY_TIMEOUT_S = 5.0
 class ReadinessProbe:
     """One instance's ``is_ready()``, asked sparingly."""
 
-    def __init__(self, instance: ProbedInstance) -> None:
-        self.instance = instance
+    def __init__(self, description: str, batches: InFlightBatches) -> None:
+        self.description = description
+        self.batches = batches  # a busy instance answers after its batch
         self.hooked: bool | None = None  # None: not asked yet
         self.ready = True
         self._asked_at = float("-inf")
@@ -62,8 +48,9 @@ class ReadinessProbe:
         if future is not None and not future.done():
             future.set_result(reply)
 
-    async def check(self) -> bool:
-        if not live(self.instance):
+    async def check(self, link: WorkerLink | None) -> bool:
+        """Whether the instance is ready; ``link``: its worker's, None when it is not live."""
+        if link is None:
             return False
         if self.hooked is False:
             return True
@@ -71,35 +58,31 @@ class ReadinessProbe:
         if loop.time() - self._asked_at < READY_CACHE_S:
             return self.ready
         if self._asking is None:
-            self._asking = asyncio.ensure_future(self._ask())
+            self._asking = asyncio.ensure_future(self._ask(link))
         return await asyncio.shield(self._asking)
 
-    async def _ask(self) -> bool:
-        instance = self.instance
+    async def _ask(self, link: WorkerLink) -> bool:
         loop = asyncio.get_running_loop()
         query = next(self._queries)
         future: asyncio.Future[wpb.ReadyReply] = loop.create_future()
         self._waiting[query] = future
         try:
-            assert instance.conn is not None
-            instance.conn.send(wpb.DaemonToWorker(ready_query=wpb.ReadyQuery(query=query)))
+            link.send(wpb.DaemonToWorker(ready_query=wpb.ReadyQuery(query=query)))
             reply = await asyncio.wait_for(future, READY_TIMEOUT_S)
         except TimeoutError:
-            busy = instance.inflight > 0
+            busy = self.batches.inflight > 0
             ready = self.ready and busy
             if not busy:
                 log.warning(
-                    "%s: is_ready() did not answer within %gs",
-                    instance.describe(),
-                    READY_TIMEOUT_S,
+                    "%s: is_ready() did not answer within %gs", self.description, READY_TIMEOUT_S
                 )
-        except (PbdError, AssertionError):
+        except PbdError:
             ready = False  # the connection is gone
         else:
             self.hooked = reply.hooked
             ready = reply.ready
             if reply.HasField("error"):
-                log.warning("%s: %s", instance.describe(), reply.error.message)
+                log.warning("%s: %s", self.description, reply.error.message)
         finally:
             self._waiting.pop(query, None)
             self._asking = None
@@ -108,28 +91,20 @@ class ReadinessProbe:
         return ready
 
 
-def live(instance: ProbedInstance) -> bool:
-    return instance.state is State.READY and instance.conn is not None
-
-
-def log_finalized(instance: ProbedInstance, finalized: wpb.Finalized) -> None:
+def log_finalized(description: str, finalized: wpb.Finalized) -> None:
     if finalized.HasField("error"):
         error = finalized.error
-        log.error("%s: %s", instance.describe(), error.message)
+        log.error("%s: %s", description, error.message)
         if error.traceback:
-            log.error("%s: finalize() traceback:\n%s", instance.describe(), error.traceback)
+            log.error("%s: finalize() traceback:\n%s", description, error.traceback)
 
 
-async def await_finalize(
-    instance: ProbedInstance, disconnected: asyncio.Event, timeout: float
-) -> None:
+async def await_finalize(description: str, disconnected: asyncio.Event, timeout: float) -> None:
     """Wait for the worker to finish finalize() and exit (its connection closes); past
     ``timeout`` say so: the caller then kills the worker."""
     try:
         await asyncio.wait_for(disconnected.wait(), timeout)
     except TimeoutError:
         log.error(
-            "%s: finalize() did not return within %gs; killing its worker",
-            instance.describe(),
-            timeout,
+            "%s: finalize() did not return within %gs; killing its worker", description, timeout
         )

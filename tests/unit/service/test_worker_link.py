@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from pbd.instances.worker_link import WorkerLink
+from pbd.worker.link import WorkerLink
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import SocketFrameReader, encode_frame
 

@@ -13,9 +13,11 @@ Two ways, by what the version's scheduler is:
   scheduler for the next batch and the instance to run it on, and runs each batch in a task of
   its own, so that the next batch forms while this one runs.
 
-Room on an instance (``Instance.inflight``) is taken when a request or batch is given to it
-and given back when the worker's result comes (or the batch fails before it was sent, or the
-worker dies): a caller that gives up does not free room its request still takes in the worker.
+Room on an instance (``instance.batches.inflight``, ``pbd.instance.inflight``) is taken here
+when a request or batch is given to it and given back by the instance when the worker's result
+comes (or the batch fails before it was sent, or the worker dies): a caller that gives up does
+not free room its request still takes in the worker. The instances are the supervisor's
+(``pbd.version.supervisor``): the dispatch only picks among them.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pbd.errors import PbdError, unavailable
-from pbd.instances.instance import Instance
-from pbd.instances.records import NotSent, State
+from pbd.instance.instance import Instance
+from pbd.instance.records import NotSent, State
 from pbd.scheduling.scheduler import Batch, Scheduler, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.types import InferResult, PreparedRequest
+from pbd.version.supervisor import Supervisor
 
 log = logging.getLogger("pbd.instances")
 # How often a granted queue is looked at when nothing said it changed (safety net: an
@@ -46,15 +48,14 @@ class Dispatch:
         self,
         name: str,
         queue: Scheduler[Instance],
-        instances: Callable[[], list[Instance]],
-        instance_names: Callable[[], list[str]],
+        supervisor: Supervisor,
         stats: ModelStats,
         settings: Settings,
     ) -> None:
         self.name = name  # "<model>/<version>", for the log
         self.queue = queue
-        self.instances = instances  # the version's instances, live or not
-        self.instance_names = instance_names  # those that run or will run again
+        self.slots = supervisor.slots  # the version's instances, live or not
+        self.instance_names = supervisor.instance_names  # those that run or will run again
         self.stats = stats
         self.granted = queue.grants
         self.depth = settings.worker_pipeline_depth if queue.pipelined else 1
@@ -70,8 +71,8 @@ class Dispatch:
         depth = self.depth
         ready = [
             i
-            for i in self.instances()
-            if i.state is State.READY and not i.draining and i.inflight < depth
+            for i in (s.instance for s in self.slots)
+            if i.state is State.READY and not i.draining and i.batches.inflight < depth
         ]
         if len(ready) > 1:
             ready.sort(key=_inflight)
@@ -119,7 +120,7 @@ class Dispatch:
             self.stats.queue.add(time.perf_counter_ns() - began)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s: request given to instance %s (%d batch(es) there)",
-                          self.name, instance.plan.name, instance.inflight)  # fmt: skip
+                          self.name, instance.plan.name, instance.batches.inflight)  # fmt: skip
             trace = prepared.request.trace
             if trace is not None:
                 trace.dispatched(instance.plan.name, 1, instance.version)
@@ -142,17 +143,14 @@ class Dispatch:
     def _free_instance(self) -> Instance | None:
         """The least loaded instance with room, its room taken; None when all are full."""
         best: Instance | None = None
-        depth = self.depth
-        for instance in self.instances():
-            if (
-                instance.state is State.READY
-                and not instance.draining
-                and instance.inflight < depth
-                and (best is None or instance.inflight < best.inflight)
-            ):
-                best = instance
+        least = self.depth
+        for slot in self.slots:
+            instance = slot.instance
+            inflight = instance.batches.inflight
+            if inflight < least and instance.state is State.READY and not instance.draining:
+                best, least = instance, inflight
         if best is not None:
-            best.inflight += 1
+            best.batches.inflight += 1
         return best
 
     async def _wait_grant(self, future: asyncio.Future[Any]) -> Instance:
@@ -163,7 +161,7 @@ class Dispatch:
             if future.done() and not future.cancelled() and future.exception() is None:
                 # Granted just as the caller gave up: hand the room on.
                 instance = future.result()
-                instance.inflight -= 1
+                instance.batches.inflight -= 1
                 self._grant()
             raise
         return instance
@@ -177,7 +175,7 @@ class Dispatch:
                 return
             head = queue.pop_head()
             if head is None:  # only requests whose callers gave up were left
-                instance.inflight -= 1
+                instance.batches.inflight -= 1
                 return
             head.future.set_result(instance)
 
@@ -194,7 +192,7 @@ class Dispatch:
         while True:
             batch = await self.queue.next_batch(self)
             instance = batch.instance
-            instance.inflight += 1
+            instance.batches.inflight += 1
             now = loop.time()
             for item in batch.items:
                 self.stats.queue.add(int((now - item.enqueued_at) * 1e9))
@@ -228,4 +226,4 @@ class Dispatch:
 
 
 def _inflight(instance: Instance) -> int:
-    return instance.inflight
+    return instance.batches.inflight

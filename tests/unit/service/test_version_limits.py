@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pbd.errors import Code, PbdError
-from pbd.instances.limits import VersionLimits, version_limits
 from pbd.modelconfig.parse import parse_model_config
 from pbd.settings import Settings
+from pbd.version.limits import VersionLimits, version_limits
 
 
 def _config(extra: str = ""):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from pbd.errors import PbdError
-from pbd.instances.autoscale import SAMPLE_INTERVAL_S, ScalingPolicy, decide, parse_policy
+from pbd.version.autoscale import SAMPLE_INTERVAL_S, ScalingPolicy, decide, parse_policy
 
 POLICY = ScalingPolicy(
     enabled=True,

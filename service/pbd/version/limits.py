@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pbd.errors import invalid_arg
-from pbd.instances.autoscale import ScalingPolicy, parse_policy
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
+from pbd.version.autoscale import ScalingPolicy, parse_policy
 
 if TYPE_CHECKING:
-    from pbd.instances.records import InstancePlan
+    from pbd.instance.records import InstancePlan
 
 
 @dataclass(frozen=True)

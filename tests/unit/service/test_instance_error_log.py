@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from pbd.instances import error_log
-from pbd.instances.error_log import BURST, ErrorBucket, log_failed_batch
+from pbd.instance import error_log
+from pbd.instance.error_log import BURST, ErrorBucket, log_failed_batch
 from pbd_wire import worker_pb2 as wpb
 
 WHERE = "instance 'm_0_0' of model 'm' version 3"

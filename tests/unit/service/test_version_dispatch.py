@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import pytest
 from scheduling_samples import prepared
 
 from pbd.errors import Code, PbdError
-from pbd.instances.dispatch import Dispatch
-from pbd.instances.records import InstancePlan, NotSent, State
+from pbd.instance.instance import Instance
+from pbd.instance.records import InstancePlan, NotSent, State
 from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, PriorityQueues, RequestQueue
@@ -24,22 +25,31 @@ from pbd.scheduling.scheduler import Scheduler
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.types import InferResult, PreparedRequest
+from pbd.version.dispatch import Dispatch
+from pbd.version.supervisor import Slot, Supervisor
 
 WAIT_S = 5.0  # a bound on a test that went wrong, never reached when it passes
+
+
+@dataclass
+class Room:
+    """The part of ``pbd.instance.inflight.InFlightBatches`` the dispatch uses: room taken."""
+
+    inflight: int = 0
 
 
 class FakeInstance:
     """What the dispatch reads of an instance, and an ``execute`` that waits for ``finish``.
 
-    As the real one, it gives its room back (``inflight``, then ``on_capacity``) when the
-    result comes, or when it raises NotSent."""
+    As the real one, it gives its room back (``batches.inflight``, then ``on_capacity``) when
+    the result comes, or when it raises NotSent."""
 
     def __init__(self, name: str) -> None:
         self.plan = InstancePlan(name, "CPU", 0)
         self.version = 1
         self.state = State.READY
         self.draining = False
-        self.inflight = 0
+        self.batches = Room()
         self.reason = ""
         self.on_capacity: Callable[[], None] = lambda: None
         self.not_sent = False  # the next execute finds the connection closed
@@ -74,22 +84,33 @@ class FakeInstance:
     def running(self) -> int:
         return len(self._results)
 
+    @property
+    def inflight(self) -> int:
+        return self.batches.inflight
+
     def _give_back(self) -> None:
-        self.inflight -= 1
+        self.batches.inflight -= 1
         self.on_capacity()
 
 
 def make_dispatch(
     queue: Scheduler[FakeInstance], *names: str, depth: int = 1
 ) -> tuple[Dispatch, list[FakeInstance]]:
+    """A dispatch over a real supervisor whose slots hold fake instances."""
+    settings = Settings(worker_pipeline_depth=depth)
     instances = [FakeInstance(n) for n in names]
+
+    def new_instance(plan: InstancePlan) -> Instance:
+        raise AssertionError("the dispatch starts no instance")
+
+    supervisor = Supervisor("m/1", settings, new_instance, lambda reason: None)
+    supervisor.slots.extend(Slot(i.plan, i) for i in instances)  # type: ignore[arg-type]
     dispatch = Dispatch(
         "m/1",
         queue,  # type: ignore[arg-type]  # FakeInstance stands for Instance
-        lambda: instances,  # type: ignore[arg-type,return-value]
-        lambda: [i.plan.name for i in instances],
+        supervisor,
         ModelStats(),
-        Settings(worker_pipeline_depth=depth),
+        settings,
     )
     for instance in instances:
         instance.on_capacity = dispatch.on_capacity

@@ -6,8 +6,8 @@ import pytest
 
 from pbd.errors import Code, PbdError
 from pbd.gpus import visible_gpus
-from pbd.instances.placement import normalize_instance_groups, plan_instances
 from pbd.modelconfig.parse import parse_model_config
+from pbd.version.placement import normalize_instance_groups, plan_instances
 
 
 def _config(groups: str):

@@ -2,7 +2,7 @@
 
 A worker proves who it is with the instance id and the one-time token the daemon put in its
 environment; the peer's uid (SO_PEERCRED) must be ours or root. Anything else is dropped.
-Each accepted connection is a :class:`~pbd.instances.worker_link.WorkerLink`.
+Each accepted connection is a :class:`~pbd.worker.link.WorkerLink`.
 """
 
 from __future__ import annotations
@@ -14,24 +14,14 @@ import logging
 import os
 import socket
 import struct
-from typing import Any, Protocol
+from typing import Any
 
 from pbd.errors import unavailable
-from pbd.instances.worker_link import WorkerLink
-from pbd_wire import worker_pb2 as wpb
+from pbd.worker.link import WorkerLink
 from pbd_wire.framing import socket_address
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0
-
-
-# The worker-to-daemon messages that are BLS: an instance hands these to the hub's ``bls``.
-BLS_KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
-
-
-class BlsSink(Protocol):
-    async def close(self) -> None: ...
-    def on_message(self, caller: Any, message: wpb.WorkerToDaemon) -> None: ...
 
 
 class WorkerHub:
@@ -39,10 +29,6 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerLink]]] = {}
-        # Where instances hand the BLS messages of their workers: pbd.bls.service.BlsService,
-        # bound once the dataplane exists (the daemon's one late binding: a BLS call goes back
-        # into the dataplane, which sits on the repository whose instances need this sink).
-        self.bls: BlsSink | None = None
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

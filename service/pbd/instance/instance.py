@@ -1,4 +1,12 @@
-"""One model instance: a worker process and the daemon's connection to it.
+"""One model instance: a worker process running one copy of a model, and the daemon's parts
+for it.
+
+:class:`Instance` starts the worker (launch, wait for it to connect, ``initialize()``), routes
+what the worker sends, runs batches and stops the worker. What it holds are parts that own
+their state: ``memory`` (the arena inputs are copied into, the map of the worker's outputs),
+``requests`` (the requests in the worker, by id: streamed responses, cancellation),
+``batches`` (the batches in the worker, the room they take and what each result turns into),
+``releases`` (outputs the worker may reuse) and ``readiness`` (the model's ``is_ready()``).
 
 Request inputs are copied once, from the gRPC message into this instance's arena; the worker
 reads them in place. Outputs are read in place from the worker's segments by the caller of
@@ -8,39 +16,62 @@ reads them in place. Outputs are read in place from the worker's segments by the
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
-from pbd.instances.custom_metrics import CustomMetrics
-from pbd.instances.error_log import ErrorBucket
-from pbd.instances.hooks import ReadinessProbe, await_finalize, log_finalized
-from pbd.instances.hub import BLS_KINDS, WorkerHub
-from pbd.instances.inflight import InFlight, abandon_settled, settle, settle_early
-from pbd.instances.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
-from pbd.instances.memory import InstanceMemory
-from pbd.instances.messages import execute_message, initialize_message
-from pbd.instances.records import InstancePlan, NotSent, State
-from pbd.instances.releases import PendingReleases
-from pbd.instances.startup import initialize_worker, wait_connected
-from pbd.instances.streaming import InstanceStreams
-from pbd.instances.worker_link import WorkerLink
+from pbd.instance.custom_metrics import CustomMetrics
+from pbd.instance.hooks import ReadinessProbe, await_finalize, log_finalized
+from pbd.instance.inflight import InFlight, InFlightBatches
+from pbd.instance.memory import InstanceMemory
+from pbd.instance.messages import execute_message, initialize_message
+from pbd.instance.records import InstancePlan, NotSent, State
+from pbd.instance.releases import PendingReleases
+from pbd.instance.requests import SentRequests
 from pbd.logsettings import runtime_settings
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.tracing.provider import Tracing
 from pbd.types import InferResult, PreparedRequest
+from pbd.worker.connect import connected_or_exited
+from pbd.worker.hub import WorkerHub
+from pbd.worker.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
+from pbd.worker.link import WorkerLink
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import Block
 
 log = logging.getLogger("pbd.instances")
-# Under load the next Execute carries releases; an idle worker gets them after this long.
+# The worker-to-daemon messages that are BLS: an instance hands these to its ``bls`` sink.
+BLS_KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
+
+
+class BlsSink(Protocol):
+    """Where an instance hands its worker's BLS messages (``pbd.bls.service.BlsService``: a
+    model's call re-enters the daemon at the dataplane, far above the instances)."""
+
+    def on_message(self, caller: Instance, message: wpb.WorkerToDaemon) -> None: ...
+
+
+@dataclass(frozen=True)
+class InstanceServices:
+    """What the daemon lends every instance: built once, given to each version, which gives it
+    to each of its instances when it makes them."""
+
+    settings: Settings
+    launcher: InstanceLauncher
+    hub: WorkerHub
+    shm_name: Callable[[], str]  # a fresh base name for an instance's segments
+    gpus: list[int] = field(default_factory=list)  # the GPUs instances may be placed on
+    custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
+    tracing: Tracing | None = None
+    bls: BlsSink | None = None
 
 
 class Instance:
@@ -51,67 +82,75 @@ class Instance:
         version: int,
         model_dir: Path,
         plan: InstancePlan,
-        settings: Settings,
-        launcher: InstanceLauncher,
-        hub: WorkerHub,
-        shm_base: str,
+        services: InstanceServices,
         stats: ModelStats | None = None,
         execute_timeout: float = 0.0,
-        custom_metrics: CustomMetrics | None = None,
-        tracing: Tracing | None = None,
         memory_limit: int = 0,
         worker_env: WorkerEnv | None = None,
         on_capacity: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
-        self.on_capacity = on_capacity  # room in the pipeline was given back
-        self.worker_env = worker_env  # run under the model's own Python environment
         self.version = version
         self.model_dir = model_dir
         self.plan = plan
-        self.settings = settings
-        self.launcher = launcher
-        self.hub = hub
+        self.services = services
+        self.settings = settings = services.settings
+        self.launcher = services.launcher
+        self.on_capacity = on_capacity  # it can take work: ready, or room given back
+        self.worker_env = worker_env  # run under the model's own Python environment
         self.id = f"{config.name}/{version}/{plan.name}"
         self.state = State.STARTING
         self.reason = ""
         self.died = asyncio.Event()
         self.handle: WorkerHandle | None = None
         self.conn: WorkerLink | None = None
-        self.memory = InstanceMemory(shm_base, settings)
-        self.stats = stats if stats is not None else ModelStats()
         self.execute_timeout = execute_timeout
-        registry = custom_metrics if custom_metrics is not None else CustomMetrics()
-        self.custom_metrics = registry.session(self.id)
-        self.tracing = tracing
         self.memory_limit = memory_limit  # bytes of private memory the worker may use; 0: any
         self.exit_why = ""  # what the worker said (Exiting) before it went away
         self.last_seen = 0.0
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
-        # Room taken in the pipeline: batches given to this instance (by its dispatch) and not
-        # answered yet; given back by :meth:`_free_room`.
-        self.inflight = 0
         self.draining = False  # being scaled away: finishes its work, takes no more
-        self._batch_ids = itertools.count(1)
-        self._pending: dict[int, InFlight] = {}  # by batch id
-        self.releases = PendingReleases(self._send_release)
         self.disconnected = asyncio.Event()  # the worker's connection ended
         self._ending: asyncio.Task[None] | None = None
-        self.span_attributes: dict[str, object] = {
-            "model.name": config.name,
-            "model.version": version,
-            "model.instance": plan.name,
-        }
-        self.readiness = ReadinessProbe(self)
-        self.streams = InstanceStreams(self)  # request ids, streamed responses, cancellation
-        self.error_bucket = ErrorBucket()  # how many failed batches it may still log
+        self.custom_metrics = services.custom_metrics.session(self.id)
+        description = self.describe()
+        self.memory = InstanceMemory(services.shm_name(), settings)
+        self.releases = PendingReleases(self._send_release)
+        self.requests = SentRequests(
+            model_name=config.name,
+            version=version,
+            memory=self.memory,
+            releases=self.releases,
+            tell=self._tell,
+        )
+        self.batches = InFlightBatches(
+            config=config,
+            version=version,
+            description=description,
+            span_attributes={
+                "model.name": config.name,
+                "model.version": version,
+                "model.instance": plan.name,
+            },
+            memory=self.memory,
+            requests=self.requests,
+            releases=self.releases,
+            stats=stats if stats is not None else ModelStats(),
+            on_capacity=on_capacity,
+        )
+        self.readiness = ReadinessProbe(description, self.batches)
 
     @property
     def pid(self) -> int | None:
         if self.conn is not None:
             return self.conn.pid
         return self.handle.pid if self.handle is not None else None
+
+    @property
+    def live(self) -> bool:
+        """Serving, its worker connected."""
+        return self.state is State.READY and self.conn is not None
 
     def describe(self) -> str:
         return f"instance '{self.plan.name}' of model '{self.config.name}' version {self.version}"
@@ -123,25 +162,33 @@ class Instance:
 
         Under systemd the worker may already run, initialized for the previous daemon: it
         re-attaches (``adopted``) without initialize() when the model and arguments match; a
-        worker of an older configuration exits instead, and systemd starts a fresh one."""
+        worker of an older configuration exits instead, and systemd starts a fresh one. Once
+        ready, the instance tells ``on_capacity`` that it can take work."""
         began = time.perf_counter()
         self._loop = asyncio.get_running_loop()
+        hub = self.services.hub
         token = self.launcher.token(self.id)
-        connected = self.hub.expect(self.id, token)
+        connected = hub.expect(self.id, token)
         try:
             env = self.worker_env
-            self.handle = await self.launcher.start(
+            self.handle = handle = await self.launcher.start(
                 WorkerSpec(
                     self.id,
-                    self.hub.address,
+                    hub.address,
                     {TOKEN_ENV: token, **(env.variables if env else {})},
                     memory_limit=self.memory_limit,
                     python=env.python if env else "",
                 )
             )
             for attempt in range(2):
-                conn = self.conn = await wait_connected(self, connected)
-                reply = await initialize_worker(self, initialize_message(self))
+                conn = self.conn = await connected_or_exited(
+                    self.launcher,
+                    handle,
+                    connected,
+                    self.settings.worker_start_timeout_secs,
+                    f"worker for {self.describe()}",
+                )
+                reply = await self._initialize(conn)
                 if not reply.HasField("error"):
                     self.adopted = reply.adopted
                     break
@@ -150,13 +197,13 @@ class Instance:
                 if conn.hello.initialized and attempt == 0:
                     log.info("%s: %s", self.describe(), err.message)
                     conn.close()
-                    connected = self.hub.expect(self.id, token)
+                    connected = hub.expect(self.id, token)
                     continue
                 if err.traceback:
                     log.error("%s failed to initialize:\n%s", self.describe(), err.traceback)
                 raise PbdError(Code.parse(err.code), err.message)
         except BaseException:
-            self.hub.forget(self.id)
+            hub.forget(self.id)
             await self._terminate(grace=1.0)
             self.state = State.DEAD
             raise
@@ -170,6 +217,35 @@ class Instance:
             ", re-attached without re-initializing" if self.adopted else "",
         )
         conn.attach(self.on_message)
+        if self.on_capacity is not None:
+            self.on_capacity()
+
+    async def _initialize(self, conn: WorkerLink) -> wpb.Initialized:
+        """Send Initialize; the reply (model metric families it makes come first)."""
+        self.push_runtime_settings()
+        init = initialize_message(
+            self.config, self.version, self.plan, self.model_dir, self.settings, self.memory
+        )
+        conn.send(wpb.DaemonToWorker(initialize=init))
+        limit = self.settings.model_init_timeout_secs
+        deadline = self._loop.time() + limit
+        while True:
+            try:
+                reply = await asyncio.wait_for(conn.recv(), max(deadline - self._loop.time(), 0.0))
+            except TimeoutError:
+                raise unavailable(
+                    f"{self.describe()}: initialize() did not finish in {limit:g}s"
+                ) from None
+            if reply is None:
+                raise unavailable(
+                    f"worker for {self.describe()} {await self.exit_text()} during initialize()"
+                )
+            if reply.WhichOneof("kind") != "metrics":
+                break
+            self.on_metrics(reply.metrics)
+        if reply.WhichOneof("kind") != "initialized":
+            raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
+        return reply.initialized
 
     # -- running -------------------------------------------------------------------------------
 
@@ -183,32 +259,23 @@ class Instance:
         self.last_seen = self._loop.time()
         kind = message.WhichOneof("kind")
         if kind == "result":
-            batch_id = message.result.batch_id
-            flight = self._pending.pop(batch_id, None)
-            if flight is not None:
-                if flight.future.done():  # the caller was cancelled; nobody reads the outputs
-                    self.release_batch(batch_id, flight.blocks)
-                elif flight.early:
-                    settle_early(self, flight, message.result)
-                else:
-                    flight.future.set_result(message.result)
-                self._free_room()
+            self.batches.on_result(message.result)
         elif kind == "streamed":
-            self.streams.on_frame(message.streamed)
+            self.requests.on_frame(message.streamed)
         elif kind == "heartbeat":
             self.executed = message.heartbeat.executed
         elif kind == "metrics":
             self.on_metrics(message.metrics)
-        elif kind == "spans" and self.tracing is not None:
-            self.tracing.import_spans(message.spans.otlp)
+        elif kind == "spans" and self.services.tracing is not None:
+            self.services.tracing.import_spans(message.spans.otlp)
         elif kind == "exiting":
             self.exit_why = message.exiting.error.message
         elif kind == "ready_reply":
             self.readiness.answered(message.ready_reply)
         elif kind == "finalized":
-            log_finalized(self, message.finalized)
-        elif kind in BLS_KINDS and self.hub.bls is not None:
-            self.hub.bls.on_message(self, message)
+            log_finalized(self.describe(), message.finalized)
+        elif kind in BLS_KINDS and self.services.bls is not None:
+            self.services.bls.on_message(self, message)
 
     async def _connection_ended(self) -> None:
         if self.state is State.READY:
@@ -229,7 +296,7 @@ class Instance:
         self.state = State.DEAD
         self.reason = reason
         log.error("%s", reason)
-        self._fail_pending(unavailable(reason))
+        self.batches.fail_all(unavailable(reason))
         self.died.set()
         if self.handle is not None:
             await self.launcher.abort(self.handle)
@@ -242,19 +309,26 @@ class Instance:
 
     def push_runtime_settings(self) -> None:
         """Tell the worker the current log settings (at start, and after LogSettings)."""
-        if self.conn is not None and self.state is not State.DEAD:
-            self.conn.tell(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
+        self._tell(wpb.DaemonToWorker(settings=runtime_settings(self.settings)))
 
     def forget_cuda_region(self, generation: int) -> None:
         """A client's CUDA region is gone: the worker closes its handle if it opened it."""
+        closed = wpb.CudaRegionsClosed(generations=[generation])
+        self._tell(wpb.DaemonToWorker(cuda_closed=closed))
+
+    def _tell(self, message: wpb.DaemonToWorker) -> None:
+        """News for the worker, dropped when it has none (not connected, or gone)."""
         if self.conn is not None and self.state is not State.DEAD:
-            closed = wpb.CudaRegionsClosed(generations=[generation])
-            self.conn.tell(wpb.DaemonToWorker(cuda_closed=closed))
+            self.conn.tell(message)
 
     def heartbeat_overdue(self, now: float) -> bool:
         return self.state is State.READY and now - self.last_seen > (
             self.settings.worker_heartbeat_timeout_secs
         )
+
+    async def ready_checked(self) -> bool:
+        """ModelReady for this instance: live, and the model's ``is_ready()`` agrees."""
+        return await self.readiness.check(self.conn if self.live else None)
 
     async def execute(
         self, batch: list[PreparedRequest], in_order: bool = True
@@ -262,20 +336,22 @@ class Instance:
         """Run ``batch`` on the worker; one result or error per request, in order.
         ``in_order=False``: the caller hands each result on as it comes (the default
         scheduler), so a lone request may be answered as soon as its result is read
-        (``pbd.instances.inflight``); a scheduler that orders answers keeps that to itself."""
+        (``pbd.instance.inflight``); a scheduler that orders answers keeps that to itself."""
+        batches = self.batches
         if self.state is not State.READY or self.conn is None:
             # It died between being picked and this call: nothing was sent.
-            self._free_room()
+            batches.free_room()
             raise NotSent(Code.UNAVAILABLE, f"{self.describe()} is not ready")
-        batch_id = next(self._batch_ids)
+        batch_id = batches.new_id()
         blocks: list[Block] = []
         copy_began = time.perf_counter_ns()
-        request_ids = [self.streams.register(prepared) for prepared in batch]
+        requests = self.requests
+        request_ids = [requests.register(prepared) for prepared in batch]
         try:
             frame = execute_message(self.memory, batch_id, batch, request_ids, blocks)
         except PbdError:
-            self.streams.forget(request_ids)
-            self._free_room()
+            requests.forget(request_ids)
+            batches.free_room()
             raise
         future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
         released = self.releases.take()
@@ -284,15 +360,12 @@ class Instance:
         flight = InFlight.of(
             future, blocks, batch, request_ids, time.perf_counter_ns() - copy_began, in_order
         )
-        self._pending[batch_id] = flight
+        batches.sent(batch_id, flight)
         try:
             self.conn.send(frame)
         except PbdError:
             # The worker died and the reader has not seen it yet: the batch never left.
-            self._pending.pop(batch_id, None)
-            self.memory.free(blocks)
-            self.streams.forget(request_ids)
-            self._free_room()
+            batches.not_sent(batch_id)
             self.draining = True  # no more work here; the reader reports how it ended
             raise NotSent(
                 Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
@@ -308,34 +381,12 @@ class Instance:
                     )
             result = await future
         except asyncio.CancelledError:
-            self._abandon(batch_id, flight)
+            batches.abandon(batch_id, flight)
             raise
         outcomes = flight.outcomes
         if outcomes is None:
-            outcomes = settle(self, flight, result)
-        return await self.streams.resolve(outcomes)
-
-    def _abandon(self, batch_id: int, flight: InFlight) -> None:
-        """The caller gave up while its batch was in the worker: the worker is told, and the
-        batch's memory comes back when (or, if it came already, now that) its result is in."""
-        future = flight.future
-        if flight.outcomes is not None:
-            abandon_settled(self, flight)
-            return
-        if not future.done():
-            future.cancel()  # the result frame then releases the batch unread
-        elif not future.cancelled() and future.exception() is None:
-            self.release_batch(batch_id, flight.blocks)
-        for request_id in flight.request_ids:
-            self.streams.cancel(request_id)
-        self.streams.forget(flight.request_ids)
-
-    def release_batch(self, batch_id: int, blocks: list[Block], worker_holds: bool = True) -> None:
-        """Free the inputs now; tell the worker with the next Execute, or after a moment,
-        unless it holds nothing for the batch (no output in its arena)."""
-        self.memory.free(blocks)
-        if worker_holds:
-            self.releases.add(batch_id)
+            outcomes = batches.settle(flight, result)
+        return await requests.resolve(outcomes)
 
     def _send_release(self, ids: list[int]) -> None:
         if self.state is State.READY and self.conn is not None:
@@ -352,7 +403,7 @@ class Instance:
             self.state = State.STOPPED
             self._release_resources()
             return
-        if self.state is State.READY and self.conn is not None and self.inflight:
+        if self.state is State.READY and self.conn is not None and self.batches.inflight:
             # finalize() would only run after execute() returns: waiting for it blames
             # finalize() for execute()'s time and lets pipelined requests start meanwhile.
             log.warning("%s: execute() still running; stopping its worker without finalize()",
@@ -361,28 +412,13 @@ class Instance:
             self.state = State.STOPPED
             self.conn.tell(wpb.DaemonToWorker(finalize=wpb.Finalize()))
             timeout = self.settings.model_finalize_timeout_secs
-            await await_finalize(self, self.disconnected, timeout)
+            await await_finalize(self.describe(), self.disconnected, timeout)
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
         # Batches the worker never answered: their callers get an answer, not silence.
-        self._fail_pending(
+        self.batches.fail_all(
             unavailable(f"{self.describe()} was stopped before execute() returned{why}")
         )
-
-    def _fail_pending(self, error: PbdError) -> None:
-        """The worker is gone: every batch it had fails with ``error``, and its room is free."""
-        pending, self._pending = self._pending, {}
-        for flight in pending.values():
-            if not flight.future.done():
-                flight.future.set_exception(error)
-            self.memory.free(flight.blocks)
-            self._free_room()
-        self.streams.fail_all(error)
-
-    def _free_room(self) -> None:
-        self.inflight -= 1
-        if self.on_capacity is not None:
-            self.on_capacity()
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:

@@ -1,1 +1,0 @@
-"""Model instances: worker processes, how they are launched, and how they are supervised."""
