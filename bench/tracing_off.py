@@ -5,7 +5,7 @@ timed alone, against the daemon's whole CPU per request.
 
 With tracing off (the default: no exporter) a ModelInfer meets tracing three ways: the edge
 asks ``DataPlane.start_trace`` whether to trace (``Tracing.sample``: no exporter, no), it
-runs through ``run_traced`` with no trace, and the path checks ``request.trace is not
+runs through ``answer_request`` with no trace, and the path checks ``request.trace is not
 None`` (six on a unary request's path). Each is timed here with ``timeit`` on the real
 functions, and the sum is set against ``--daemon-us``, the daemon's CPU per small request
 (``python -m bench.cpu_split`` measures it). A build with no tracing code on the path would
@@ -20,9 +20,9 @@ import sys
 import timeit
 from types import SimpleNamespace
 
+from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.grpc.status import finishing
-from pbd.tracing.answer import run_traced
 from pbd.tracing.provider import Tracing
 from pbd.tracing.settings import TraceSettings
 from pbd.types import InferRequest
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         DataPlane.start_trace(plane, request, "ModelInfer", 0, lambda: None)  # type: ignore[arg-type]
 
     def traced() -> None:
-        _drive(run_traced(request, None, _infer, _encode, finishing))
+        _drive(answer_request(request, None, _infer, _encode, finishing))
 
     def plain() -> None:
         _drive(_plain(request))
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     checks_ns = _ns(check, number) * CHECKS_PER_REQUEST
     total_ns = start_ns + wrapper_ns + checks_ns
     print(f"start_trace (off)           {start_ns:7.0f} ns")
-    print(f"run_traced over a plain call {wrapper_ns:6.0f} ns")
+    print(f"answer_request (no trace)   {wrapper_ns:7.0f} ns")
     print(f"{CHECKS_PER_REQUEST} trace checks               {checks_ns:7.0f} ns")
     share = total_ns / (opts.daemon_us * 1e3) * 100
     print(f"tracing off, per request    {total_ns:7.0f} ns = {share:.2f}% of {opts.daemon_us:g} us")

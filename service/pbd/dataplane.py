@@ -16,14 +16,13 @@ from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_setti
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.repository.manager import ModelRepository, parse_version
-from pbd.repository.upload import FILE_PREFIX
+from pbd.responses import ResponseStream, StreamResult
 from pbd.settings import Settings
 from pbd.stats import ModelStats
-from pbd.streams import ResponseStream, StreamResult
 from pbd.tracing.provider import Tracing
 from pbd.tracing.request import RequestTrace
 from pbd.tracing.settings import TraceSettings
-from pbd.types import IndexEntry, InferRequest, InferResult, PreparedRequest
+from pbd.types import FILE_PREFIX, IndexEntry, InferRequest, InferResult, PreparedRequest
 from pbd.validation import prepare_request, release_regions
 
 if TYPE_CHECKING:

@@ -78,7 +78,7 @@ class InferRequest:
     # even while the daemon drains, as the request it belongs to does.
     internal: bool = False
     # Set by a front end that can send the answer itself as soon as the result is in (gRPC
-    # ModelInfer, untraced: pbd.tracing.answer): the instance calls it where it reads the
+    # ModelInfer, untraced: pbd.answer): the instance calls it where it reads the
     # worker's result, before the bookkeeping that follows (pbd.instance.inflight).
     respond: Callable[[InferResult], None] | None = None
 
@@ -123,6 +123,10 @@ class InferResult:
         self.release()
 
 
+# RepositoryModelLoad: a parameter named ``file:<path>`` carries a file of the model to load.
+FILE_PREFIX = "file:"
+
+
 @dataclass(frozen=True)
 class IndexEntry:
     name: str
@@ -155,7 +159,7 @@ class PreparedRequest:
     extras: dict[str, ParamValue] = field(default_factory=dict)
     output_targets: dict[str, ShmSlice] = field(default_factory=dict)
     regions: list[Region] = field(default_factory=list)  # held until the request ends
-    # Streaming (pbd.streams): the caller's ResponseStream, for infer_stream; and what to call
+    # Streaming (pbd.responses): the caller's ResponseStream, for infer_stream; and what to call
     # when the caller gives up (set by the instance that sent the request to its worker).
     stream: Any = None
     on_cancel: Callable[[], None] | None = None

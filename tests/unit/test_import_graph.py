@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2"),
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),
-    ("pbd.streams", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
+    ("pbd.responses", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
      "pbd.scheduling"),  # fmt: skip
     ("pbd.settings",),
     ("pbd.logsettings",),
@@ -44,7 +44,8 @@ LAYERS: list[tuple[str, ...]] = [
     # and what reads it (metrics, the status line).
     ("pbd.dataplane",),
     ("pbd.bls", "pbd.ensemble", "pbd.metrics", "pbd.status_line"),
-    # The edges: they call the dataplane.
+    # The edges: they answer requests through the dataplane (``pbd.answer``: how).
+    ("pbd.answer",),
     ("pbd.grpc", "pbd.http"),
     ("pbd.daemon",),
     ("pbd.cli",),
@@ -94,6 +95,27 @@ def import_graph() -> dict[str, set[str]]:
                 if dotted in modules and dotted != name and not name.startswith(dotted + "."):
                     graph[name].add(dotted)
     return graph
+
+
+# The edges (gRPC with its HTTP/2, HTTP) reach the daemon only through the dataplane's
+# methods, and otherwise import records and their own helpers: they are to run in front-end
+# processes of their own, over a DataPlane interface.
+EDGES = ("pbd.grpc", "pbd.http", "pbd.h2")
+EDGES_MAY_IMPORT = (
+    *EDGES,
+    "pbd",
+    "pbd._proto",
+    "pbd.errors",
+    "pbd.types",
+    "pbd.modelconfig",
+    "pbd.responses",
+    "pbd.settings",
+    "pbd.logsettings",
+    "pbd.tracing",
+    "pbd.answer",
+    "pbd.dataplane",
+    "pbd_wire",
+)
 
 
 def layer_of(module: str) -> tuple[str, int]:
@@ -184,6 +206,19 @@ def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
     ]
     assert layer_of("pbd") == ("pbd", 2)
     assert layer_of("pbd.somewhere_new.module") == ("", -1)  # not under ``pbd``'s own layer
+
+
+def test_the_edges_reach_the_daemon_only_through_the_dataplane() -> None:
+    found = [
+        f"{name} -> {target}"
+        for name, targets in sorted(import_graph().items())
+        if layer_of(name)[0] in EDGES
+        for target in sorted(targets)
+        if layer_of(target)[0] not in EDGES_MAY_IMPORT
+    ]
+    assert not found, "edge imports past the dataplane (see EDGES_MAY_IMPORT):\n" + "\n".join(
+        found
+    )
 
 
 def test_no_import_cycle() -> None:

@@ -6,7 +6,7 @@ array that already lies inside a mapped segment (an identity model returning its
 the descriptor points at those bytes and nothing is copied. Output blocks stay allocated until
 the daemon sends ``Release`` for the batch.
 
-Requests may also be answered with the response sender (``pbd_worker.streaming``), from
+Requests may also be answered with the response sender (``pbd_worker.live_requests``), from
 other threads: the arena and the segment map are used under ``lock``.
 """
 
@@ -24,6 +24,7 @@ from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions, CudaUnavailable
 from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.event_loop import WorkerLoop
+from pbd_worker.live_requests import LiveRequests
 from pbd_worker.loader import describe_exception
 from pbd_worker.model_api.errors import TritonError
 from pbd_worker.model_api.helpers import TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -33,7 +34,6 @@ from pbd_worker.model_api.tensor import Tensor
 from pbd_worker.output_targets import OutputTooLarge, to_arena, to_client
 from pbd_worker.rescheduling import rescheduled, unanswered
 from pbd_worker.returns import check_returned
-from pbd_worker.streaming import LiveRequests
 
 if TYPE_CHECKING:
     from pbd_worker.tracing import WorkerTracing

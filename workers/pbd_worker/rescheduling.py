@@ -16,9 +16,9 @@ flag is ignored, so a request cannot run on after its client got the last respon
 from __future__ import annotations
 
 from pbd_wire import worker_pb2 as wpb
+from pbd_worker.live_requests import LiveRequests
 from pbd_worker.model_api.helpers import TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 from pbd_worker.model_api.request import InferenceRequest
-from pbd_worker.streaming import LiveRequests
 
 
 def rescheduled(request: InferenceRequest) -> bool:

@@ -43,13 +43,13 @@ from pbd_worker.lifecycle import (
     init_fingerprint,
     report_init_failure,
 )
+from pbd_worker.live_requests import LiveRequests
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
 from pbd_worker.logconfig import LogConfig
 from pbd_worker.logconfig import apply as apply_logging
 from pbd_worker.metrics import MetricsChannel
 from pbd_worker.model_api import state
 from pbd_worker.notify import Notifier
-from pbd_worker.streaming import LiveRequests
 
 log = logging.getLogger("pbd_worker")
 

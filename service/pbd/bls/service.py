@@ -45,7 +45,7 @@ from pbd_wire import worker_pb2 as wpb
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
     from pbd.instance.instance import Instance
-    from pbd.streams import StreamResult
+    from pbd.responses import StreamResult
 
 log = logging.getLogger("pbd.bls")
 TIMEOUT_MESSAGE = "Request timeout expired"

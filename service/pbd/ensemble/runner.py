@@ -21,7 +21,7 @@ from pbd.ensemble.graph import EnsembleGraph, Flow
 from pbd.ensemble.step_call import Tensor, run_step, step_input
 from pbd.errors import Code, PbdError
 from pbd.modelconfig.ensemble import Step
-from pbd.streams import ResponseStream, StreamResult
+from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferResult, OutputTensor, PreparedRequest, RequestedOutput
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import grpc
 
 from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import health_pb2
+from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
@@ -25,8 +26,7 @@ from pbd.grpc.calls import Method
 from pbd.grpc.protocol import Buffer, Context
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
-from pbd.grpc.streams import StreamSession
-from pbd.tracing.answer import run_traced
+from pbd.grpc.stream_infer import StreamSession
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
@@ -107,12 +107,12 @@ class InferenceServicer:
     ) -> bytes | None:
         """Run ``request`` and encode its result; traced when the trace settings pick it."""
         trace = self.dp.start_trace(request, method, began, lambda: _traceparent(context))
-        return await run_traced(request, trace, infer, to_wire, finishing, answer)
+        return await answer_request(request, trace, infer, to_wire, finishing, answer)
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[bytes]:
-        """See ``pbd.grpc.streams``: in-band errors, request order for non-decoupled models,
+        """See ``pbd.grpc.stream_infer``: in-band errors, request order for non-decoupled models,
         decoupled responses as produced, OK once all is answered after the half-close."""
         session = StreamSession(
             self.dp,

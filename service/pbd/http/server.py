@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.http import extensions
@@ -30,9 +31,8 @@ from pbd.http.tensors import (
     parse_infer_request,
     unique_keys,
 )
-from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
-from pbd.tracing.answer import run_traced
+from pbd.types import FILE_PREFIX
 
 if TYPE_CHECKING:
     from pbd.tracing.request import RequestTrace
@@ -196,7 +196,7 @@ class HttpFrontend:
         trace = self.dp.start_trace(
             parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
         )
-        answer = await run_traced(
+        answer = await answer_request(
             parsed.request,
             trace,
             self.dp.infer,

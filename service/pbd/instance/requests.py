@@ -19,7 +19,7 @@ from typing import Any
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
 from pbd.instance.memory import InstanceMemory
 from pbd.instance.releases import PendingReleases
-from pbd.streams import ResponseStream, StreamResult
+from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferResult, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pbd.errors import Code, PbdError, invalid_arg
+from pbd.types import FILE_PREFIX
 
 log = logging.getLogger("pbd.repository")
-FILE_PREFIX = "file:"
 NAME_MAX = 255  # bytes in one path component (Linux's NAME_MAX)
 PATH_MAX = 4096  # bytes in a whole path (Linux's PATH_MAX)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -18,9 +18,9 @@ from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError, not_found
 from pbd.memory.client_shm import ClientShmRegistry
 from pbd.modelconfig.model import ModelConfig
+from pbd.responses import StreamResult
 from pbd.settings import Settings
 from pbd.stats import ModelStats
-from pbd.streams import StreamResult
 from pbd.types import InferRequest, InferResult, InputTensor, PreparedRequest
 
 WAIT_S = 5.0  # a bound on a test that went wrong, never reached when it passes

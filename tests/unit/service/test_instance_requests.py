@@ -13,7 +13,7 @@ from scheduling_samples import prepared
 
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
 from pbd.instance.requests import FINAL
-from pbd.streams import ResponseStream
+from pbd.responses import ResponseStream
 from pbd_wire import worker_pb2 as wpb
 
 

@@ -7,11 +7,11 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from pbd_wire import worker_pb2 as wpb
+from pbd_worker.live_requests import LiveRequests
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response_sender import InferenceResponseSender
 from pbd_worker.rescheduling import rescheduled, unanswered
 from pbd_worker.returns import check_returned
-from pbd_worker.streaming import LiveRequests
 
 RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 ALL = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pbd.errors import Code, PbdError
-from pbd.streams import ResponseStream, StreamResult
+from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferResult
 
 

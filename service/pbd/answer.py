@@ -1,6 +1,11 @@
-"""Running an inference request and encoding its answer, with its RPC span when the request is
-traced: one implementation for every edge (gRPC ModelInfer and each request of
-ModelStreamInfer, HTTP infer), each passing how its protocol ends the span."""
+"""The one path an edge answers an inference request through: run it, encode its result, hand
+the result's shared memory back.
+
+Every edge uses it (gRPC ModelInfer and each request of ModelStreamInfer, HTTP infer). An
+untraced request, the usual case, is answered as soon as the worker's result is read when the
+edge can send the answer itself (``InferRequest.respond``, see ``pbd.instance.inflight``); a
+traced one gets its response span, and its RPC span ends the way the edge's protocol says
+(``finishing``)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ T = TypeVar("T")
 Finishing = Callable[[RequestTrace], AbstractContextManager[None]]
 
 
-async def run_traced(
+async def answer_request(
     request: InferRequest,
     trace: RequestTrace | None,
     infer: Callable[[InferRequest], Awaitable[InferResult]],

@@ -1,4 +1,4 @@
-"""run_traced: the one path every edge answers an inference request through."""
+"""answer_request: the one path every edge answers an inference request through."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from pbd.answer import answer_request
 from pbd.errors import PbdError, unavailable
-from pbd.tracing.answer import run_traced
 from pbd.types import InferRequest, InferResult
 
 
@@ -49,7 +49,7 @@ def test_untraced_the_result_is_encoded_then_released() -> None:
         assert released == []  # the bytes are still there while encoding
         return result.id
 
-    answer = asyncio.run(run_traced(request, None, served(released), encode, finishing))
+    answer = asyncio.run(answer_request(request, None, served(released), encode, finishing))
     assert (answer, released, request.trace) == ("a", ["a"], None)
 
 
@@ -58,7 +58,7 @@ def test_traced_the_trace_rides_on_the_request_and_the_span_ends_once() -> None:
     request = InferRequest("m", "1", "b", [])
     trace = FakeTrace()
     answer = asyncio.run(
-        run_traced(request, trace, served(released), lambda r: r.id, finishing)  # type: ignore[arg-type]
+        answer_request(request, trace, served(released), lambda r: r.id, finishing)  # type: ignore[arg-type]
     )
     assert (answer, released, request.trace) == ("b", ["b"], trace)
     assert trace.events == ["responded", "finished"]
@@ -71,7 +71,7 @@ def test_traced_a_failure_ends_the_span_with_it() -> None:
     trace = FakeTrace()
     request = InferRequest("m", "1", "c", [])
     with pytest.raises(PbdError):
-        asyncio.run(run_traced(request, trace, infer, lambda r: r.id, finishing))  # type: ignore[arg-type]
+        asyncio.run(answer_request(request, trace, infer, lambda r: r.id, finishing))  # type: ignore[arg-type]
     assert trace.events == [("failed", "no instance")]
 
 
@@ -98,7 +98,7 @@ def test_an_edge_that_answers_itself_gets_the_answer_before_infer_returns() -> N
         return result.id
 
     returned = asyncio.run(
-        run_traced(request, None, answered_early(released), encode, finishing, sent.append)
+        answer_request(request, None, answered_early(released), encode, finishing, sent.append)
     )
     assert (returned, sent, released) == (None, ["e"], ["e"])
 
@@ -113,7 +113,7 @@ def test_an_answer_that_cannot_be_encoded_early_fails_on_the_requests_own_path()
 
     with pytest.raises(ValueError, match="unencodable"):
         asyncio.run(
-            run_traced(request, None, answered_early(released), encode, finishing, sent.append)
+            answer_request(request, None, answered_early(released), encode, finishing, sent.append)
         )
     assert (sent, released) == ([], ["f"])  # nothing sent; the memory went back once
 
@@ -123,7 +123,7 @@ def test_a_request_never_answered_early_is_encoded_and_returned() -> None:
     sent: list[str] = []
     request = InferRequest("m", "1", "g", [])
     returned = asyncio.run(
-        run_traced(request, None, served(released), lambda r: r.id, finishing, sent.append)
+        answer_request(request, None, served(released), lambda r: r.id, finishing, sent.append)
     )
     assert (returned, sent, released) == ("g", [], ["g"])
     assert request.respond is not None  # offered; the instance did not use it

@@ -24,7 +24,7 @@ from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.status import finishing
-from pbd.streams import StreamResult
+from pbd.responses import StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
 
