@@ -238,38 +238,70 @@ class Daemon:
         await self.dataplane.drain(SHUTDOWN_ANSWER_S)
 
     async def run(self) -> int:
+        """Start, load the models, serve until asked to stop, then stop: every part started is
+        stopped in the reverse order, once (``contextlib.AsyncExitStack``), whether serving
+        ended, start-up failed half-way or something raised. The exit code."""
         settings = self.settings
         if not settings.model_repository.is_dir():
             log.error("model repository '%s' is not a directory", settings.model_repository)
             return 2
         tune_malloc()
         remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
+        async with contextlib.AsyncExitStack() as stack:
+            if not await self._start(stack):
+                return 2
+            code = await self._serve()
+        log.info("stopped")
+        return code
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> bool:
+        """Start what serving needs, each part's stop pushed on ``stack`` as it starts; False
+        (the reason logged) when a part cannot start."""
+        settings = self.settings
+        # Last out: what the batch processor still holds is exported (bounded by
+        # OTEL_BSP_EXPORT_TIMEOUT).
+        stack.push_async_callback(asyncio.to_thread, self.tracing.shutdown)
+        stack.callback(self.notifier.close)
         if self.systemd is not None:
             try:
                 await self.systemd.connect()
             except PbdError as exc:
                 log.error("--launcher systemd: %s", exc.message)
-                return 2
+                return False
+            stack.callback(self.systemd.close)
+        stack.callback(
+            remove_segments,
+            settings.shm_prefix,
+            daemon_id=self.daemon_id,
+            shm_dir=str(settings.shm_dir),
+        )
+        stack.callback(self.cuda_pools.close)
+        stack.callback(self.dataplane.shm.close)
         await self.hub.start()
+        stack.push_async_callback(self.hub.close)
+        stack.push_async_callback(self._reset_failed_units)
+        if self.repository.uploads is not None:
+            stack.callback(self.repository.uploads.close)
+        stack.push_async_callback(self.repository.unload_all)
+        stack.push_async_callback(self.bls.close)
         try:
             server = build_server(self.dataplane, settings)
             self.port = await server.start()
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
-            await self.hub.close()
-            return 2
+            return False
+        stack.push_async_callback(server.stop, 1.0)
         where = (
             settings.grpc_address
             if settings.grpc_address.startswith("unix:")
             else f"{settings.grpc_address}:{self.port}"
         )
         log.info("gRPC server listening on %s%s", where, " (TLS)" if settings.grpc_use_ssl else "")
-        http: HttpFrontend | None = None
         if settings.allow_http:
             http = HttpFrontend(self.dataplane, settings)
             await http.start()
+            stack.push_async_callback(http.stop)
             log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
-        metrics: MetricsServer | None = None
         if settings.allow_metrics:
             metrics = MetricsServer(
                 [PbdCollector(self.dataplane), CpuMetrics(), self.custom_metrics],
@@ -285,12 +317,15 @@ class Daemon:
                     settings.metrics_port,
                     exc,
                 )
-                await server.stop(grace=0)
-                if http is not None:
-                    await http.stop()
-                await self.hub.close()
-                return 2
+                return False
+            stack.push_async_callback(metrics.stop)
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
+        return True
+
+    async def _serve(self) -> int:
+        """Load the startup models, serve until asked to stop, then let the requests in flight
+        finish (``_drain``); the exit code."""
+        settings = self.settings
         self.notifier.start()  # STATUS= says what is loading meanwhile
         failed = await self._load_unless_stopped()
         self.dataplane.started = True
@@ -323,30 +358,13 @@ class Daemon:
         if poller is not None:
             poller.cancel()
         await self._drain(settings.exit_timeout_secs)
-        await server.stop(grace=1.0)
-        if http is not None:
-            await http.stop()
-        if metrics is not None:
-            await metrics.stop()
-        await self.bls.close()
-        await self.repository.unload_all()
-        if self.repository.uploads is not None:
-            self.repository.uploads.close()
+        return code
+
+    async def _reset_failed_units(self) -> None:
+        """Forget the failed instance units systemd remembers, unless they keep running for the
+        next daemon."""
         if self.systemd is not None and not self.launcher.detaching:
             await self.systemd.reset_failed()
-        await self.hub.close()
-        self.dataplane.shm.close()
-        self.cuda_pools.close()
-        remove_segments(
-            settings.shm_prefix, daemon_id=self.daemon_id, shm_dir=str(settings.shm_dir)
-        )
-        if self.systemd is not None:
-            self.systemd.close()
-        self.notifier.close()
-        # Exports what the batch processor still holds (bounded by OTEL_BSP_EXPORT_TIMEOUT).
-        await asyncio.to_thread(self.tracing.shutdown)
-        log.info("stopped")
-        return code
 
 
 async def serve(settings: Settings) -> int:
