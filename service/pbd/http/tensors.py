@@ -209,8 +209,10 @@ def wire_to_json(out: OutputTensor) -> list[Any]:
         return values
     if dt.numpy is None:  # BF16: widen to float32 for JSON
         bits = np.frombuffer(out.data, np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32).tolist()
-    return np.frombuffer(out.data, dt.numpy).tolist()
+        widened: list[Any] = bits.view(np.float32).tolist()
+        return widened
+    numbers: list[Any] = np.frombuffer(out.data, dt.numpy).tolist()
+    return numbers
 
 
 def build_infer_response(result: InferResult, parsed: HttpInferRequest) -> tuple[bytes, int | None]:
