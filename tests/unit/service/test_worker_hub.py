@@ -1,0 +1,96 @@
+"""pbd.worker.hub: the socket workers connect to. A worker is handed to whoever expects it once
+it says hello with the right token; a stranger, a wrong token, a worker nobody expects or a
+first frame that is no hello is dropped; closing the hub fails who still waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from worker_samples import hub_address
+
+from pbd.errors import Code, PbdError
+from pbd.worker.hub import WorkerHub
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.framing import HEADER, decode_length, encode_frame, socket_address
+
+
+def run(test: Callable[[WorkerHub], Awaitable[None]]) -> None:
+    async def main() -> None:
+        hub = WorkerHub(hub_address())
+        await hub.start()
+        try:
+            await asyncio.wait_for(test(hub), 10.0)
+        finally:
+            await hub.close()
+
+    asyncio.run(main())
+
+
+async def connect(
+    hub: WorkerHub, first: wpb.WorkerToDaemon
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_unix_connection(socket_address(hub.address))
+    writer.write(encode_frame(first.SerializeToString()))
+    return reader, writer
+
+
+def hello(instance: str, token: str, pid: int = 4242) -> wpb.WorkerToDaemon:
+    return wpb.WorkerToDaemon(hello=wpb.Hello(instance=instance, token=token, pid=pid))
+
+
+def test_the_expected_worker_with_its_token_is_handed_over() -> None:
+    async def test(hub: WorkerHub) -> None:
+        connected = hub.expect("m/1/m_0", "secret")
+        reader, writer = await connect(hub, hello("m/1/m_0", "secret"))
+        link = await connected
+        assert link.pid == 4242 and link.hello is not None and link.hello.instance == "m/1/m_0"
+        writer.write(
+            encode_frame(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat()).SerializeToString())
+        )
+        assert (await link.recv()) == wpb.WorkerToDaemon(
+            heartbeat=wpb.Heartbeat()
+        )  # for the instance
+        link.send(wpb.DaemonToWorker(release=wpb.Release(batch_ids=[1])))
+        frame = await reader.readexactly(HEADER.size)
+        sent = wpb.DaemonToWorker.FromString(await reader.readexactly(decode_length(frame)))
+        assert list(sent.release.batch_ids) == [1]
+        link.close()
+        writer.close()
+        await writer.wait_closed()
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        hello("m/1/m_0", "wrong"),  # a bad token
+        hello("m/1/other", "secret"),  # nobody expects it
+        wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat()),  # no hello first
+    ],
+)
+def test_anyone_else_is_dropped(first: wpb.WorkerToDaemon) -> None:
+    async def test(hub: WorkerHub) -> None:
+        connected = hub.expect("m/1/m_0", "secret")
+        reader, writer = await connect(hub, first)
+        assert await reader.read() == b""  # the hub closed the connection
+        assert not connected.done()
+        writer.close()
+        await writer.wait_closed()
+        hub.forget("m/1/m_0")
+
+    run(test)
+
+
+def test_closing_the_hub_fails_who_still_waits() -> None:
+    async def test(hub: WorkerHub) -> None:
+        connected = hub.expect("m/1/m_0", "secret")
+        await hub.close()
+        with pytest.raises(PbdError) as caught:
+            await connected
+        assert caught.value.code is Code.UNAVAILABLE
+        assert caught.value.message == "daemon is shutting down"
+
+    run(test)
