@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from instance_samples import model_config
-from worker_samples import FakeLauncher, FakeWorker, identity, instance_services, started_hub
+from worker_samples import FakeLauncher, FakeWorker, identity, instance_services, started_hub, until
 
 from pbd.bls.service import TIMEOUT_MESSAGE, BlsService
 from pbd.dataplane import DataPlane
@@ -128,8 +128,7 @@ def test_a_call_is_answered_with_the_callees_outputs_where_they_lie(tmp_path: Pa
         assert segment is not None and bytes(segment.view(out.offset, out.nbytes)) == data
         assert callee.memory.arena.used > 0  # held for the caller
         bls.worker.send(wpb.WorkerToDaemon(bls_done=wpb.BlsDone(call_ids=[1])))
-        while callee.memory.arena.used:
-            await asyncio.sleep(0.002)  # the caller dropped its outputs: the block went back
+        await until(lambda: not callee.memory.arena.used)  # the caller dropped its outputs
 
     run(tmp_path, test)
 
@@ -153,8 +152,7 @@ def test_a_call_past_its_timeout_is_answered_and_its_request_cancelled(tmp_path:
         error = (await bls.reply(3)).response.error
         assert (error.code, error.message) == ("UNAVAILABLE", TIMEOUT_MESSAGE)
         callee = bls.callee_launcher.workers[0]
-        while not any(f.WhichOneof("kind") == "cancel" for f in callee.frames):
-            await asyncio.sleep(0.002)  # the callee's worker is told
+        await until(lambda: any(f.WhichOneof("kind") == "cancel" for f in callee.frames))
 
     run(tmp_path, test, callee_answers=False)
 

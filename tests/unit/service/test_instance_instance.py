@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from instance_samples import model_config
 from scheduling_samples import prepared
-from worker_samples import FakeLauncher, FakeWorker, quick_settings, started_hub
+from worker_samples import FakeLauncher, FakeWorker, quick_settings, started_hub, until
 
 from pbd.errors import Code, PbdError
 from pbd.instance.instance import BLS_KINDS, Instance, InstanceServices
@@ -141,8 +141,7 @@ def test_a_worker_that_dies_fails_what_it_had_and_nothing_is_sent_after(tmp_path
         launcher.on_frame = silent
         instance.batches.inflight += 1
         running = asyncio.ensure_future(instance.execute([prepared(0)]))
-        while not instance.batches:
-            await asyncio.sleep(0.001)
+        await until(lambda: len(instance.batches))
         launcher.workers[0].die()  # SIGKILL
         with pytest.raises(PbdError) as caught:
             await running
@@ -191,8 +190,7 @@ def test_bls_messages_go_to_the_bls_sink(tmp_path: Path) -> None:
         worker = launcher.workers[0]
         worker.send(wpb.WorkerToDaemon(bls_done=wpb.BlsDone(call_ids=[1])))
         worker.send(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat(executed=3)))
-        while instance.executed != 3:
-            await asyncio.sleep(0.001)
+        await until(lambda: instance.executed == 3)
         sink = instance.services.bls
         assert isinstance(sink, Sink) and sink.got == [(instance, "bls_done")]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from instance_samples import model_config
 from scheduling_samples import prepared
-from worker_samples import FakeLauncher, FakeWorker, instance_services, started_hub
+from worker_samples import FakeLauncher, FakeWorker, instance_services, started_hub, until
 
 from pbd.errors import Code, PbdError
 from pbd.types import InferResult
@@ -93,8 +93,7 @@ def test_a_request_waits_for_the_restart_of_a_dead_instance(tmp_path: Path) -> N
 
     async def test(runtime: VersionRuntime, launcher: FakeLauncher) -> None:
         first = asyncio.ensure_future(runtime.infer(prepared(1)))
-        while not held:
-            await asyncio.sleep(0.005)
+        await until(lambda: held)
         second = asyncio.ensure_future(runtime.infer(prepared(2)))  # waits in the queue
         await asyncio.sleep(0.02)
         assert len(runtime.queue) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from instance_samples import model_config
 from scheduling_samples import prepared
-from worker_samples import FakeLauncher, instance_services, started_hub
+from worker_samples import FakeLauncher, instance_services, started_hub, stop_supervised, until
 
 from pbd.errors import Code, PbdError
 from pbd.instance.instance import Instance
@@ -61,16 +61,9 @@ def run(
             await asyncio.wait_for(test(scaler, supervisor, queue), WAIT_S)
         finally:
             await scaler.stop()
-            await supervisor.stop()
-            await asyncio.gather(*(i.stop(1.0) for i in supervisor.instances()))
-            await hub.close()
+            await stop_supervised(supervisor, hub)
 
     asyncio.run(main())
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 def test_load_starts_an_instance_and_quiet_retires_it(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from instance_samples import model_config
-from worker_samples import FakeLauncher, instance_services, started_hub
+from worker_samples import FakeLauncher, instance_services, started_hub, stop_supervised, until
 
 from pbd.errors import Code, PbdError
 from pbd.instance.instance import Instance
@@ -61,16 +61,9 @@ def run(
             await supervisor.spawn_all([InstancePlan(f"m_{n}", "CPU", 0) for n in range(plans)])
             await asyncio.wait_for(test(supervisor, version), WAIT_S)
         finally:
-            await supervisor.stop()
-            await asyncio.gather(*(i.stop(1.0) for i in supervisor.instances()))
-            await hub.close()
+            await stop_supervised(supervisor, hub)
 
     asyncio.run(main())
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 def test_a_dead_instance_is_reaped_and_restarted(tmp_path: Path) -> None:

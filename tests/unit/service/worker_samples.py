@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pbd.instance.instance import InstanceServices
 from pbd.settings import Settings
+from pbd.version.supervisor import Supervisor
 from pbd.worker.hub import WorkerHub
 from pbd.worker.launcher import ExitStatus, WorkerHandle, WorkerSpec
 from pbd_wire import TOKEN_ENV
@@ -192,3 +193,16 @@ def instance_services(
         hub=hub,
         shm_name=lambda: f"pbdtest-{shm_dir.name[-12:]}-{next(_bases)}",
     )
+
+
+async def until(condition: Callable[[], object]) -> None:
+    """Wait for ``condition`` (the test's own timeout bounds it)."""
+    while not condition():
+        await asyncio.sleep(0.002)
+
+
+async def stop_supervised(supervisor: Supervisor, hub: WorkerHub) -> None:
+    """What a version's unload does to its supervisor and instances, then the hub closed."""
+    await supervisor.stop()
+    await asyncio.gather(*(i.stop(1.0) for i in supervisor.instances()))
+    await hub.close()
