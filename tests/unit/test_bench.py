@@ -192,10 +192,19 @@ def test_cold_path_refuses_gaps_that_are_not_positive() -> None:
         parse_gaps("0,1")
 
 
-def test_trees_runs_a_commit_beside_this_tree(capsys: pytest.CaptureFixture[str]) -> None:
+def test_trees_runs_a_commit_beside_this_tree(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both daemons answer right, each imports its own tree, and the worktree is gone after."""
     from bench import trees
 
+    original, made = trees.worktree, []
+
+    def worktree(rev: str, where: Path) -> Path:
+        made.append(original(rev, where))
+        return made[-1]
+
+    monkeypatch.setattr(trees, "worktree", worktree)
     assert trees.main(["--base", "HEAD", "--rounds", "2", "--seconds", "0.3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out[2:4]] == ["base", "head"]
@@ -206,7 +215,9 @@ def test_trees_runs_a_commit_beside_this_tree(capsys: pytest.CaptureFixture[str]
     listed = subprocess.run(
         ["git", "worktree", "list"], cwd=trees.ROOT, capture_output=True, text=True, check=True
     )
-    assert "pbd-trees-" not in listed.stdout
+    # Its own worktree: other checkouts of this repository may run the bench meanwhile.
+    (path,) = made
+    assert str(path) not in listed.stdout
 
 
 def test_trees_puts_the_base_tree_first_and_refuses_an_unknown_rev(tmp_path: Path) -> None:
