@@ -303,7 +303,10 @@ class Core(Sender):
                 raise f.ProtocolError("PING payload not 8 bytes", f.FRAME_SIZE_ERROR)
             if not flags & f.ACK:
                 self._ping()
-                self.write(f.ping_ack(payload))
+                # After what the read's frames start (Sender.later): an ack then follows
+                # every answer written for the frames before its PING, as it would without
+                # the deferral; a client may use it to know the server is done with them.
+                self.later(lambda: self.write(f.ping_ack(payload)))
         elif kind == f.RST_STREAM:
             self._rst_stream(stream_id, payload)
         elif kind == f.PRIORITY:
