@@ -90,7 +90,8 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None:
+        core = self.core
+        if self.transport is not None and (core is None or not core.failed):
             self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -187,9 +188,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def _fail(self) -> None:
         """Close after a connection error or an idle GOAWAY so that the GOAWAY arrives:
-        closing a socket with unread input resets it and the peer may lose what was sent.
-        So the write side is shut and input discarded for a moment first, where the
-        transport can (TLS cannot)."""
+        closing a socket with unread input resets it, and a client that has not read the
+        GOAWAY by then may lose it. So the write side is shut first and the socket closed a
+        moment later, where the transport can (TLS cannot). Meanwhile nothing is read: a
+        flood cut off this way cannot keep the server reading (and dropping) what it sends."""
         self._cancel_timers()
         transport = self.transport
         if transport is None or transport.is_closing():
@@ -199,6 +201,7 @@ class Connection(asyncio.BufferedProtocol):
         if not transport.can_write_eof():
             transport.close()
             return
+        transport.pause_reading()
         transport.write_eof()
         self.loop.call_later(CLOSE_LINGER_S, transport.close)
 

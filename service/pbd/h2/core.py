@@ -58,6 +58,15 @@ class Application(Protocol):
 
 
 class Core(Sender):
+    __slots__ = (
+        "app", "limits", "clock", "decoder", "stage", "error", "partial", "partial_need",
+        "data_stream", "data_left", "data_end", "direct", "block_stream", "block", "block_size",
+        "block_end", "block_refused", "last_stream", "reads", "skipped", "recent_resets",
+        "going_away", "recv_window", "recv_credit", "initial_recv", "settings_acked",
+        "max_streams", "stream_grant", "connection_grant", "settings_budget", "reset_budget",
+        "empty_budget", "ping_strikes", "last_ping",
+    )  # fmt: skip
+
     def __init__(
         self,
         app: Application,
@@ -88,6 +97,7 @@ class Core(Sender):
         self.block_end = False
         self.block_refused = 0  # a stream error to answer once the block is decoded
         self.last_stream = 0
+        self.reads = 0  # reads handled so far
         self.skipped: list[tuple[int, int]] = []
         self.recent_resets: dict[int, None] = {}
         self.going_away = False
@@ -98,6 +108,7 @@ class Core(Sender):
         self.recv_credit = 0
         self.initial_recv = f.DEFAULT_WINDOW
         self.settings_acked = False
+        self.max_streams = limits.max_streams
         self.stream_grant = limits.stream_window // 2
         self.connection_grant = limits.connection_window // 2
         now = clock()
@@ -131,6 +142,7 @@ class Core(Sender):
         if self.error is not None:
             return
         self.receiving = True
+        self.reads += 1
         try:
             self._receive(data)
             if self.after_read:
@@ -159,6 +171,7 @@ class Core(Sender):
         stream, self.direct = self.direct, None
         assert stream is not None
         self.receiving = True
+        self.reads += 1
         try:
             self.data_left -= n
             end = self.data_left == 0 and self.data_end
@@ -363,7 +376,12 @@ class Core(Sender):
         if stream.handler is not None:
             stream.handler.on_data(chunk, end)
         if chunk:
-            self.credit(stream, len(chunk))
+            if stream.remote_closed:  # (a request's last piece, mostly) the connection's only
+                self.recv_credit += len(chunk)
+                if self.recv_credit >= self.connection_grant:
+                    self.credit(None, 0)
+            else:
+                self.credit(stream, len(chunk))
         if end and stream.local_closed:
             self.forget(stream)
 
@@ -439,34 +457,42 @@ class Core(Sender):
                 raise f.ProtocolError(f"HEADERS on stream {stream_id}, below a newer stream")
             self._stray(stream_id, None, "HEADERS")
             return
-        if stream_id > self.last_stream + 2:
+        if stream_id != self.last_stream + 2:
             self.skipped.append((self.last_stream + 2, stream_id - 2))
             del self.skipped[:-SKIPPED_MEMORY]
         self.last_stream = stream_id
         try:
             fields, (problem, length) = self.decoder.request(block)
         except HeaderListTooLarge as exc:
-            fields, problem, length = (), None, -1
-            oversized = exc.size
-        else:
-            oversized = 0
+            self._oversized(stream_id, end, exc.size)
+            return
         if refused or problem is not None or (end and length > 0):
             self._refuse(stream_id, refused or f.PROTOCOL_ERROR)
             return
-        if self.going_away or len(self.streams) >= self.limits.max_streams:
+        if self.going_away or len(self.streams) >= self.max_streams:
             # A flood of streams past the advertised limit counts; those a GOAWAY crossed not.
             self._refuse(stream_id, f.REFUSED_STREAM, counted=not self.going_away)
             return
-        stream = Stream(self, stream_id, self.peer_initial_window, self.initial_recv)
-        stream.remote_closed = end
-        stream.expect = length
+        stream = Stream(
+            self, stream_id, self.peer_initial_window, self.initial_recv, end, length, self.reads
+        )
         self.streams[stream_id] = stream
-        if oversized:
-            self.app.oversized(stream, oversized, self.limits.max_header_list)
-        else:
-            handler = stream.handler = self.app.open(stream, fields)
-            if handler is not None and end:
-                handler.on_data(memoryview(b""), True)
+        handler = stream.handler = self.app.open(stream, fields)
+        if handler is not None and end:
+            handler.on_data(memoryview(b""), True)
+        if stream.local_closed and stream.remote_closed:
+            self.forget(stream)
+
+    def _oversized(self, stream_id: int, end: bool, size: int) -> None:
+        """A request past SETTINGS_MAX_HEADER_LIST_SIZE: the application answers it."""
+        if self.going_away or len(self.streams) >= self.max_streams:
+            self._refuse(stream_id, f.REFUSED_STREAM, counted=not self.going_away)
+            return
+        stream = Stream(
+            self, stream_id, self.peer_initial_window, self.initial_recv, end, -1, self.reads
+        )
+        self.streams[stream_id] = stream
+        self.app.oversized(stream, size, self.limits.max_header_list)
         if stream.local_closed and stream.remote_closed:
             self.forget(stream)
 
@@ -589,12 +615,22 @@ class Core(Sender):
         if stream is None:
             self._not_idle(stream_id, "RST_STREAM")
             return  # closed already: nothing to do
+        rapid = self._rapid(stream)
         stream.local_closed = stream.remote_closed = True
         self.forget(stream)
         if stream.handler is not None:
             stream.handler.on_reset()
-        if not stream.responded and not self.reset_budget.spend(self.clock):
+        if rapid and not self.reset_budget.spend(self.clock):
             self._calm("too many streams reset before their answer (rapid reset)")
+
+    def _rapid(self, stream: Stream) -> bool:
+        """A reset that counts against the budget (CVE-2023-44487): before the answer began,
+        and either in the read that opened the stream or before its request ended. A call
+        the client gives up on later (its deadline, say) costs the server nothing a call
+        does not, so it is not counted, however many there are."""
+        if stream.responded:
+            return False
+        return stream.opened == self.reads or not stream.remote_closed
 
     def _priority(self, stream_id: int, payload: bytes) -> None:
         """PRIORITY (deprecated by RFC 9113, still checked): on any stream, even idle."""

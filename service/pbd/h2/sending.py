@@ -56,10 +56,19 @@ class Stream:
     __slots__ = (
         "id", "conn", "handler", "send_window", "shift", "queue", "local_closed",
         "remote_closed", "responded", "recv_window", "recv_credit", "holding", "held",
-        "expect",
+        "expect", "opened",
     )  # fmt: skip
 
-    def __init__(self, conn: Sender, stream_id: int, send_window: int, recv_window: int) -> None:
+    def __init__(
+        self,
+        conn: Sender,
+        stream_id: int,
+        send_window: int,
+        recv_window: int,
+        remote_closed: bool = False,
+        expect: int = -1,
+        opened: int = 0,
+    ) -> None:
         self.id = stream_id
         self.conn = conn
         self.handler: StreamHandler | None = None
@@ -68,13 +77,14 @@ class Stream:
         # Waiting for window: [payload, end_stream] DATA entries, or (block,) trailers.
         self.queue: deque[list[object]] = deque()
         self.local_closed = False
-        self.remote_closed = False
+        self.remote_closed = remote_closed
         self.responded = False  # the answer's first frame has left
         self.recv_window = recv_window  # what the client may still send on this stream
         self.recv_credit = 0  # taken by the application, not yet granted back
         self.holding = False
         self.held = 0
-        self.expect = -1  # DATA bytes still due by content-length, or -1
+        self.expect = expect  # DATA bytes still due by content-length, or -1
+        self.opened = opened  # the read that opened it (pbd.h2.core.Core.reads)
 
     def send_headers(self, block: Block) -> None:
         if not self.local_closed:
@@ -152,6 +162,12 @@ class Stream:
 
 class Sender:
     """The connection's sending state; ``pbd.h2.core.Core`` adds the reading."""
+
+    __slots__ = (
+        "sink", "streams", "failed", "send_window", "peer_initial_window", "window_shift",
+        "max_send_frame", "encoder", "stalled", "waiting", "out", "receiving", "after_read",
+        "answered",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         # Where frames go when they are written outside a read (None: kept for data_to_send).

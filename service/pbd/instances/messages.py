@@ -46,7 +46,6 @@ class ExecutingInstance(Protocol):
     ) -> None: ...
 
 
-
 def execute_message(
     memory: InstanceMemory,
     batch_id: int,

@@ -44,6 +44,7 @@ class ScaledVersion(Protocol):
     async def add_instance(self) -> object: ...
     async def retire_instance(self, slot: Slot, drain_timeout: float) -> None: ...
 
+
 log = logging.getLogger("pbd.autoscale")
 
 

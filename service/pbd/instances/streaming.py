@@ -39,6 +39,7 @@ class StreamOwner(Protocol):
     def conn(self) -> WorkerLink | None: ...
     def release_batch(self, batch_id: int, blocks: list[Block]) -> None: ...
 
+
 FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
