@@ -11,9 +11,10 @@ checks every answer; a call that fails or times out is an error. Reported per fl
 server: the legitimate calls' p50 and p99 latency and errors, the server's CPU during the
 flood, and what the flood met (connections it needed, the server's GOAWAY codes).
 
-Then memory per idle connection: ``--idle`` connections are opened and held (after the HTTP/2
-handshake, then bare TCP without a preface), and the server process's RSS growth is divided
-by their number; bare ones are held ``--slow-seconds`` to see which server closes them.
+Before the floods, memory per idle connection: ``--idle`` connections are opened and held
+(after the HTTP/2 handshake, then bare TCP without a preface), and the server process's RSS
+growth is divided by their number; bare ones are held ``--slow-seconds`` to see which server
+closes them.
 
 The machine is shared: the load average at the start and end of each window is printed, and
 the numbers to read are the same-run comparisons. Exit code 0 when pbd's legitimate calls
@@ -219,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             tritonserver = opts.tritonserver or install_triton()
             started.append(start_triton(tritonserver, RESULTS, repository, MODEL, []))
         for server in started:
+            # Idle connections first: memory the floods' connections freed would hide theirs.
+            asyncio.run(legitimate(server.target, 1.0, Window(server.name, "warm-up")))
+            if opts.idle:
+                idles.append(idle(server, opts.idle, opts.slow_seconds))
+                print(idles[-1], flush=True)
             for flood in floods:
                 window = measure(server, flood, opts.seconds)
                 windows.append(window)
@@ -229,9 +235,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"{window.attack}",
                     flush=True,
                 )
-            if opts.idle:
-                idles.append(idle(server, opts.idle, opts.slow_seconds))
-                print(idles[-1], flush=True)
     finally:
         for server in started:
             server.stop()
