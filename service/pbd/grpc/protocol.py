@@ -36,7 +36,7 @@ OK_ONLY: Block = (Fixed([*HEAD.fields, *OK.fields]), b"")  # trailers-only, stat
 # grpc core clients refuse a header list over 16 KiB (their SETTINGS_MAX_HEADER_LIST_SIZE):
 # a longer status message (a model's traceback, say) is cut to this many bytes.
 MAX_STATUS_MESSAGE = 8192
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 # A grpc-timeout longer than this (about 30 years) is no deadline, as grpc core's overflow.
 _NO_DEADLINE_S = 1e9
 # Request headers that are transport, not the caller's metadata.
@@ -84,11 +84,12 @@ def answer_status(stream: Stream, code: grpc.StatusCode, details: str) -> None:
 def parse_timeout(value: bytes) -> float | None:
     """A ``grpc-timeout`` in seconds (None: so long it is no deadline). ValueError for a
     value grpc core (Triton) refuses: digits, optional spaces, then one unit letter."""
-    text = value.decode("latin-1")
-    unit = _TIMEOUT_UNITS.get(text[-1:])
-    digits = text[:-1].rstrip(" ")
-    if unit is None or not digits.isdigit() or not digits.isascii():
-        raise ValueError(f"invalid grpc-timeout {text[:32]!r}")
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit():  # bytes.isdigit: ASCII digits only
+        digits = digits.rstrip(b" ")
+        if unit is None or not digits.isdigit():
+            raise ValueError(f"invalid grpc-timeout {value[:32].decode('latin-1')!r}")
     seconds = int(digits) * unit
     return None if seconds > _NO_DEADLINE_S else seconds
 

@@ -219,21 +219,29 @@ class Connection(asyncio.BufferedProtocol):
 
 class Refused(asyncio.Protocol):
     """A connection past the server's limit: the server's SETTINGS and a GOAWAY
-    ENHANCE_YOUR_CALM saying why, then the socket closes (what the client sent is unread)."""
+    ENHANCE_YOUR_CALM saying why; what the client sends is dropped until it closes, or for
+    a second, so that the GOAWAY arrives before the socket closes."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "transport")
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+        self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
+        self.transport = transport
         transport.write(
             f.settings({}) + f.goaway(0, f.ENHANCE_YOUR_CALM, self.reason.encode()[:200])
         )
-        if transport.can_write_eof():
-            transport.write_eof()
-            asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.close)
-        else:
+        if not transport.can_write_eof():
             transport.close()
+            return
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the client is done: close now

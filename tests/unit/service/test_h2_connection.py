@@ -5,6 +5,7 @@ test_h2_connection_hostile.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import struct
@@ -16,6 +17,7 @@ from h2_peer import (
     Frame,
     Peer,
     Recorder,
+    connect,
     data,
     goaway,
     request,
@@ -25,7 +27,8 @@ from h2_peer import (
 )
 
 from pbd.h2 import frames as f
-from pbd.h2.limits import DEFAULT_LIMITS
+from pbd.h2.connection import Refused
+from pbd.h2.limits import DEFAULT_LIMITS, Limits
 
 STREAM_WINDOW = DEFAULT_LIMITS.stream_window
 CONNECTION_WINDOW = DEFAULT_LIMITS.connection_window
@@ -333,3 +336,81 @@ def test_tcp_connections_get_kernel_keepalive() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
 
     run(test)
+
+
+# -- timers, memory, the connection limit ----------------------------------------------------
+
+
+def _limits(**values: float) -> Limits:
+    return Limits(max_ping_strikes=0, **values)  # type: ignore[arg-type]
+
+
+def test_a_connection_without_a_preface_is_closed_after_the_handshake_timeout() -> None:
+    async def main() -> None:
+        async with serve(Recorder(), _limits(handshake_timeout=0.2)) as served:
+            reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+            writer.write(f.PREFACE[:10])  # slowloris: a part, then nothing
+            began = asyncio.get_running_loop().time()
+            frame = await goaway(Peer(reader, writer), f.ENHANCE_YOUR_CALM)
+            assert b"preface" in frame.payload
+            assert asyncio.get_running_loop().time() - began < 5
+            writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_header_block_that_never_ends_is_cut_off() -> None:
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        block = peer.encoder.encode(request())
+        peer.send(f.frame(f.HEADERS, 0, 1, block[:4]))
+        frame = await goaway(peer, f.ENHANCE_YOUR_CALM)
+        assert b"header block" in frame.payload
+
+    run(test, limits=_limits(header_timeout=0.2))
+
+
+def test_an_idle_connection_gets_goaway_no_error_and_a_busy_one_does_not() -> None:
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        peer.send(peer.headers(1, request()))  # open for longer than the idle timeout
+        await asyncio.sleep(0.5)
+        assert conns[0].core.error is None and not conns[0].core.going_away
+        peer.send(f.frame(f.DATA, f.END_STREAM, 1, b""))
+        frames = await peer.closed()
+        assert data(frames) == b"xxx"
+        assert frames[-1].kind == f.GOAWAY and frames[-1].code == f.NO_ERROR
+
+    run(test, limits=_limits(idle_timeout=0.15))
+
+
+def test_connections_share_one_read_buffer() -> None:
+    async def main() -> None:
+        async with serve(Recorder()) as served:
+            peers = [await connect(served.port) for _ in range(3)]
+            buffers = {id(c.shared.read_buffer) for c in served.connections}
+            assert len(buffers) == 1
+            for i, peer in enumerate(peers):
+                await still_serving(peer, 1 + 2 * i)
+                peer.writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_past_the_limit_gets_goaway_and_is_closed() -> None:
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(
+                lambda: Refused("connection limit (2) reached"), "127.0.0.1", 0
+            )
+            stack.push_async_callback(server.wait_closed)
+            stack.callback(server.close)
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f.PREFACE + f.settings({}))
+            frame = await goaway(Peer(reader, writer), f.ENHANCE_YOUR_CALM)
+            assert b"connection limit (2) reached" in frame.payload
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.sleep(0.05)  # the server side closes on the client's EOF
+
+    asyncio.run(main())
