@@ -101,7 +101,7 @@ def updates(output: bytes | memoryview) -> dict[int, int]:
     }
 
 
-# -- receive windows ----------------------------------------------------------------------------
+# -- receive windows ---------------------------------------------------------------------------
 
 
 def test_windows_are_credited_as_data_is_taken_and_held_data_waits() -> None:
@@ -147,7 +147,7 @@ def test_data_dropped_on_a_reset_stream_is_credited_to_the_connection() -> None:
     assert updates(core.data_to_send()) == {0: 120_000}
 
 
-# -- ping policy ----------------------------------------------------------------------------------
+# -- ping policy -------------------------------------------------------------------------------
 
 
 def _pings(core: Core, clock: Clock, n: int, every: float) -> None:
@@ -192,7 +192,7 @@ def test_with_no_call_open_pings_must_be_two_hours_apart() -> None:
     assert core.error is not None
 
 
-# -- rapid reset ------------------------------------------------------------------------------------
+# -- rapid reset -------------------------------------------------------------------------------
 
 
 def test_a_reset_in_the_read_that_opened_the_stream_counts() -> None:
@@ -221,7 +221,7 @@ def test_a_reset_before_the_request_ended_counts_in_any_read() -> None:
     assert core.error is not None
 
 
-# -- O(1) control frames while answers wait ------------------------------------------------------
+# -- O(1) control frames while answers wait -------------------------------------------------
 
 
 def test_settings_that_grow_no_window_leave_waiting_streams_alone() -> None:
