@@ -9,8 +9,10 @@ writes while it handles a read leaves in one ``write`` at its end; what it write
 answer) leaves at once.
 
 Timers (``pbd.h2.limits.Limits``): a new connection has ``handshake_timeout`` for its preface
-and first SETTINGS, a header block ``header_timeout`` for its CONTINUATION frames (both end
-the connection with GOAWAY ENHANCE_YOUR_CALM), and a connection without an open stream is
+and first SETTINGS, a header block ``header_timeout`` for its CONTINUATION frames, and so has a
+frame the core keeps part way in (all end the connection with GOAWAY ENHANCE_YOUR_CALM: a
+slow client holds at most one frame, 64 KiB, no longer than that); a connection without an
+open stream is
 closed with GOAWAY NO_ERROR once it has been idle ``idle_timeout`` (checked every
 ``idle_timeout``, so after one to two of them). None of them costs anything per read.
 """
@@ -123,7 +125,7 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.write(core.data_to_send())
         if core.error is not None:
             self._fail()
-        elif core.block_stream:
+        elif core.block_stream or core.partial:  # a header block or a frame part way in
             if self.block_timer is None and core.limits.header_timeout:
                 self.block_timer = self.loop.call_later(
                     core.limits.header_timeout, self._block_expired
@@ -154,7 +156,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _block_expired(self) -> None:
         self.block_timer = None
-        self._end(f.ENHANCE_YOUR_CALM, "a header block was not completed in time")
+        self._end(f.ENHANCE_YOUR_CALM, "a header block or a frame was not completed in time")
 
     def _idle_check(self) -> None:
         """Idle: no stream open now, and none opened since the last check."""

@@ -44,6 +44,12 @@ DIRECT_MIN = 64 * 1024
 SKIPPED_MEMORY = 16
 
 PREFACE, FIRST_FRAME, OPEN = 0, 1, 2  # Core.stage
+# Control frames of a fixed length (RFC 9113 section 6), checked before a payload is kept.
+FIXED_LENGTHS = {f.PRIORITY: 5, f.RST_STREAM: 4, f.PING: 8, f.WINDOW_UPDATE: 4}
+# Past these a frame is refused before it is kept: SETTINGS with more than 64 values (no
+# client sends more than a few), GOAWAY with more than 16 KiB of debug data.
+MAX_SETTINGS_LENGTH = 6 * 64
+MAX_GOAWAY_LENGTH = 8 + 16 * 1024
 
 
 class Application(Protocol):
@@ -60,7 +66,8 @@ class Application(Protocol):
 class Core(Sender):
     __slots__ = (
         "app", "limits", "clock", "decoder", "stage", "error", "partial", "partial_need",
-        "data_stream", "data_left", "data_end", "direct", "block_stream", "block", "block_size",
+        "data_stream", "data_left", "data_end", "skip_left", "direct", "block_stream", "block",
+        "block_size", "max_header_block",
         "block_end", "block_refused", "last_stream", "reads", "skipped", "recent_resets",
         "going_away", "recv_window", "recv_credit", "initial_recv", "settings_acked",
         "max_streams", "stream_grant", "connection_grant", "settings_budget", "reset_budget",
@@ -89,6 +96,7 @@ class Core(Sender):
         self.data_stream: Stream | None = None
         self.data_left = 0
         self.data_end = False
+        self.skip_left = 0  # bytes of padding or of an ignored frame still to come
         self.direct: Stream | None = None  # the stream whose buffer the last read went into
         # A header block still waiting for CONTINUATION frames.
         self.block_stream = 0
@@ -109,6 +117,7 @@ class Core(Sender):
         self.initial_recv = f.DEFAULT_WINDOW
         self.settings_acked = False
         self.max_streams = limits.max_streams
+        self.max_header_block = limits.max_header_block
         self.stream_grant = limits.stream_window // 2
         self.connection_grant = limits.connection_window // 2
         now = clock()
@@ -258,6 +267,11 @@ class Core(Sender):
                 self._deliver(view[pos : pos + take], self.data_left == 0 and self.data_end)
                 pos += take
                 continue
+            if self.skip_left:  # padding, or a frame that is ignored: never kept
+                take = min(self.skip_left, n - pos)
+                self.skip_left -= take
+                pos += take
+                continue
             if n - pos < f.HEADER_SIZE:
                 self._keep(view[pos:], f.HEADER_SIZE)
                 return
@@ -272,9 +286,23 @@ class Core(Sender):
                 raise f.ProtocolError("header block interrupted")
             if self.stage == FIRST_FRAME and (kind != f.SETTINGS or flags & f.ACK):
                 raise f.ProtocolError("the client's first frame is not SETTINGS")
-            if kind == f.DATA and not flags & f.PADDED:
+            if kind == f.DATA:
+                if flags & f.PADDED:
+                    if n - pos < f.HEADER_SIZE + 1:  # the pad length is needed first
+                        self._keep(view[pos:], f.HEADER_SIZE + 1)
+                        return
+                    self._padded_data(stream_id, flags, length, data[pos + f.HEADER_SIZE])
+                    pos += f.HEADER_SIZE + 1
+                else:
+                    pos += f.HEADER_SIZE
+                    self._data_frame(stream_id, length, length, bool(flags & f.END_STREAM))
+                continue
+            if kind == f.HEADERS or kind == f.CONTINUATION:
+                if length > self.max_header_block:
+                    self._calm("header block too large")
+            elif self._skipped(kind, stream_id, length):
                 pos += f.HEADER_SIZE
-                self._data_frame(stream_id, length, length, bool(flags & f.END_STREAM))
+                self.skip_left = length
                 continue
             if n - pos - f.HEADER_SIZE < length:
                 self._keep(view[pos:], f.HEADER_SIZE + length)
@@ -282,6 +310,28 @@ class Core(Sender):
             payload = bytes(view[pos + f.HEADER_SIZE : pos + f.HEADER_SIZE + length])
             pos += f.HEADER_SIZE + length
             self._frame(kind, flags, stream_id, payload)
+
+    def _skipped(self, kind: int, stream_id: int, length: int) -> bool:
+        """Before a control frame's payload is kept: its length is checked, so that no frame
+        the server would refuse is buffered whole first. True: skip the payload (a frame of
+        an unknown type, a PRIORITY frame answered with a stream error)."""
+        if kind > f.CONTINUATION:
+            return True  # an unknown type: ignored (RFC 9113 section 5.5)
+        fixed = FIXED_LENGTHS.get(kind)
+        if fixed is not None and length != fixed:
+            if kind == f.PRIORITY and stream_id:  # section 6.3: a stream error
+                self._stream_error_on(stream_id, f.FRAME_SIZE_ERROR)
+                return True
+            if kind == f.PRIORITY:
+                raise f.ProtocolError("PRIORITY on stream 0")
+            raise f.ProtocolError(f"frame of type {kind} not {fixed} bytes", f.FRAME_SIZE_ERROR)
+        if kind == f.SETTINGS and length > MAX_SETTINGS_LENGTH:
+            self._calm("SETTINGS frame with too many values")
+        elif kind == f.GOAWAY and length > MAX_GOAWAY_LENGTH:
+            self._calm("GOAWAY debug data too long")
+        elif kind == f.PUSH_PROMISE:
+            raise f.ProtocolError("PUSH_PROMISE from a client")
+        return False
 
     def _keep(self, rest: bytes | memoryview, need: int) -> None:
         self.partial = bytearray(rest)
@@ -292,28 +342,16 @@ class Core(Sender):
             self._headers_frame(stream_id, flags, payload)
         elif kind == f.CONTINUATION:
             self._continuation(stream_id, flags, payload)
-        elif kind == f.DATA:  # padded DATA: whole in one piece
-            data = _unpad(payload)
-            end = bool(flags & f.END_STREAM)
-            self._data_frame(stream_id, len(payload), len(data), end)
-            stream, self.data_left = self.data_stream, 0
-            if data:
-                self._deliver(memoryview(data), end)
-            self.credit(stream, len(payload) - len(data))  # the padding, taken at once
         elif kind == f.SETTINGS:
             self._settings_frame(stream_id, flags, payload)
         elif kind == f.WINDOW_UPDATE:
             if stream_id and stream_id not in self.streams:
-                if len(payload) != 4:
-                    raise f.ProtocolError("WINDOW_UPDATE length not 4", f.FRAME_SIZE_ERROR)
                 self._not_idle(stream_id, "WINDOW_UPDATE")  # on a closed stream: ignored
             else:
                 self.window_update(stream_id, payload)
         elif kind == f.PING:
             if stream_id:
                 raise f.ProtocolError("PING on a stream")
-            if len(payload) != 8:
-                raise f.ProtocolError("PING payload not 8 bytes", f.FRAME_SIZE_ERROR)
             if not flags & f.ACK:
                 self._ping()
                 # After what the read's frames start (Sender.later): an ack then follows
@@ -330,11 +368,19 @@ class Core(Sender):
             if len(payload) < 8:
                 raise f.ProtocolError("GOAWAY shorter than 8 bytes", f.FRAME_SIZE_ERROR)
             self.going_away = True  # the client opens no more streams; the open ones finish
-        elif kind == f.PUSH_PROMISE:
-            raise f.ProtocolError("PUSH_PROMISE from a client")
-        # Frames of unknown types are ignored (RFC 9113 section 5.5).
 
     # -- DATA ------------------------------------------------------------------------------------
+
+    def _padded_data(self, stream_id: int, flags: int, length: int, pad: int) -> None:
+        """A padded DATA frame, read as it comes: its data goes to its stream, then its
+        padding is skipped (the pad length byte and the padding are taken at once)."""
+        if not length:
+            raise f.ProtocolError("padded frame without a pad length", f.FRAME_SIZE_ERROR)
+        if pad >= length:
+            raise f.ProtocolError("padding longer than the frame")
+        self._data_frame(stream_id, length, length - 1 - pad, bool(flags & f.END_STREAM))
+        self.credit(self.data_stream, 1 + pad)
+        self.skip_left = pad
 
     def _data_frame(self, stream_id: int, length: int, data: int, end: bool) -> None:
         """A DATA frame's header: ``length`` bytes of payload (flow-controlled), ``data`` of
@@ -417,8 +463,6 @@ class Core(Sender):
             if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
                 refused = f.PROTOCOL_ERROR  # section 5.3.1: a stream cannot depend on itself
             payload = payload[5:]
-        if len(payload) > self.limits.max_header_block:
-            self._calm("header block too large")
         end = bool(flags & f.END_STREAM)
         if flags & f.END_HEADERS:
             self._header_block(stream_id, payload, end, refused)
@@ -434,7 +478,7 @@ class Core(Sender):
             raise f.ProtocolError("CONTINUATION without a header block")
         self.block.append(payload)
         self.block_size += f.HEADER_SIZE + len(payload)
-        if self.block_size > self.limits.max_header_block:
+        if self.block_size > self.max_header_block:
             self._calm("header block too large")
         if flags & f.END_HEADERS:
             block, self.block = b"".join(self.block), []
@@ -609,8 +653,6 @@ class Core(Sender):
     def _rst_stream(self, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise f.ProtocolError("RST_STREAM on stream 0")
-        if len(payload) != 4:
-            raise f.ProtocolError("RST_STREAM length not 4", f.FRAME_SIZE_ERROR)
         stream = self.streams.get(stream_id)
         if stream is None:
             self._not_idle(stream_id, "RST_STREAM")
@@ -633,20 +675,20 @@ class Core(Sender):
         return stream.opened == self.reads or not stream.remote_closed
 
     def _priority(self, stream_id: int, payload: bytes) -> None:
-        """PRIORITY (deprecated by RFC 9113, still checked): on any stream, even idle."""
+        """PRIORITY (deprecated by RFC 9113, still checked): on any stream, even idle; its
+        length was checked before it was kept (``_skipped``)."""
         if not stream_id:
             raise f.ProtocolError("PRIORITY on stream 0")
-        code = 0
-        if len(payload) != 5:
-            code = f.FRAME_SIZE_ERROR
-        elif int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
-            code = f.PROTOCOL_ERROR
-        if code:
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                self._stream_error(stream, code)
-            else:
-                self._refuse(stream_id, code)
+        if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
+            self._stream_error_on(stream_id, f.PROTOCOL_ERROR)  # section 5.3.1
+
+    def _stream_error_on(self, stream_id: int, code: int) -> None:
+        """A stream error on ``stream_id``, open or not."""
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._stream_error(stream, code)
+        else:
+            self._refuse(stream_id, code)
 
     def _run_after_read(self) -> None:
         callbacks, self.after_read = self.after_read, []

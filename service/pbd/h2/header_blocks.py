@@ -23,10 +23,10 @@ STATIC = HeaderTable.STATIC_TABLE
 STATIC_COUNT = len(STATIC)
 ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
 DEFAULT_TABLE_SIZE = 4096
-CACHE_ENTRIES = 256
+CACHE_ENTRIES = 32
 # gRPC's repeated blocks are a few bytes; a larger one is decoded each time, so that a client
 # sending distinct large blocks cannot make the cache hold megabytes.
-MAX_CACHED_BLOCK = 512
+MAX_CACHED_BLOCK = 256
 
 Fields = tuple[tuple[bytes, bytes], ...]
 # What the connection's check made of a request's fields (pbd.h2.fields): what is wrong with

@@ -45,8 +45,9 @@ class Limits:
     max_header_block: int = 64 * 1024
     max_decoded_header_list: int = 64 * 1024
     # Seconds a new connection has for its preface and first SETTINGS (TLS included), and a
-    # header block for its CONTINUATION frames; an idle connection (no open stream) is closed
-    # with GOAWAY NO_ERROR after ``idle_timeout`` to twice that. 0: no limit.
+    # header block for its CONTINUATION frames (or any frame the core keeps part way in); an
+    # idle connection (no open stream) is closed with GOAWAY NO_ERROR after ``idle_timeout``
+    # to twice that. 0: no limit.
     handshake_timeout: float = 10.0
     header_timeout: float = 10.0
     idle_timeout: float = 300.0

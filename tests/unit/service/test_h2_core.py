@@ -269,3 +269,41 @@ def test_a_header_list_encoded_with_the_table_is_decoded_once_per_block() -> Non
             f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, stream, encoder.encode(REQUEST))
         )
     assert len(core.decoder.cache) <= 2
+
+
+# -- what a connection keeps ----------------------------------------------------------------------
+
+
+def test_frames_the_server_ignores_or_refuses_are_never_kept_whole() -> None:
+    """A client announcing a frame of a megabyte it never finishes makes the server hold
+    nothing of it: an unknown frame type and padding are skipped as they come, a field block
+    past the limit is refused at its frame header."""
+    core = started(App())
+    core.receive(f.frame_header(0x42, 0, 1, 1 << 20) + bytes(1000))
+    assert len(core.partial) == 0 and core.skip_left == (1 << 20) - 1000
+    core.receive(bytes((1 << 20) - 1000) + headers(1))
+    assert core.error is None and core.skip_left == 0 and 1 in core.streams
+    core.receive(f.frame_header(f.HEADERS, 0, 3, 100_000))
+    assert core.error is not None and core.error.code == f.ENHANCE_YOUR_CALM
+
+
+def test_padded_data_split_anywhere_gives_its_data_and_skips_its_padding() -> None:
+    payload = bytes([200]) + b"data" * 50 + bytes(200)
+    wire = headers(1) + f.frame(f.DATA, f.PADDED | f.END_STREAM, 1, payload)
+    for cut in (9 + 30, len(headers(1)) + 5, len(headers(1)) + 9, len(headers(1)) + 10, 400):
+        app = App()
+        core = started(app)
+        core.receive(wire[:cut])
+        if cut >= len(headers(1)):  # inside the DATA frame: at most its header and pad length
+            assert len(core.partial) <= f.HEADER_SIZE + 1
+        core.receive(wire[cut:])
+        assert bytes(app.handlers[1].data) == b"data" * 50 and core.error is None
+
+
+def test_a_control_frame_of_the_wrong_length_is_refused_before_it_is_kept() -> None:
+    core = started(App())
+    core.receive(f.frame_header(f.PING, 0, 0, 64 * 1024))
+    assert core.error is not None and core.error.code == f.FRAME_SIZE_ERROR
+    core = started(App())
+    core.receive(f.frame_header(f.SETTINGS, 0, 0, 6 * 1000))
+    assert core.error is not None and core.error.code == f.ENHANCE_YOUR_CALM
