@@ -142,22 +142,27 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         buffer = bytearray()
-        try:
-            while data := self.sock.recv(1 << 16):
-                buffer += data
-                pos = 0
-                while len(buffer) - pos >= 9:
-                    length = int.from_bytes(buffer[pos : pos + 3], "big")
-                    if len(buffer) - pos < 9 + length:
-                        break
-                    if buffer[pos + 3] == f.GOAWAY:
-                        payload = bytes(buffer[pos + 9 : pos + 9 + length])
-                        code = int.from_bytes(payload[4:8], "big")
-                        self.goaways[f"{code}:{payload[8:40].decode('latin-1')}"] += 1
-                    pos += 9 + length
-                del buffer[:pos]
-        except OSError:
-            pass
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except TimeoutError:  # the socket's timeout is the sender's: quiet is not closed
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            buffer += data
+            pos = 0
+            while len(buffer) - pos >= 9:
+                length = int.from_bytes(buffer[pos : pos + 3], "big")
+                if len(buffer) - pos < 9 + length:
+                    break
+                if buffer[pos + 3] == f.GOAWAY:
+                    payload = bytes(buffer[pos + 9 : pos + 9 + length])
+                    code = int.from_bytes(payload[4:8], "big")
+                    self.goaways[f"{code}:{payload[8:40].decode('latin-1')}"] += 1
+                pos += 9 + length
+            del buffer[:pos]
         self.closed.set()
 
 
@@ -176,7 +181,7 @@ def flood(name: str, host: str, port: int, seconds: float) -> dict[str, object]:
             continue
         connections += 1
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(None)
+        sock.settimeout(5.0)  # a server that stops reading must not hold the flood past its end
         reader = Reader(sock, goaways)
         reader.start()
         n = 0
@@ -188,6 +193,7 @@ def flood(name: str, host: str, port: int, seconds: float) -> dict[str, object]:
                 print(json.dumps({"ready": True}), flush=True)
             began = time.monotonic()
             while time.monotonic() < deadline and not reader.closed.is_set():
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
                 data = spec.batch(n)
                 sock.sendall(data)
                 sent += len(data)

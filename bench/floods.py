@@ -7,9 +7,10 @@ For each server (pbd, then Triton 2.51 as ``scripts/triton.sh`` installs it), se
 ``identity_fp32``: the legitimate client alone, then each flood of ``bench.attacks`` for
 ``--seconds`` from a process of its own, with the legitimate client beside it. The legitimate
 client starts a small ModelInfer call ([1,4] FP32) every 20 ms, each with a 5 s deadline, and
-checks every answer; a call that fails or times out is an error. Reported per flood and
-server: the legitimate calls' p50 and p99 latency and errors, the server's CPU during the
-flood, and what the flood met (connections it needed, the server's GOAWAY codes).
+checks every answer; a call that fails or times out is an error. A server that answered none
+of a window's calls is restarted before the next flood (the table says so). Reported per
+flood and server: the legitimate calls' p50 and p99 latency and errors, the server's CPU
+during the flood, and what the flood met (connections it needed, the server's GOAWAY codes).
 
 Before the floods, memory per idle connection: ``--idle`` connections are opened and held
 (after the HTTP/2 handshake, then bare TCP without a preface), and the server process's RSS
@@ -28,10 +29,12 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -64,6 +67,7 @@ class Window:
     cpu_s: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)
     attack: dict[str, object] = field(default_factory=dict)
+    restarted: bool = False  # every call failed: the server was restarted after the window
 
 
 async def legitimate(target: str, seconds: float, window: Window) -> None:
@@ -72,7 +76,6 @@ async def legitimate(target: str, seconds: float, window: Window) -> None:
     latencies: list[float] = []
     async with grpc.aio.insecure_channel(target) as channel:
         call = channel.unary_unary(MODEL_INFER)
-        check_response(await call(payload, timeout=CALL_TIMEOUT_S), SHAPE, data)
 
         async def one() -> None:
             began = time.perf_counter()
@@ -110,14 +113,20 @@ def measure(server: ServerProcess, flood: str, seconds: float) -> Window:
             text=True,
         )
         assert attacker.stdout is not None
-        attacker.stdout.readline()  # {"ready": true}: the flood proper starts
+        # {"ready": true}: the flood proper starts (a server that takes nothing may keep it)
+        select.select([attacker.stdout], [], [], 30)
         cpu = procstat.tree_cpu_seconds(server.pid)
     try:
         asyncio.run(legitimate(server.target, seconds, window))
     finally:
         if attacker is not None:
-            out, _ = attacker.communicate(timeout=seconds + 60)
-            window.attack = json.loads(out.strip().splitlines()[-1])
+            try:
+                out, _ = attacker.communicate(timeout=seconds + 30)
+            except subprocess.TimeoutExpired:
+                attacker.kill()
+                out, _ = attacker.communicate()
+            lines = [line for line in out.splitlines() if line.startswith('{"flood"')]
+            window.attack = json.loads(lines[-1]) if lines else {"flood": flood, "stuck": True}
     window.cpu_s = procstat.tree_cpu_seconds(server.pid) - cpu
     window.load = (began_load, os.getloadavg()[0])
     time.sleep(1.5)  # closed connections linger (GOAWAY, then close) before the next window
@@ -184,6 +193,8 @@ def table(windows: list[Window], servers: list[str]) -> str:
                 assert isinstance(goaways, dict)
                 codes = ", ".join(f"{k} ×{v}" for k, v in sorted(goaways.items())) or "no GOAWAY"
                 met = f"{w.attack['connections']} conn., {codes}"
+            if w.restarted:
+                met += "; served nothing more: restarted"
             row += (
                 f" {w.p50_ms:.2f} | {w.p99_ms:.2f} | {w.errors}/{w.calls} | {w.cpu_s:.1f} | {met} |"
             )
@@ -210,16 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     floods = ["none"] + [n for n in FLOODS if not opts.only or any(t in n for t in opts.only)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     repository = ROOT / "examples" / "models"
-    started: list[ServerProcess] = []
+    prefix = f"pbdfloods{os.getpid()}"
+    starters: dict[str, Callable[[], ServerProcess]] = {
+        "pbd": lambda: start_pbd(sys.executable, RESULTS, repository, MODEL, prefix, [])
+    }
+    if not opts.no_triton:
+        tritonserver = opts.tritonserver or install_triton()
+        starters["triton"] = lambda: start_triton(tritonserver, RESULTS, repository, MODEL, [])
     windows: list[Window] = []
     idles: list[Idle] = []
-    try:
-        prefix = f"pbdfloods{os.getpid()}"
-        started.append(start_pbd(sys.executable, RESULTS, repository, MODEL, prefix, []))
-        if not opts.no_triton:
-            tritonserver = opts.tritonserver or install_triton()
-            started.append(start_triton(tritonserver, RESULTS, repository, MODEL, []))
-        for server in started:
+    for start in starters.values():
+        server = start()
+        try:
             # Idle connections first: memory the floods' connections freed would hide theirs.
             asyncio.run(legitimate(server.target, 1.0, Window(server.name, "warm-up")))
             if opts.idle:
@@ -235,12 +248,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"{window.attack}",
                     flush=True,
                 )
-    finally:
-        for server in started:
+                if window.calls and window.errors == window.calls:  # it serves no more
+                    window.restarted = True
+                    server.stop()
+                    server = start()
+        finally:
             server.stop()
     print()
     print(f"{procstat.cpu_model()}, {os.cpu_count()} CPUs; load average {os.getloadavg()}")
-    print(table(windows, [s.name for s in started]))
+    print(table(windows, list(starters)))
     for row in idles:
         print(
             f"{row.server}: {row.count} idle connections, {row.handshaken_kib:.1f} KiB each "

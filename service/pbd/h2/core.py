@@ -9,8 +9,10 @@ alone. Python runs per stream event (a request's headers, a piece of its data, i
 reset), never per header field.
 
 Each ``receive`` is one pass over the frames in ``data``, parsed in place: a DATA payload is
-handed to its stream as views of the caller's buffer (the stream copies what it keeps), and
-only a partial frame header or a partial control frame is kept back. Everything written
+handed to its stream as views of the caller's buffer (the stream copies what it keeps),
+padding and frames of unknown types are skipped as they come, and only a partial frame header
+or a partial control frame is kept back, its length checked first (at most a 64 KiB field
+block: nothing the server would refuse is buffered whole). Everything written
 while one read is handled leaves in one write at its end; what is written later (an answer)
 leaves at once. A unary call's handler, started by the read that completed its request, runs
 at the end of that read (:meth:`Sender.later`): a stream the same read reset never starts.
@@ -67,11 +69,10 @@ class Core(Sender):
     __slots__ = (
         "app", "limits", "clock", "decoder", "stage", "error", "partial", "partial_need",
         "data_stream", "data_left", "data_end", "skip_left", "direct", "block_stream", "block",
-        "block_size", "max_header_block",
-        "block_end", "block_refused", "last_stream", "reads", "skipped", "recent_resets",
-        "going_away", "recv_window", "recv_credit", "initial_recv", "settings_acked",
-        "max_streams", "stream_grant", "connection_grant", "settings_budget", "reset_budget",
-        "empty_budget", "ping_strikes", "last_ping",
+        "block_size", "block_end", "block_refused", "last_stream", "reads", "skipped",
+        "recent_resets", "going_away", "recv_window", "recv_credit", "initial_recv",
+        "settings_acked", "max_streams", "max_header_block", "stream_grant", "connection_grant",
+        "settings_budget", "reset_budget", "empty_budget", "ping_strikes", "last_ping",
     )  # fmt: skip
 
     def __init__(
