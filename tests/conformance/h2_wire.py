@@ -13,9 +13,8 @@ import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
-from hpack import Decoder, Encoder
+from h2_peer import Frame, Peer
 
 from pbd.grpc.calls import Calls, Method
 from pbd.grpc.protocol import Context
@@ -23,34 +22,12 @@ from pbd.h2 import frames as f
 from pbd.h2.connection import Connection, Shared
 from pbd.h2.limits import Limits
 
-READ_TIMEOUT_S = 10.0  # only reached when a case fails
 ECHO = b"/t/Echo"  # unary: answers its message
 WAIT = b"/t/Wait"  # unary: never answers (its stream stays half-closed once the request ends)
 HOLD = b"/t/Hold"  # streaming: never reads its requests (they wait; nothing is taken)
 MAX_MESSAGE = 2 << 20
 # The cases sync with PINGs: the ping policy (not an RFC matter) is off here.
 LIMITS = Limits(max_ping_strikes=0)
-
-
-@dataclass
-class Frame:
-    kind: int
-    flags: int
-    stream: int
-    payload: bytes
-    fields: list[tuple[bytes, bytes]] | None = None
-
-    @property
-    def code(self) -> int:
-        """The error code of a RST_STREAM or GOAWAY."""
-        return int(struct.unpack_from(">I", self.payload, 4 if self.kind == f.GOAWAY else 0)[0])
-
-    def __repr__(self) -> str:
-        names = {0: "DATA", 1: "HEADERS", 3: "RST_STREAM", 4: "SETTINGS", 6: "PING"}
-        names.update({7: "GOAWAY", 8: "WINDOW_UPDATE", 9: "CONTINUATION"})
-        detail = f" code={self.code}" if self.kind in (f.RST_STREAM, f.GOAWAY) else ""
-        detail += f" {self.payload[8:]!r}" if self.kind == f.GOAWAY else ""
-        return f"{names.get(self.kind, self.kind)}[{self.stream}]{detail}"
 
 
 class ConnectionClosed(Exception):
@@ -76,26 +53,23 @@ def message(body: bytes = b"hello") -> bytes:
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
-class Client:
+class Client(Peer):
+    """``h2_peer.Peer`` (frames by hand, every server block decoded in order) with what the
+    cases ask: field blocks as literals, a whole echo call, and the RFC's verdicts."""
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.encoder = Encoder()
-        self.decoder = Decoder()
-        self.block = b""
+        super().__init__(reader, writer)
         self.pings = 0
         self.high = 0  # the highest stream id used
+        self.server_settings: dict[int, int] = {}
 
     # -- sending ------------------------------------------------------------------------------
-
-    def send(self, *data: bytes) -> None:
-        self.writer.write(b"".join(data))
 
     def block_of(self, fields: list[tuple[bytes, bytes]]) -> bytes:
         """An HPACK block (literals, no indexing: the server's table is left alone)."""
         return b"".join(f.literal(name, value) for name, value in fields)
 
-    def headers(
+    def headers(  # type: ignore[override]
         self,
         stream: int,
         fields: list[tuple[bytes, bytes]] | None = None,
@@ -114,28 +88,16 @@ class Client:
 
     async def frame(self) -> Frame:
         try:
-            head = await asyncio.wait_for(self.reader.readexactly(9), READ_TIMEOUT_S)
-            high, low, kind, flags, stream = f.HEADER.unpack(head)
-            payload = await asyncio.wait_for(
-                self.reader.readexactly(high << 16 | low), READ_TIMEOUT_S
-            )
+            return await super().frame()
         except (asyncio.IncompleteReadError, ConnectionResetError):
             raise ConnectionClosed([]) from None
-        frame = Frame(kind, flags, stream & 0x7FFFFFFF, payload)
-        if kind in (f.HEADERS, f.CONTINUATION):
-            self.block += payload
-            if flags & f.END_HEADERS:
-                decoded = self.decoder.decode(self.block, raw=True)
-                frame.fields = [(bytes(n), bytes(v)) for n, v in decoded]
-                self.block = b""
-        return frame
 
-    async def until_ping(self) -> list[Frame]:
+    async def until_ping(self, opaque: bytes = b"") -> list[Frame]:
         """Every frame the server sends before it answers a PING sent now (it handles the
         frames it got in order, so this is all it had to say about them); ConnectionClosed
         with those frames if it closes first."""
         self.pings += 1
-        opaque = self.pings.to_bytes(8, "big")
+        opaque = opaque or self.pings.to_bytes(8, "big")
         self.send(f.frame(f.PING, 0, 0, opaque))
         frames: list[Frame] = []
         while True:
@@ -147,7 +109,7 @@ class Client:
                 return frames
             frames.append(frame)
 
-    async def rest(self) -> list[Frame]:
+    async def rest(self) -> list[Frame]:  # Peer.closed, with ConnectionClosed
         frames: list[Frame] = []
         while True:
             try:
@@ -264,7 +226,7 @@ async def connect(
     client.send(f.PREFACE, f.settings(settings or {}))
     first = await client.frame()
     assert (first.kind, first.flags) == (f.SETTINGS, 0), first
-    client.server_settings = dict(struct.iter_unpack(">HI", first.payload))  # type: ignore[attr-defined]
+    client.server_settings = dict(struct.iter_unpack(">HI", first.payload))
     client.send(f.SETTINGS_ACK)
     while (frame := await client.frame()).kind != f.SETTINGS:
         pass

@@ -84,7 +84,7 @@ def test_4_1_the_reserved_bit_of_a_stream_id_is_ignored() -> None:
 
 def test_4_2_data_larger_than_max_frame_size_is_a_frame_size_error() -> None:
     async def case(c: Client) -> None:
-        limit = c.server_settings[f.MAX_FRAME_SIZE]  # type: ignore[attr-defined]
+        limit = c.server_settings[f.MAX_FRAME_SIZE]
         c.send(c.headers(1), f.frame(f.DATA, 0, 1, bytes(limit + 1)))
         await c.connection_error(f.FRAME_SIZE_ERROR)
 
@@ -93,7 +93,7 @@ def test_4_2_data_larger_than_max_frame_size_is_a_frame_size_error() -> None:
 
 def test_4_2_headers_larger_than_max_frame_size_is_a_connection_error() -> None:
     async def case(c: Client) -> None:
-        limit = c.server_settings[f.MAX_FRAME_SIZE]  # type: ignore[attr-defined]
+        limit = c.server_settings[f.MAX_FRAME_SIZE]
         c.send(f.frame(f.HEADERS, f.END_HEADERS, 1, bytes(limit + 1)))
         await c.connection_error(f.FRAME_SIZE_ERROR)
 
@@ -281,7 +281,7 @@ def test_5_1_1_a_new_stream_below_an_opened_one_is_a_connection_error() -> None:
 
 def test_5_1_2_streams_past_max_concurrent_streams_are_refused() -> None:
     async def case(c: Client) -> None:
-        limit = c.server_settings[f.MAX_CONCURRENT_STREAMS]  # type: ignore[attr-defined]
+        limit = c.server_settings[f.MAX_CONCURRENT_STREAMS]
         c.send(*(c.headers(1 + 2 * i) for i in range(limit + 1)))
         frames = await c.no_error_but_resets()
         assert [(x.stream, x.code) for x in frames] == [(1 + 2 * limit, f.REFUSED_STREAM)]
@@ -504,7 +504,7 @@ def test_6_5_2_an_unknown_setting_is_ignored() -> None:
 
 def test_6_5_2_the_server_advertises_max_header_list_size() -> None:
     async def case(c: Client) -> None:
-        assert c.server_settings.get(f.MAX_HEADER_LIST_SIZE, 0) > 0  # type: ignore[attr-defined]
+        assert c.server_settings.get(f.MAX_HEADER_LIST_SIZE, 0) > 0
 
     run(case)
 
@@ -624,7 +624,7 @@ def test_6_9_1_data_past_the_connection_window_is_a_flow_control_error() -> None
     """Requests nobody reads hold the windows: past the connection's, the connection ends."""
 
     async def case(c: Client) -> None:
-        window = c.server_settings[f.INITIAL_WINDOW_SIZE]  # type: ignore[attr-defined]
+        window = c.server_settings[f.INITIAL_WINDOW_SIZE]
         streams = 64 * (1 << 20) // window  # the connection window pbd grants: 64 MiB
         for i in range(streams):
             c.send(c.headers(1 + 2 * i, request(HOLD)))
@@ -638,7 +638,7 @@ def test_6_9_1_data_past_the_connection_window_is_a_flow_control_error() -> None
 
 def test_6_9_1_data_past_a_stream_window_is_a_stream_error() -> None:
     async def case(c: Client) -> None:
-        window = c.server_settings[f.INITIAL_WINDOW_SIZE]  # type: ignore[attr-defined]
+        window = c.server_settings[f.INITIAL_WINDOW_SIZE]
         c.send(c.headers(1, request(HOLD)))
         c.send(*(f.frame(f.DATA, 0, 1, CHUNK) for _ in range(window // len(CHUNK))))
         c.send(f.frame(f.DATA, 0, 1, b"x"))
@@ -803,7 +803,7 @@ def test_10_5_1_a_header_list_past_the_advertised_size_is_not_served() -> None:
     serve the request (it answers it instead: for gRPC, with a status)."""
 
     async def case(c: Client) -> None:
-        limit = c.server_settings.get(f.MAX_HEADER_LIST_SIZE, 16384)  # type: ignore[attr-defined]
+        limit = c.server_settings.get(f.MAX_HEADER_LIST_SIZE, 16384)
         c.send(c.headers(1, request(ECHO, (b"x-big", b"v" * limit))))
         c.send(f.frame(f.DATA, f.END_STREAM, 1, message()))
         frames = [x for x in await c.until_ping() if x.stream == 1]

@@ -43,6 +43,13 @@ class Frame:
         offset = 4 if self.kind == f.GOAWAY else 0
         return int(struct.unpack_from(">I", self.payload, offset)[0])
 
+    def __repr__(self) -> str:  # what a failed assertion shows
+        names = {0: "DATA", 1: "HEADERS", 3: "RST_STREAM", 4: "SETTINGS", 6: "PING"}
+        names.update({7: "GOAWAY", 8: "WINDOW_UPDATE", 9: "CONTINUATION"})
+        detail = f" code={self.code}" if self.kind in (f.RST_STREAM, f.GOAWAY) else ""
+        detail += f" {self.payload[8:]!r}" if self.kind == f.GOAWAY else ""
+        return f"{names.get(self.kind, self.kind)}[{self.stream}]{detail}"
+
 
 class Peer:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
