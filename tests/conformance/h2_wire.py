@@ -14,12 +14,11 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from h2_peer import Frame, Peer
+from h2_peer import Frame, Peer, serve
 
 from pbd.grpc.calls import Calls, Method
 from pbd.grpc.protocol import Context
 from pbd.h2 import frames as f
-from pbd.h2.connection import Connection, Shared
 from pbd.h2.limits import Limits
 
 ECHO = b"/t/Echo"  # unary: answers its message
@@ -193,23 +192,8 @@ async def server() -> AsyncIterator[int]:
         WAIT: Method(False, _wait, _same, _same),
         HOLD: Method(True, _hold, _same, _same),
     }
-    calls = Calls(methods, MAX_MESSAGE, None)
-    shared = Shared(LIMITS)
-    connections: list[Connection] = []
-
-    def make() -> Connection:
-        connection = Connection(calls, lambda c: None, shared)
-        connections.append(connection)
-        return connection
-
-    listener = await asyncio.get_running_loop().create_server(make, "127.0.0.1", 0)
-    try:
-        yield listener.sockets[0].getsockname()[1]
-    finally:
-        listener.close()
-        for connection in connections:
-            connection.close()
-        await listener.wait_closed()
+    async with serve(Calls(methods, MAX_MESSAGE, None), LIMITS) as served:
+        yield served.port
 
 
 async def connect(
