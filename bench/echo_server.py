@@ -58,7 +58,7 @@ async def _model_infer(
 
 async def serve_pbd(port: int) -> None:
     from pbd.grpc.calls import Calls, Method
-    from pbd.h2.connection import Connection
+    from pbd.h2.connection import Connection, Shared
 
     method = Method(
         streaming=False,
@@ -68,8 +68,9 @@ async def serve_pbd(port: int) -> None:
     )
     calls = Calls({f"/{SERVICE}/ModelInfer".encode(): method}, 2**31 - 1, None)
     loop = asyncio.get_running_loop()
+    shared = Shared()
     server = await loop.create_server(
-        lambda: Connection(calls, lambda _: None), "127.0.0.1", port, reuse_address=True
+        lambda: Connection(calls, lambda _: None, shared), "127.0.0.1", port, reuse_address=True
     )
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

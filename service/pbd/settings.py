@@ -182,6 +182,36 @@ class Settings:
     grpc_max_concurrent_rpcs: int = _opt(
         0, "gRPC calls served at once (0: unbounded); more are refused by gRPC itself"
     )
+    grpc_max_connections: int = _opt(
+        0,
+        "gRPC connections held at once (0: three quarters of the open-file limit, at most "
+        "4096); one more gets GOAWAY ENHANCE_YOUR_CALM and is closed",
+    )
+    grpc_handshake_timeout_secs: float = _opt(
+        10.0, "time a new gRPC connection has for TLS, the HTTP/2 preface and SETTINGS (0: none)"
+    )
+    grpc_header_timeout_secs: float = _opt(
+        10.0, "time a request's header block may take over CONTINUATION frames (0: none)"
+    )
+    grpc_idle_timeout_secs: float = _opt(
+        300.0, "a gRPC connection with no call open this long gets GOAWAY and closes (0: never)"
+    )
+    grpc_max_header_list_bytes: int = _opt(
+        16384,
+        "largest request header list (SETTINGS_MAX_HEADER_LIST_SIZE, Triton's value); a "
+        "larger one is answered UNAVAILABLE",
+    )
+    grpc_keepalive_permit_without_calls: bool = _opt(
+        False, "Triton's: keepalive PINGs while no call is open follow the interval below too"
+    )
+    grpc_http2_min_recv_ping_interval_without_data: int = _opt(
+        300000,
+        "Triton's: ms between a client's PINGs while the server sends no HEADERS or DATA; a "
+        "sooner PING is a strike (2 h while no call is open)",
+    )
+    grpc_http2_max_ping_strikes: int = _opt(
+        2, "Triton's: strikes before GOAWAY ENHANCE_YOUR_CALM too_many_pings (0: any PINGs)"
+    )
     exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
 
     @classmethod

@@ -23,6 +23,11 @@ from pathlib import Path
 
 from pbd.errors import PbdError
 from pbd.grpc import convert
+from pbd.h2 import frames as h2frames
+from pbd.h2.core import Core
+from pbd.h2.header_blocks import Fields
+from pbd.h2.limits import Limits
+from pbd.h2.sending import Stream
 from pbd.http import tensors
 from pbd.instance.memory import InstanceMemory
 from pbd.memory.client_shm import ClientShmRegistry
@@ -223,3 +228,84 @@ def check_framing(data: bytes) -> str:
     assert data.startswith(encoded)
     assert (end == "eof") == (encoded == data)
     return end
+
+
+# -- pbd.h2: the HTTP/2 server core ----------------------------------------------------------
+
+MAX_H2_INPUT = 64 * 1024
+
+
+class _H2Handler:
+    def __init__(self, events: list[object], stream: int) -> None:
+        self.events = events
+        self.stream = stream
+
+    def on_data(self, chunk: memoryview, end: bool) -> None:
+        self.events.append(("data", self.stream, bytes(chunk), end))
+
+    def room(self) -> memoryview | None:
+        return None
+
+    def wrote(self, n: int, end: bool) -> None:
+        raise AssertionError("no room was offered")
+
+    def on_reset(self) -> None:
+        self.events.append(("reset", self.stream))
+
+
+class _H2App:
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def open(self, stream: Stream, headers: Fields) -> _H2Handler:
+        self.events.append(("open", stream.id, headers))
+        return _H2Handler(self.events, stream.id)
+
+    def oversized(self, stream: Stream, size: int, limit: int) -> None:
+        self.events.append(("oversized", stream.id, size))
+        stream.reset()
+
+
+def _h2_run(data: bytes, cuts: list[int]) -> tuple[int | None, list[object], list[bytes], int]:
+    """The core fed ``data`` in pieces ending at ``cuts``: its error code, the application's
+    events, the frames it wrote, and the streams left open. The frames are sorted, and PING
+    acks are only counted when no error came: an ack is written at the end of its PING's
+    read, so where a read ends moves it, and a connection error in the same read drops it."""
+    app = _H2App()
+    core = Core(app, Limits(max_ping_strikes=0))
+    out = bytearray(core.data_to_send())
+    start = 0
+    for end in [*cuts, len(data)]:
+        core.receive(data[start:end])
+        out += core.data_to_send()
+        start = end
+    frames, pos = [], 0
+    while pos + 9 <= len(out):
+        length = int.from_bytes(out[pos : pos + 3], "big")
+        frames.append(bytes(out[pos : pos + 9 + length]))
+        pos += 9 + length
+    assert pos == len(out), "the core wrote a partial frame"
+    if core.error is not None:
+        assert frames[-1][3] == h2frames.GOAWAY, "a connection error ends with GOAWAY"
+        assert int.from_bytes(frames[-1][13:17], "big") == core.error.code
+        assert not core.streams, "a connection error resets every stream"
+    code = core.error.code if core.error is not None else None
+    acks = [x for x in frames if x[3] == h2frames.PING]
+    frames = [x for x in frames if x[3] != h2frames.PING]
+    if code is None:
+        frames.append(b"%d PING acks" % len(acks))
+    return code, app.events, sorted(frames), len(core.streams)
+
+
+def check_h2_frames(data: bytes) -> str:
+    """``pbd.h2.core`` on a client's bytes (the preface and SETTINGS, then ``data``): nothing
+    escapes but a connection error (written as GOAWAY, every stream reset), and the bytes
+    fed in one piece, byte by byte or cut at a few places give the same verdict, the same
+    events to the application and the same frames back."""
+    data = h2frames.PREFACE + h2frames.settings({}) + data[:MAX_H2_INPUT]
+    whole = _h2_run(data, [])
+    if len(data) <= 4096:
+        assert _h2_run(data, list(range(1, len(data)))) == whole
+    step = max(1, len(data) // 5)
+    assert _h2_run(data, list(range(7, len(data), step))) == whole
+    return "error" if whole[0] is not None else "taken"

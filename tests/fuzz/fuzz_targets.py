@@ -2,7 +2,8 @@
 
     python tests/fuzz/fuzz_targets.py TARGET [CORPUS_DIR ...] [libFuzzer flags, e.g. -runs=N]
 
-Targets: grpc_request, http_request, config_pbtxt, config_json, framing. An input that breaks
+Targets: grpc_request, http_request, config_pbtxt, config_json, framing, h2_frames. An input
+that breaks
 the oracle (an exception other than PbdError, a failed assertion) is a crash: libFuzzer
 writes it to ``crash-*`` and exits non-zero; one that runs past ``-timeout`` is a hang.
 ``--seed DIR`` (instead of fuzzing) writes a small corpus of well-formed inputs to start from.
@@ -64,7 +65,14 @@ def framing(data: bytes) -> None:
     oracles.check_framing(data)
 
 
-TARGETS = {f.__name__: f for f in (grpc_request, http_request, config_pbtxt, config_json, framing)}
+def h2_frames(data: bytes) -> None:
+    oracles.check_h2_frames(data)
+
+
+TARGETS = {
+    f.__name__: f
+    for f in (grpc_request, http_request, config_pbtxt, config_json, framing, h2_frames)
+}
 
 
 def _seeds(target: str) -> list[bytes]:
@@ -93,6 +101,14 @@ def _seeds(target: str) -> list[bytes]:
         ]
     if target == "config_json":
         return [oracles.CONFIGS[1].to_json().encode()]
+    if target == "h2_frames":
+        from pbd.h2 import frames as f
+
+        block = b"".join(f.literal(n, v) for n, v in [(b":method", b"POST"), (b":path", b"/x")])
+        return [
+            f.frame(f.HEADERS, f.END_HEADERS, 1, block) + f.frame(f.DATA, f.END_STREAM, 1, b"ab"),
+            f.frame(f.PING, 0, 0, bytes(8)) + f.window_update(0, 10) + f.rst_stream(1, 8),
+        ]
     return [b"\x03\x00\x00\x00abc\x00\x00\x00\x00"]
 
 

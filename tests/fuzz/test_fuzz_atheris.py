@@ -19,7 +19,7 @@ from fuzz_oracles import tally
 pytest.importorskip("atheris")
 
 TARGETS_SCRIPT = Path(__file__).with_name("fuzz_targets.py")
-# Runs per target, sized so all five take ~10 s of CPU; framing does a socket pair and an
+# Runs per target, sized so all six take ~12 s of CPU; framing does a socket pair and an
 # event loop per input.
 RUNS = {
     "grpc_request": 4_000,
@@ -27,6 +27,7 @@ RUNS = {
     "config_pbtxt": 3_000,
     "config_json": 3_000,
     "framing": 1_000,
+    "h2_frames": 3_000,
 }
 PER_INPUT_TIMEOUT_S = 10
 # Far above what RUNS take (a few seconds on a loaded 2-core machine); only a hang gets here.

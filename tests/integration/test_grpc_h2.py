@@ -159,26 +159,55 @@ MODEL_INFER = [
 ]
 
 
-def test_rapid_reset_and_floods_leave_the_daemon_serving(daemon: Daemon) -> None:
+def _send_until_closed(sock: socket.socket, data: bytes) -> None:
+    """What an attacker does: send until the server closes (it may, part way)."""
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def _goaway_code_and_reason(data: bytes) -> tuple[int, bytes]:
+    pos, last = 0, None
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        if data[pos + 3] == f.GOAWAY:
+            last = data[pos + 9 : pos + 9 + length]
+        pos += 9 + length
+    assert last is not None, "no GOAWAY"
+    return int.from_bytes(last[4:8], "big"), last[8:]
+
+
+@pytest.mark.parametrize("flood", ["rapid reset", "pings", "settings"])
+def test_floods_get_goaway_enhance_your_calm_and_the_daemon_keeps_serving(
+    daemon: Daemon, flood: str
+) -> None:
     encoder = Encoder()
     message = b"\x00\x00\x00\x00\x00"  # an empty ModelInfer request: answered or cancelled
     wire = [f.PREFACE, f.settings({})]
-    for i in range(3000):
-        stream = 1 + 2 * i
-        block = encoder.encode(MODEL_INFER)
-        wire += [
-            f.frame(f.HEADERS, f.END_HEADERS, stream, block),
-            f.frame(f.DATA, f.END_STREAM, stream, message),
-            f.rst_stream(stream, f.CANCEL),
-        ]
-    wire += [f.frame(f.PING, 0, 0, b"12345678")] * 20_000
-    wire += [f.settings({f.MAX_FRAME_SIZE: 20_000})] * 5_000
+    if flood == "rapid reset":
+        for i in range(3000):
+            stream = 1 + 2 * i
+            block = encoder.encode(MODEL_INFER)
+            wire += [
+                f.frame(f.HEADERS, f.END_HEADERS, stream, block),
+                f.frame(f.DATA, f.END_STREAM, stream, message),
+                f.rst_stream(stream, f.CANCEL),
+            ]
+    elif flood == "pings":
+        wire += [f.frame(f.PING, 0, 0, b"12345678")] * 20_000
+    else:
+        wire += [f.settings({f.MAX_FRAME_SIZE: 20_000})] * 5_000
     with _raw(daemon) as attacker, ThreadPoolExecutor(2) as pool:
-        reading = pool.submit(_read_until_closed, attacker)  # slowly would do as well
-        sending = pool.submit(attacker.sendall, b"".join(wire))
+        reading = pool.submit(_read_until_closed, attacker)
+        sending = pool.submit(_send_until_closed, attacker, b"".join(wire))
         _serves(daemon.client())  # while the attack is under way
         sending.result(timeout=SETTLE_TIMEOUT_S)
-        attacker.shutdown(socket.SHUT_WR)
         answered = reading.result(timeout=SETTLE_TIMEOUT_S)
-    assert f.frame(f.PING, f.ACK, 0, b"12345678") in answered
+    code, reason = _goaway_code_and_reason(answered)
+    assert code == f.ENHANCE_YOUR_CALM
+    assert {"rapid reset": b"rapid reset", "pings": b"too_many_pings", "settings": b"SETTINGS"}[
+        flood
+    ] in reason
     _serves(daemon.client())

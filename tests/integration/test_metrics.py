@@ -192,9 +192,7 @@ def test_nv_families_match_triton_and_failures_count_as_triton_counts_them(
     error_of(lambda: client.infer("raise_in_execute", wrong))
 
     text, samples = scrape(daemon.metrics_url)
-    exported = {
-        f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("nv_")
-    }
+    exported = {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("nv_")}
     for name in ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"):
         assert name in exported, name
     for name, family in exported.items():

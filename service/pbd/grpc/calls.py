@@ -2,10 +2,11 @@
 ``grpc-timeout`` deadlines, ``grpc-encoding`` compression, status in trailers.
 
 A call is one :class:`pbd.h2.sending.Stream`. A unary call's handler starts once its single
-request message is in: at once, in that read, up to where it first waits, then as a task
-(``pbd.grpc.eager``); it may send its answer before it returns (``Context.answer``). A
-streaming call's handler starts at once as a task and reads its requests from an async
-iterator fed as messages arrive. Handlers have the shape grpc.aio's
+request message is in: in that read (at its end, so that a call the same read reset never
+starts), up to where it first waits, then as a task (``pbd.grpc.eager``); it may send its
+answer before it returns (``Context.answer``). A streaming call's handler starts at once as a
+task and reads its requests from an async iterator fed as messages arrive; while messages wait
+in it, the stream's receive window is not credited. Handlers have the shape grpc.aio's
 have (``handler(request, context)``), and the context offers what pbd's servicer uses of
 grpc.aio's: ``invocation_metadata()`` and ``abort(code, details)`` (``pbd.grpc.protocol``). A
 client's RST_STREAM, a dropped connection or an expired deadline cancels the handler's task.
@@ -29,6 +30,8 @@ from pbd.grpc.eager import Started
 from pbd.grpc.protocol import (
     ENCODINGS,
     HEAD,
+    HEAD_BLOCK,
+    OK_ONLY,
     OK_TRAILERS,
     Abort,
     Buffer,
@@ -59,7 +62,7 @@ class Call:
 
     __slots__ = (
         "stream", "method", "context", "calls", "max_message", "encoding", "deframer",
-        "request", "requests", "task", "timed", "expired", "done",
+        "request", "requests", "task", "timed", "expired", "done", "loop",
     )  # fmt: skip
 
     def __init__(
@@ -84,12 +87,15 @@ class Call:
         self.timed = timeout is not None
         self.expired = False
         self.done = False
+        loop = calls.loop
+        assert loop is not None  # Calls.open has it
+        self.loop = loop
         calls.active += 1
         if timeout is not None:
-            calls.deadlines.add(stream.conn.loop, self, timeout, self._expire)
+            calls.deadlines.add(loop, self, timeout, self._expire)
         if method.streaming:
-            self.requests = Requests(self._decode)
-            self.task = stream.conn.loop.create_task(self._run_stream())
+            self.requests = Requests(self._decode, stream.release)
+            self.task = loop.create_task(self._run_stream())
 
     # -- from the stream --------------------------------------------------------------------
 
@@ -102,17 +108,20 @@ class Call:
         except Abort as exc:
             self._finish_error(exc.code, exc.details)
             return
-        if end:
-            if self.requests is not None:
-                self.requests.ended = True
-                self.requests.wake()
-            elif self.deframer.pending:
+        requests = self.requests
+        if requests is not None:
+            if requests.items:
+                self.stream.hold()  # credited again when the handler has taken them
+            if end:
+                requests.ended = True
+                requests.wake()
+        elif end:
+            if self.deframer.pending:
                 self._finish_error(grpc.StatusCode.INTERNAL, "Incomplete request message")
             elif self.request is None:
                 self._finish_error(grpc.StatusCode.INTERNAL, "No request message")
             elif self.task is None:
-                request, self.request = self.request, None
-                self._start_unary(request)
+                self.stream.conn.later(self._start_unary)
 
     def room(self) -> memoryview | None:
         """Where the connection may read the rest of a large message straight in."""
@@ -200,19 +209,23 @@ class Call:
 
     # -- running the handler -------------------------------------------------------------------
 
-    def _start_unary(self, message: Message) -> None:
-        """Run the handler now, in the read that completed its request, up to where it first
-        waits (for ModelInfer: its Execute is on the way to the worker); a task takes it from
-        there. Started as a task, it would run only on the loop's next turn, and the request
-        would reach its worker that much later. It runs in a context of its own, as a task's
-        coroutine does, and that context goes with it into the task."""
+    def _start_unary(self) -> None:
+        """Run the handler now, at the end of the read that completed its request, up to
+        where it first waits (for ModelInfer: its Execute is on the way to the worker); a
+        task takes it from there. Started as a task, it would run only on the loop's next
+        turn, and the request would reach its worker that much later. It runs in a context
+        of its own, as a task's coroutine does, and that context goes with it into the task.
+        A call reset (or expired) before then never starts."""
+        message, self.request = self.request, None
+        if self.done or message is None:
+            return
         coro = self._run_unary(message)
         context = contextvars.copy_context()
         try:
             waiting = context.run(coro.send, None)
         except StopIteration:
             return  # answered (or failed) without waiting for anything
-        self.task = self.stream.conn.loop.create_task(Started(coro, waiting), context=context)
+        self.task = self.loop.create_task(Started(coro, waiting), context=context)
 
     async def _run_unary(self, message: Message) -> None:
         method = self.method
@@ -241,7 +254,7 @@ class Call:
         if not self.done:
             self.done = True
             self._release()
-            self.stream.send_all(HEAD, len(body).to_bytes(5, "big"), body, OK_TRAILERS)
+            self.stream.send_all(HEAD_BLOCK, len(body).to_bytes(5, "big"), body, OK_TRAILERS)
 
     async def _run_stream(self) -> None:
         stream = self.stream
@@ -252,7 +265,7 @@ class Call:
                     return
                 body = self.method.serialize(response)
                 if not started:
-                    stream.send_headers(HEAD)
+                    stream.send_headers(HEAD_BLOCK)
                     started = True
                 stream.send_data(len(body).to_bytes(5, "big") + body)
         except Abort as exc:
@@ -265,7 +278,7 @@ class Call:
             if not self.done:
                 self.done = True
                 self._release()
-                stream.send_trailers(OK_TRAILERS if started else HEAD + OK_TRAILERS)
+                stream.send_trailers(OK_TRAILERS if started else OK_ONLY)
 
     def _cancelled(self, started: bool = False) -> None:
         if self.expired:
@@ -283,7 +296,7 @@ class Call:
         self.done = True
         self._release()
         block = trailers(code, details)
-        self.stream.send_trailers(block if started else HEAD + block)
+        self.stream.send_trailers((None, block) if started else (HEAD, block))
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()
 
@@ -319,23 +332,43 @@ class Calls:
         self.accepting = True
         self.reservations = Reservations()
         self.deadlines = Deadlines()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop of the first call
 
     def open(self, stream: Stream, headers: Fields) -> Call | None:
         path = b""
         content_type = b""
+        method_name = b""
         timeout: float | None = None
+        bad_timeout = b""
         encoding = b"identity"
         for name, value in headers:
             if name == b":path":
                 path = value
             elif name == b"content-type":
                 content_type = value
+            elif name == b":method":
+                method_name = value
             elif name == b"grpc-timeout":
-                timeout = parse_timeout(value)
+                try:
+                    timeout = parse_timeout(value)
+                except ValueError:
+                    bad_timeout = value or b" "
             elif name == b"grpc-encoding":
                 encoding = value
         if not content_type.startswith(b"application/grpc"):
-            stream.send_trailers(f.literal(b":status", b"415"))
+            stream.send_trailers((None, f.literal(b":status", b"415")))
+            return None
+        if method_name != b"POST":  # grpc core's answer (Triton's), with what came instead
+            shown = method_name.decode("latin-1")
+            answer_status(stream, grpc.StatusCode.UNKNOWN, f"Bad method header {shown!r}: not POST")
+            return None
+        if bad_timeout:  # grpc core resets such a stream (INTERNAL_ERROR: the status INTERNAL)
+            shown = bad_timeout.strip().decode("latin-1")
+            answer_status(
+                stream,
+                grpc.StatusCode.INTERNAL,
+                f"Invalid grpc-timeout {shown!r}: digits, then H, M, S, m, u or n",
+            )
             return None
         method = self.methods.get(path)
         if method is None:
@@ -349,4 +382,16 @@ class Calls:
                 stream, grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!"
             )
             return None
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
         return Call(stream, method, headers, self, timeout, encoding)
+
+    def oversized(self, stream: Stream, size: int, limit: int) -> None:
+        """Headers past SETTINGS_MAX_HEADER_LIST_SIZE: Triton's status (grpc core answers
+        UNAVAILABLE, then serves nothing more on the connection; pbd goes on serving it)."""
+        answer_status(
+            stream,
+            grpc.StatusCode.UNAVAILABLE,
+            f"The request's header list ({size} bytes) is larger than the server's limit "
+            f"({limit} bytes, SETTINGS_MAX_HEADER_LIST_SIZE; --grpc-max-header-list-bytes)",
+        )

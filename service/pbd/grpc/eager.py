@@ -61,4 +61,3 @@ class Started(collections.abc.Coroutine[Any, Any, Any]):
 
     def __repr__(self) -> str:
         return f"<started {self.coro!r}>"
-

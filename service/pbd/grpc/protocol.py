@@ -15,21 +15,30 @@ import grpc
 
 from pbd.h2 import frames as f
 from pbd.h2.header_blocks import Fields
+from pbd.h2.header_encoding import Block, Fixed
 from pbd.h2.sending import Stream
 
 ENCODINGS = b"identity,deflate,gzip"
-# :status 200 (static index 8); grpc-accept-encoding as grpc core sends it, and as the gRPC
-# compression spec asks of an answer to a message in an encoding the server lacks.
-HEAD = (
-    b"\x88"
-    + f.literal(b"content-type", b"application/grpc")
-    + f.literal(b"grpc-accept-encoding", ENCODINGS)
+# An answer's headers: :status 200; grpc-accept-encoding as grpc core sends it, and as the
+# gRPC compression spec asks of an answer to a message in an encoding the server lacks.
+# Indexed in the client's HPACK table once per connection (pbd.h2.header_encoding).
+HEAD = Fixed(
+    [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-accept-encoding", ENCODINGS),
+    ]
 )
-OK_TRAILERS = f.literal(b"grpc-status", b"0")
+OK = Fixed([(b"grpc-status", b"0")])
+HEAD_BLOCK: Block = (HEAD, b"")
+OK_TRAILERS: Block = (OK, b"")
+OK_ONLY: Block = (Fixed([*HEAD.fields, *OK.fields]), b"")  # trailers-only, status OK
 # grpc core clients refuse a header list over 16 KiB (their SETTINGS_MAX_HEADER_LIST_SIZE):
 # a longer status message (a model's traceback, say) is cut to this many bytes.
 MAX_STATUS_MESSAGE = 8192
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+# A grpc-timeout longer than this (about 30 years) is no deadline, as grpc core's overflow.
+_NO_DEADLINE_S = 1e9
 # Request headers that are transport, not the caller's metadata.
 _NOT_METADATA = {b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
 
@@ -44,6 +53,7 @@ class Abort(Exception):
 
 
 def trailers(code: grpc.StatusCode, details: str) -> bytes:
+    """The status trailers of an answer that is not OK, as literal header fields."""
     block = f.literal(b"grpc-status", str(code.value[0]).encode())
     if details:
         message = _percent_encode(details)
@@ -68,15 +78,20 @@ def _percent_encode(text: str) -> bytes:
 
 def answer_status(stream: Stream, code: grpc.StatusCode, details: str) -> None:
     """A trailers-only answer: one HEADERS frame carrying the status, ending the stream."""
-    stream.send_trailers(HEAD + trailers(code, details))
+    stream.send_trailers((HEAD, trailers(code, details)))
 
 
 def parse_timeout(value: bytes) -> float | None:
-    text = value.decode("ascii", "replace")
-    unit = _TIMEOUT_UNITS.get(text[-1:])
-    if unit is None or not text[:-1].isdigit() or len(text) > 9:
-        return None
-    return int(text[:-1]) * unit
+    """A ``grpc-timeout`` in seconds (None: so long it is no deadline). ValueError for a
+    value grpc core (Triton) refuses: digits, optional spaces, then one unit letter."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit():  # bytes.isdigit: ASCII digits only
+        digits = digits.rstrip(b" ")
+        if unit is None or not digits.isdigit():
+            raise ValueError(f"invalid grpc-timeout {value[:32].decode('latin-1')!r}")
+    seconds = int(digits) * unit
+    return None if seconds > _NO_DEADLINE_S else seconds
 
 
 class Context:
@@ -129,12 +144,17 @@ Message = tuple[int, Buffer]
 
 
 class Requests:
-    """A streaming call's request messages, as an async iterator."""
+    """A streaming call's request messages, as an async iterator. ``drained`` runs when the
+    handler has taken every message that arrived (the stream's receive window is credited
+    again then: a handler that reads slowly slows its client down, not the server's memory)."""
 
-    __slots__ = ("items", "ended", "waiter", "decode")
+    __slots__ = ("items", "ended", "waiter", "decode", "drained")
 
-    def __init__(self, decode: Callable[[Message], Awaitable[Any]]) -> None:
+    def __init__(
+        self, decode: Callable[[Message], Awaitable[Any]], drained: Callable[[], None]
+    ) -> None:
         self.decode = decode
+        self.drained = drained
         self.items: deque[Message] = deque()
         self.ended = False
         self.waiter: asyncio.Future[None] | None = None
@@ -151,7 +171,10 @@ class Requests:
                 await self.waiter
             finally:
                 self.waiter = None
-        return await self.decode(self.items.popleft())
+        message = self.items.popleft()
+        if not self.items:
+            self.drained()
+        return await self.decode(message)
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():

@@ -10,7 +10,9 @@ end"). grpcio stays the client side of everything (tritonclient, the tests, the 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import resource
 import ssl
 import time
 
@@ -18,11 +20,40 @@ from pbd.dataplane import DataPlane
 from pbd.grpc.calls import Calls
 from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
-from pbd.h2.connection import Connection
+from pbd.h2.connection import Connection, Refused, Shared
+from pbd.h2.limits import Limits
 from pbd.settings import Settings
+
+log = logging.getLogger("pbd.grpc")
 
 # Triton allows messages up to INT32_MAX both ways; gRPC's 4 MiB default breaks large tensors.
 MAX_MESSAGE_BYTES = 2**31 - 1
+# --grpc-max-connections 0: this share of the open-file limit, at most AUTO_MAX_CONNECTIONS
+# (the daemon's other descriptors, workers and shared memory, need the rest).
+AUTO_CONNECTION_SHARE = 0.75
+AUTO_MAX_CONNECTIONS = 4096
+
+
+def limits(settings: Settings) -> Limits:
+    """What each gRPC connection may cost, from the settings (pbd.h2.limits)."""
+    return Limits(
+        max_header_list=settings.grpc_max_header_list_bytes,
+        handshake_timeout=settings.grpc_handshake_timeout_secs,
+        header_timeout=settings.grpc_header_timeout_secs,
+        idle_timeout=settings.grpc_idle_timeout_secs,
+        min_ping_interval=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
+        max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        pings_without_calls=settings.grpc_keepalive_permit_without_calls,
+    )
+
+
+def max_connections(settings: Settings) -> int:
+    if settings.grpc_max_connections:
+        return settings.grpc_max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return AUTO_MAX_CONNECTIONS
+    return max(1, min(AUTO_MAX_CONNECTIONS, int(soft * AUTO_CONNECTION_SHARE)))
 
 
 def _tls(settings: Settings) -> ssl.SSLContext | None:
@@ -50,11 +81,24 @@ class GrpcServer:
         self.calls = calls
         self.settings = settings
         self.tls = tls
+        self.shared = Shared(limits(settings))
+        self.max_connections = max_connections(settings)
+        self.refusing = False
         self.connections: set[Connection] = set()
         self.listener: asyncio.Server | None = None
 
-    def _connection(self) -> Connection:
-        connection = Connection(self.calls, self.connections.discard)
+    def _connection(self) -> Connection | Refused:
+        if len(self.connections) >= self.max_connections:
+            if not self.refusing:  # once per run of refusals, not once per connection
+                self.refusing = True
+                log.warning(
+                    "gRPC connections refused: %d open, --grpc-max-connections %d",
+                    len(self.connections),
+                    self.max_connections,
+                )
+            return Refused(f"connection limit ({self.max_connections}) reached")
+        self.refusing = False
+        connection = Connection(self.calls, self.connections.discard, self.shared)
         self.connections.add(connection)
         return connection
 
@@ -66,18 +110,29 @@ class GrpcServer:
             path = address.removeprefix("unix:")
             if os.path.exists(path) and not os.path.isdir(path):
                 os.unlink(path)  # a stale socket from an earlier run, as grpc core does
-            self.listener = await loop.create_unix_server(self._connection, path, ssl=self.tls)
+            self.listener = await loop.create_unix_server(
+                self._connection, path, ssl=self.tls, ssl_handshake_timeout=self._tls_timeout()
+            )
             os.chmod(path, int(self.settings.grpc_socket_mode, 8))
             return 0
         host = address.strip("[]")
         try:
             self.listener = await loop.create_server(
-                self._connection, host, self.settings.grpc_port, ssl=self.tls, reuse_address=True
+                self._connection,
+                host,
+                self.settings.grpc_port,
+                ssl=self.tls,
+                reuse_address=True,
+                ssl_handshake_timeout=self._tls_timeout(),
             )
         except OSError as exc:
             raise OSError(f"cannot bind gRPC server to {address}:{self.settings.grpc_port}: "
                           f"{exc.strerror or exc}") from None  # fmt: skip
         return int(self.listener.sockets[0].getsockname()[1])
+
+    def _tls_timeout(self) -> float | None:
+        timeout = self.settings.grpc_handshake_timeout_secs
+        return timeout if self.tls is not None and timeout > 0 else None
 
     async def stop(self, grace: float | None) -> None:
         """Refuse new calls, let running ones finish for ``grace`` seconds, then cancel them."""

@@ -12,47 +12,73 @@ The static table and the Huffman code come from python-hyper's ``hpack`` package
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
-from pbd.h2.frames import COMPRESSION_ERROR, ProtocolError
+from pbd.h2.frames import COMPRESSION_ERROR, ENHANCE_YOUR_CALM, ProtocolError
 
 STATIC = HeaderTable.STATIC_TABLE
 STATIC_COUNT = len(STATIC)
 ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
 DEFAULT_TABLE_SIZE = 4096
-CACHE_ENTRIES = 256
+CACHE_ENTRIES = 32
 # gRPC's repeated blocks are a few bytes; a larger one is decoded each time, so that a client
 # sending distinct large blocks cannot make the cache hold megabytes.
-MAX_CACHED_BLOCK = 512
+MAX_CACHED_BLOCK = 256
 
 Fields = tuple[tuple[bytes, bytes], ...]
+# What the connection's check made of a request's fields (pbd.h2.fields): what is wrong with
+# them or None, and the content-length they declare or -1. Cached with the fields.
+Verdict = tuple[str | None, int]
+
+
+class HeaderListTooLarge(Exception):
+    """The block decoded (the table is in step) to a list larger than the advertised limit."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"header list of {size} bytes")
+        self.size = size
 
 
 class Decoder:
-    def __init__(self, max_list_size: int) -> None:
-        self.max_list_size = max_list_size
+    """One connection's HPACK decoding context. A header list larger than ``max_list`` is
+    decoded to its end but not kept (:class:`HeaderListTooLarge`); one larger than
+    ``max_decoded`` stops decoding at once, and the connection with it."""
+
+    def __init__(
+        self,
+        max_list: int,
+        max_decoded: int | None = None,
+        check: Callable[[Fields], Verdict] | None = None,
+    ) -> None:
+        self.max_list = max_list
+        self.max_decoded = max(max_decoded or max_list, max_list)
+        self.check = check or _unchecked
         self.table: deque[tuple[bytes, bytes]] = deque()  # newest first
         self.size = 0
         self.max_size = DEFAULT_TABLE_SIZE
         self.generation = 0
-        self.cache: dict[tuple[bytes, int], Fields] = {}
+        self.cache: dict[tuple[bytes, int], tuple[Fields, Verdict]] = {}
 
-    def decode(self, block: bytes) -> Fields:
+    def request(self, block: bytes) -> tuple[Fields, Verdict]:
+        """A request's header block: its fields and their verdict, from the cache when the
+        same block came before with the table as it is now."""
         key = (block, self.generation)
-        fields = self.cache.get(key)
-        if fields is not None:
-            return fields
+        known = self.cache.get(key)
+        if known is not None:
+            return known
         generation = self.generation
-        fields = self._decode(block)
+        fields = self.decode(block)
+        known = (fields, self.check(fields))
         if self.generation == generation and len(block) <= MAX_CACHED_BLOCK:
             if len(self.cache) >= CACHE_ENTRIES:
                 self.cache.clear()
-            self.cache[key] = fields
-        return fields
+            self.cache[key] = known
+        return known
 
-    def _decode(self, block: bytes) -> Fields:
+    def decode(self, block: bytes) -> Fields:
         fields: list[tuple[bytes, bytes]] = []
         total = 0
         pos, n = 0, len(block)
@@ -66,6 +92,8 @@ class Decoder:
                 field, pos = self._literal(block, pos, index)
                 self._add(field)
             elif byte & 0x20:  # dynamic table size update
+                if total:  # RFC 7541 section 4.2: only at the start of a block
+                    raise ProtocolError("HPACK table size update after a field", COMPRESSION_ERROR)
                 size, pos = _integer(block, pos, 5)
                 if size > DEFAULT_TABLE_SIZE:
                     raise ProtocolError("HPACK table size above the limit", COMPRESSION_ERROR)
@@ -77,10 +105,14 @@ class Decoder:
                 index, pos = _integer(block, pos, 4)
                 field, pos = self._literal(block, pos, index)
             total += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
-            if total > self.max_list_size:
-                # Decoding stopped midway: the table may be out of step with the peer's.
-                raise ProtocolError("header list too large", COMPRESSION_ERROR)
+            if total > self.max_list:
+                if total > self.max_decoded:
+                    # Decoding stops midway: the table may be out of step with the client's.
+                    raise ProtocolError("header list too large", ENHANCE_YOUR_CALM)
+                continue  # decoded for the table's sake, not kept
             fields.append(field)
+        if total > self.max_list:
+            raise HeaderListTooLarge(total)
         return tuple(fields)
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
@@ -149,3 +181,7 @@ def _string(block: bytes, pos: int) -> tuple[bytes, int]:
         except Exception as exc:  # hpack's HPACKDecodingError
             raise ProtocolError(f"HPACK Huffman code: {exc}", COMPRESSION_ERROR) from None
     return data, end
+
+
+def _unchecked(fields: Fields) -> Verdict:
+    return None, -1

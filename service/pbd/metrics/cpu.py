@@ -60,9 +60,7 @@ class CpuMetrics:
         if now is not None:
             last, self._last = self._last or (0, 0), now
             busy, total = now[0] - last[0], now[1] - last[1]
-            utilization = Metric(
-                "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge"
-            )
+            utilization = Metric("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
             utilization.add_sample("nv_cpu_utilization", {}, busy / total if total > 0 else 0.0)
             yield utilization
         try:

@@ -66,9 +66,7 @@ def parse_headers(text: str) -> dict[str, str]:
 
 
 class OtlpHttpSpanExporter(SpanExporter):
-    def __init__(
-        self, resource: Resource, url: str | None, environ: Mapping[str, str]
-    ) -> None:
+    def __init__(self, resource: Resource, url: str | None, environ: Mapping[str, str]) -> None:
         self.endpoint = http_endpoint(url, environ)
         self.headers = {
             **parse_headers(_env(environ, "HEADERS")),

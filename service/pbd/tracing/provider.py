@@ -165,7 +165,8 @@ def otlp_protocol(options: Mapping[str, list[str]], env: Mapping[str, str]) -> s
     Triton's meaning of ``--trace-config opentelemetry,url=...`` (OTLP over HTTP to that URL);
     else gRPC, the SDK's default."""
     protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or ("http/protobuf" if options.get("url") else "grpc")
     ).strip()
     if protocol not in OTLP_PROTOCOLS:

@@ -76,9 +76,7 @@ class WorkerHub:
         timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, link.close)
         link.attach(lambda message: self._on_hello(link, message, timer))
 
-    def _on_hello(
-        self, link: WorkerLink, message: Any, timer: asyncio.TimerHandle
-    ) -> None:
+    def _on_hello(self, link: WorkerLink, message: Any, timer: asyncio.TimerHandle) -> None:
         timer.cancel()
         link.detach()  # later frames wait for the instance (``recv``, then its handler)
         try:

@@ -57,7 +57,7 @@ def message(body: bytes, compressed: bool = False) -> bytes:
 
 class Answer:
     def __init__(self, peer: Peer, frames: list[Frame]) -> None:
-        self.blocks = [peer.decode(x.payload) for x in frames if x.kind == f.HEADERS]
+        self.blocks = [x.fields for x in frames if x.fields is not None]
         self.ended = bool(frames) and frames[-1].kind == f.HEADERS
         body = b"".join(x.payload for x in frames if x.kind == f.DATA)
         self.messages = []

@@ -15,11 +15,16 @@ from hpack import Decoder as HpackDecoder
 from hpack import Encoder
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import Application, Connection
+from pbd.h2.connection import Connection, Shared
+from pbd.h2.core import Application
 from pbd.h2.header_blocks import Fields
+from pbd.h2.header_encoding import Block
+from pbd.h2.limits import Limits
 from pbd.h2.sending import Stream
 
 READ_TIMEOUT_S = 30.0  # only reached when a test fails
+# The tests sync with PINGs (Peer.until_ping): no ping policing but where a test asks for it.
+TEST_LIMITS = Limits(max_ping_strikes=0)
 
 
 @dataclass
@@ -28,12 +33,22 @@ class Frame:
     flags: int
     stream: int
     payload: bytes
+    # The header list, on the frame that ends a header block (the peer decodes every block
+    # as it arrives: the server's blocks refer to its earlier ones).
+    fields: list[tuple[bytes, bytes]] | None = None
 
     @property
     def code(self) -> int:
         """The error code of a RST_STREAM or GOAWAY."""
         offset = 4 if self.kind == f.GOAWAY else 0
         return int(struct.unpack_from(">I", self.payload, offset)[0])
+
+    def __repr__(self) -> str:  # what a failed assertion shows
+        names = {0: "DATA", 1: "HEADERS", 3: "RST_STREAM", 4: "SETTINGS", 6: "PING"}
+        names.update({7: "GOAWAY", 8: "WINDOW_UPDATE", 9: "CONTINUATION"})
+        detail = f" code={self.code}" if self.kind in (f.RST_STREAM, f.GOAWAY) else ""
+        detail += f" {self.payload[8:]!r}" if self.kind == f.GOAWAY else ""
+        return f"{names.get(self.kind, self.kind)}[{self.stream}]{detail}"
 
 
 class Peer:
@@ -42,6 +57,7 @@ class Peer:
         self.writer = writer
         self.encoder = Encoder()
         self.hpack = HpackDecoder()
+        self.block = b""
 
     def send(self, *data: bytes) -> None:
         self.writer.write(b"".join(data))
@@ -53,7 +69,13 @@ class Peer:
         head = await asyncio.wait_for(self.reader.readexactly(9), READ_TIMEOUT_S)
         high, low, kind, flags, stream = f.HEADER.unpack(head)
         payload = await asyncio.wait_for(self.reader.readexactly(high << 16 | low), READ_TIMEOUT_S)
-        return Frame(kind, flags, stream & 0x7FFFFFFF, payload)
+        frame = Frame(kind, flags, stream & 0x7FFFFFFF, payload)
+        if kind in (f.HEADERS, f.CONTINUATION):
+            self.block += payload
+            if flags & f.END_HEADERS:
+                frame.fields = self.decode(self.block)
+                self.block = b""
+        return frame
 
     async def next(self, *kinds: int) -> Frame:
         """The next frame of one of ``kinds``, skipping others (SETTINGS, WINDOW_UPDATE...)."""
@@ -91,6 +113,7 @@ class Peer:
         return f.frame(f.HEADERS, flags, stream, block)
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        """Only for blocks in order: ``Frame.fields`` has each block the server sent."""
         return [(bytes(n), bytes(v)) for n, v in self.hpack.decode(block, raw=True)]
 
 
@@ -113,11 +136,12 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Application) -> AsyncIterator[Served]:
+async def serve(app: Application, limits: Limits = TEST_LIMITS) -> AsyncIterator[Served]:
     connections: list[Connection] = []
+    shared = Shared(limits)
 
     def make() -> Connection:
-        connection = Connection(app, lambda c: None)
+        connection = Connection(app, lambda c: None, shared)
         connections.append(connection)
         return connection
 
@@ -150,8 +174,8 @@ async def connect(
 
 # -- an application that records, and a test runner over it --------------------------------
 
-STATUS_200 = f.header_block([(b":status", b"200")])
-TRAILERS = f.header_block([(b"grpc-status", b"0")])
+STATUS_200: Block = (None, f.header_block([(b":status", b"200")]))
+TRAILERS: Block = (None, f.header_block([(b"grpc-status", b"0")]))
 
 
 class Handler:
@@ -185,7 +209,7 @@ class Handler:
 class Recorder:
     """Records every stream; answers each complete request with ``answer`` bytes of DATA."""
 
-    def __init__(self, answer: int | None = 3, trailers: bytes = TRAILERS) -> None:
+    def __init__(self, answer: int | None = 3, trailers: Block = TRAILERS) -> None:
         self.answer = answer
         self.trailers = trailers
         self.handlers: dict[int, Handler] = {}
@@ -195,16 +219,24 @@ class Recorder:
         self.handlers[stream.id] = handler
         return handler
 
+    def oversized(self, stream: Stream, size: int, limit: int) -> None:
+        stream.send_trailers((None, f.header_block([(b":status", b"431")])))
+
 
 Test = Callable[[Peer, Recorder, list], Awaitable[None]]
 
 
-def run(test: Test, app: Recorder | None = None, settings: dict[int, int] | None = None) -> None:
+def run(
+    test: Test,
+    app: Recorder | None = None,
+    settings: dict[int, int] | None = None,
+    limits: Limits = TEST_LIMITS,
+) -> None:
     """``test(peer, app, connections)`` against a fresh server and connected client."""
 
     async def main() -> None:
         recorder = app or Recorder()
-        async with serve(recorder) as served:
+        async with serve(recorder, limits) as served:
             peer = await connect(served.port, settings)
             try:
                 await test(peer, recorder, served.connections)

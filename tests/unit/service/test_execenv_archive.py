@@ -139,4 +139,3 @@ def test_progress_is_reported_through_both_passes(
         r"\d+%, checking members \(\d+ so far, \d+\.\d MB of 4\.\d MB read\)",
         checking[0].describe(),
     ), checking[0].describe()
-

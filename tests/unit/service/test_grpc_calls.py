@@ -192,18 +192,39 @@ def test_unary_calls_without_exactly_one_message() -> None:
     "value, seconds",
     [
         (b"2H", 7200.0), (b"3M", 180.0), (b"10S", 10.0), (b"250m", 0.25),
-        (b"7u", 7e-6), (b"99999999n", 0.099999999), (b"0S", 0.0),
+        (b"7u", 7e-6), (b"99999999n", 0.099999999), (b"0S", 0.0), (b"1 S", 1.0),
+        (b"123456789S", 123456789.0), (b"99999999999999999999S", None),
     ],
 )  # fmt: skip
-def test_grpc_timeout_units(value: bytes, seconds: float) -> None:
+def test_grpc_timeout_as_grpc_core_reads_it(value: bytes, seconds: float | None) -> None:
+    """grpc core (Triton 2.51) takes any number of digits, spaces before the unit, and an
+    overflow as no deadline."""
     assert parse_timeout(value) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize(
-    "value", [b"", b"S", b"10", b"10s", b"-1S", b"1.5S", b" 1S", b"123456789S", b"\xff1S", b"1 S"]
+    "value", [b"", b"S", b"10", b"10s", b"-1S", b"1.5S", b"+1S", b"\xff1S", b"\xd9\xa1S"]
 )
-def test_grpc_timeout_junk_means_no_deadline(value: bytes) -> None:
-    assert parse_timeout(value) is None
+def test_grpc_timeout_junk_is_refused(value: bytes) -> None:
+    with pytest.raises(ValueError, match="invalid grpc-timeout"):
+        parse_timeout(value)
+
+
+def test_a_bad_grpc_timeout_is_internal_as_in_triton() -> None:
+    """Triton resets such a stream with INTERNAL_ERROR, which its clients see as INTERNAL;
+    pbd answers INTERNAL too, saying what was wrong, and serves the connection on."""
+
+    async def test(peer: Peer, calls: Calls) -> None:
+        got = await call(peer, b"/t/Echo", message(b"x"), extra=((b"grpc-timeout", b"5X"),))
+        assert got.status == (
+            code(grpc.StatusCode.INTERNAL),
+            "Invalid grpc-timeout '5X': digits, then H, M, S, m, u or n",
+        )
+        got = await call(peer, b"/t/Echo", message(b"x"), stream=3)
+        assert got.messages == [b"x"]
+        assert calls.active == 0
+
+    run_calls({b"/t/Echo": unary(echo)}, test)
 
 
 def test_deadline_expires_while_the_handler_runs_and_before_the_request_ends() -> None:
@@ -240,7 +261,7 @@ def test_unknown_method_is_a_trailers_only_unimplemented() -> None:
         peer.send(peer.headers(1, request(b"/t/Nope"), end_stream=True))
         frames = await peer.until_ping()
         assert [(x.kind, x.flags & f.END_STREAM) for x in frames] == [(f.HEADERS, f.END_STREAM)]
-        fields = dict(peer.decode(frames[0].payload))
+        fields = dict(frames[0].fields or [])
         assert fields[b":status"] == b"200"
         assert fields[b"content-type"] == b"application/grpc"
         assert fields[b"grpc-status"] == b"12" and fields[b"grpc-message"] == b"Method not found!"
@@ -254,7 +275,7 @@ def test_wrong_content_type_is_http_415() -> None:
         block = peer.encoder.encode(fields)
         peer.send(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, block))
         frames = await peer.until_ping()
-        assert [peer.decode(x.payload) for x in frames] == [[(b":status", b"415")]]
+        assert [x.fields for x in frames] == [[(b":status", b"415")]]
 
     run(test)
 

@@ -5,6 +5,7 @@ test_h2_connection_hostile.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import struct
@@ -16,6 +17,7 @@ from h2_peer import (
     Frame,
     Peer,
     Recorder,
+    connect,
     data,
     goaway,
     request,
@@ -25,7 +27,11 @@ from h2_peer import (
 )
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import CONNECTION_WINDOW, STREAM_WINDOW
+from pbd.h2.connection import Refused
+from pbd.h2.limits import DEFAULT_LIMITS, Limits
+
+STREAM_WINDOW = DEFAULT_LIMITS.stream_window
+CONNECTION_WINDOW = DEFAULT_LIMITS.connection_window
 
 # -- framing ---------------------------------------------------------------------------------
 
@@ -163,7 +169,7 @@ def test_sending_waits_for_the_stream_window_and_trailers_wait_behind_data() -> 
         frames = await peer.until_ping()
         assert len(data(frames)) == 400
         assert frames[-1].kind == f.HEADERS and frames[-1].flags & f.END_STREAM
-        assert peer.decode(frames[-1].payload) == [(b"grpc-status", b"0")]
+        assert frames[-1].fields == [(b"grpc-status", b"0")]
 
     run(test, Recorder(answer=1000), {f.INITIAL_WINDOW_SIZE: 100})
 
@@ -187,7 +193,7 @@ def test_a_flood_of_initial_window_changes_leaves_each_stream_the_right_window()
 
     async def test(peer: Peer, app: Recorder, conns: list) -> None:
         peer.send(peer.headers(1, request()))
-        flood = [f.settings({f.INITIAL_WINDOW_SIZE: 100 + i % 7}) for i in range(2000)]
+        flood = [f.settings({f.INITIAL_WINDOW_SIZE: 100 + i % 7}) for i in range(90)]
         peer.send(*flood, f.settings({f.INITIAL_WINDOW_SIZE: 300}))
         peer.send(peer.headers(3, request(), end_stream=True))
         peer.send(f.frame(f.DATA, f.END_STREAM, 1, b""))
@@ -215,7 +221,7 @@ def test_sending_waits_for_the_connection_window() -> None:
 
 
 def test_peer_max_frame_size_is_respected_for_data_and_header_blocks() -> None:
-    big_trailers = f.header_block([(b"grpc-status", b"0"), (b"x-big", b"t" * 50_000)])
+    big_trailers = (None, f.header_block([(b"grpc-status", b"0"), (b"x-big", b"t" * 50_000)]))
 
     async def test(peer: Peer, app: Recorder, conns: list) -> None:
         peer.send(f.window_update(0, 1 << 20), peer.headers(1, request(), end_stream=True))
@@ -226,8 +232,7 @@ def test_peer_max_frame_size_is_respected_for_data_and_header_blocks() -> None:
         assert [x.kind for x in tail] == [f.HEADERS, f.CONTINUATION, f.CONTINUATION]
         assert all(len(x.payload) <= 20_000 for x in tail)
         assert tail[0].flags & f.END_STREAM and tail[-1].flags & f.END_HEADERS
-        block = b"".join(x.payload for x in tail)
-        assert peer.decode(block)[1] == (b"x-big", b"t" * 50_000)
+        assert tail[-1].fields is not None and tail[-1].fields[1] == (b"x-big", b"t" * 50_000)
 
     run(
         test,
@@ -272,7 +277,7 @@ def test_rst_stream_reaches_the_handler_and_later_data_is_dropped() -> None:
         peer.send(f.frame(f.DATA, f.END_STREAM, 1, b"late"))  # in flight when it reset
         await still_serving(peer, 3)
         assert app.handlers[1].data == b"abc" and not app.handlers[1].ended
-        assert conns[0].streams == {}
+        assert conns[0].core.streams == {}
 
     run(test)
 
@@ -317,7 +322,7 @@ def test_an_answer_before_the_request_ended_resets_the_rest_with_no_error() -> N
         assert [(x.kind, x.code if x.kind == f.RST_STREAM else 0) for x in frames] == [
             (f.HEADERS, 0), (f.HEADERS, 0), (f.RST_STREAM, f.NO_ERROR)
         ]  # fmt: skip
-        assert conns[0].streams == {}
+        assert conns[0].core.streams == {}
 
     run(test, Recorder(answer=None))
 
@@ -331,3 +336,81 @@ def test_tcp_connections_get_kernel_keepalive() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
 
     run(test)
+
+
+# -- timers, memory, the connection limit ----------------------------------------------------
+
+
+def _limits(**values: float) -> Limits:
+    return Limits(max_ping_strikes=0, **values)  # type: ignore[arg-type]
+
+
+def test_a_connection_without_a_preface_is_closed_after_the_handshake_timeout() -> None:
+    async def main() -> None:
+        async with serve(Recorder(), _limits(handshake_timeout=0.2)) as served:
+            reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+            writer.write(f.PREFACE[:10])  # slowloris: a part, then nothing
+            began = asyncio.get_running_loop().time()
+            frame = await goaway(Peer(reader, writer), f.ENHANCE_YOUR_CALM)
+            assert b"preface" in frame.payload
+            assert asyncio.get_running_loop().time() - began < 5
+            writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_header_block_that_never_ends_is_cut_off() -> None:
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        block = peer.encoder.encode(request())
+        peer.send(f.frame(f.HEADERS, 0, 1, block[:4]))
+        frame = await goaway(peer, f.ENHANCE_YOUR_CALM)
+        assert b"header block" in frame.payload
+
+    run(test, limits=_limits(header_timeout=0.2))
+
+
+def test_an_idle_connection_gets_goaway_no_error_and_a_busy_one_does_not() -> None:
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        peer.send(peer.headers(1, request()))  # open for longer than the idle timeout
+        await asyncio.sleep(0.5)
+        assert conns[0].core.error is None and not conns[0].core.going_away
+        peer.send(f.frame(f.DATA, f.END_STREAM, 1, b""))
+        frames = await peer.closed()
+        assert data(frames) == b"xxx"
+        assert frames[-1].kind == f.GOAWAY and frames[-1].code == f.NO_ERROR
+
+    run(test, limits=_limits(idle_timeout=0.15))
+
+
+def test_connections_share_one_read_buffer() -> None:
+    async def main() -> None:
+        async with serve(Recorder()) as served:
+            peers = [await connect(served.port) for _ in range(3)]
+            buffers = {id(c.shared.read_buffer) for c in served.connections}
+            assert len(buffers) == 1
+            for i, peer in enumerate(peers):
+                await still_serving(peer, 1 + 2 * i)
+                peer.writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_past_the_limit_gets_goaway_and_is_closed() -> None:
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(
+                lambda: Refused("connection limit (2) reached"), "127.0.0.1", 0
+            )
+            stack.push_async_callback(server.wait_closed)
+            stack.callback(server.close)
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f.PREFACE + f.settings({}))
+            frame = await goaway(Peer(reader, writer), f.ENHANCE_YOUR_CALM)
+            assert b"connection limit (2) reached" in frame.payload
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.sleep(0.05)  # the server side closes on the client's EOF
+
+    asyncio.run(main())

@@ -10,24 +10,72 @@ import pytest
 from h2_peer import STATUS_200, Peer, Recorder, goaway, request, run, still_serving
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import MAX_HEADER_BLOCK, MAX_STREAMS
+from pbd.h2.limits import DEFAULT_LIMITS
+
+MAX_HEADER_BLOCK = DEFAULT_LIMITS.max_header_block
+MAX_STREAMS = DEFAULT_LIMITS.max_streams
 
 
-def test_rapid_reset_leaves_nothing_behind() -> None:
+RESETS = DEFAULT_LIMITS.reset_rate.count
+
+
+def test_resets_within_the_budget_leave_nothing_behind() -> None:
     async def test(peer: Peer, app: Recorder, conns: list) -> None:
-        for batch in range(5):
-            wire = []
-            for i in range(1000):
-                stream = 1 + 2 * (batch * 1000 + i)
-                wire += [peer.headers(stream, request()), f.rst_stream(stream, f.CANCEL)]
-            peer.send(*wire)
+        wire = []
+        for i in range(RESETS):
+            stream = 1 + 2 * i
+            wire += [peer.headers(stream, request()), f.rst_stream(stream, f.CANCEL)]
+        peer.send(*wire)
         frames = await peer.until_ping()
         assert all(x.kind != f.GOAWAY for x in frames)
-        assert len(app.handlers) == 5000 and all(h.reset for h in app.handlers.values())
-        assert conns[0].streams == {}
-        await still_serving(peer, 10_001)
+        assert len(app.handlers) == RESETS and all(h.reset for h in app.handlers.values())
+        assert conns[0].core.streams == {}
+        await still_serving(peer, 1 + 2 * RESETS)
 
     run(test)
+
+
+@pytest.mark.parametrize("with_data", [False, True])
+def test_rapid_reset_past_the_budget_gets_goaway_enhance_your_calm(with_data: bool) -> None:
+    """CVE-2023-44487: streams reset before their answer cost the server a request each;
+    past the budget the connection ends, every stream reset, and nothing is left behind."""
+
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        wire = []
+        for i in range(5000):
+            stream = 1 + 2 * i
+            wire.append(peer.headers(stream, request()))
+            if with_data:
+                wire.append(f.frame(f.DATA, 0, stream, b"payload"))
+            wire.append(f.rst_stream(stream, f.CANCEL))
+        peer.send(*wire)
+        frame = await goaway(peer, f.ENHANCE_YOUR_CALM)
+        assert b"rapid reset" in frame.payload
+        assert RESETS < len(app.handlers) <= RESETS + 1
+        assert all(h.reset for h in app.handlers.values())
+        assert conns[0].core.streams == {}
+
+    run(test)
+
+
+def test_a_reset_after_the_answer_began_is_not_counted() -> None:
+    """A client cancelling a call the server already answers (a streaming call it no longer
+    wants, say) is no flood, however many it cancels."""
+
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        wire = []
+        for i in range(3 * RESETS):
+            stream = 1 + 2 * i
+            wire += [peer.headers(stream, request(), end_stream=True), f.rst_stream(stream, 8)]
+        peer.send(*wire)
+        frames = await peer.until_ping()
+        assert all(x.kind != f.GOAWAY for x in frames)
+        assert len(app.handlers) == 3 * RESETS and all(h.reset for h in app.handlers.values())
+        peer.send(peer.headers(1 + 6 * RESETS, request(), end_stream=True))
+        frames = await peer.until_ping()
+        assert [x.kind for x in frames if x.stream == 1 + 6 * RESETS][:1] == [f.HEADERS]
+
+    run(test, Recorder(answer=1 << 20))  # answers that start, and wait for the window
 
 
 def test_continuation_flood_of_empty_frames_is_stopped() -> None:
@@ -36,7 +84,7 @@ def test_continuation_flood_of_empty_frames_is_stopped() -> None:
         empty = f.frame(f.CONTINUATION, 0, 1, b"")
         peer.send(f.frame(f.HEADERS, 0, 1, block), empty * 50_000)
         frame = await goaway(peer, f.ENHANCE_YOUR_CALM)
-        assert b"header block too large" in frame.payload
+        assert b"empty frames" in frame.payload
 
     run(test)
 
@@ -125,7 +173,7 @@ def test_streams_past_the_advertised_limit_are_refused() -> None:
         assert [(x.kind, x.stream, x.code) for x in frames] == [
             (f.RST_STREAM, ids[-1], f.REFUSED_STREAM)
         ]
-        assert len(conns[0].streams) == MAX_STREAMS
+        assert len(conns[0].core.streams) == MAX_STREAMS
         peer.send(f.frame(f.DATA, f.END_STREAM, 1, b""))  # one finishes: room for one more
         await still_serving(peer, ids[-1] + 2)
 

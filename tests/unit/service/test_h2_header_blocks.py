@@ -10,8 +10,8 @@ from hpack import Encoder, NeverIndexedHeaderTuple
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pbd.h2.frames import COMPRESSION_ERROR, ProtocolError, hpack_int
-from pbd.h2.header_blocks import CACHE_ENTRIES, MAX_CACHED_BLOCK, Decoder
+from pbd.h2.frames import COMPRESSION_ERROR, ENHANCE_YOUR_CALM, ProtocolError, hpack_int
+from pbd.h2.header_blocks import CACHE_ENTRIES, MAX_CACHED_BLOCK, Decoder, HeaderListTooLarge
 
 LIMIT = 64 * 1024
 
@@ -76,17 +76,31 @@ def test_repeated_blocks_never_come_from_a_stale_cache(
 def test_indexed_block_is_cached_until_the_table_changes() -> None:
     encoder, decoder = Encoder(), _decoder()
     headers = [(b":path", b"/x/Y"), (b"x-key", b"one")]
-    decoder.decode(encoder.encode(headers))
+    decoder.request(encoder.encode(headers))
     block = encoder.encode(headers)  # now all references: changes nothing
-    assert decoder.decode(block) is decoder.decode(block)
-    decoder.decode(encoder.encode([(b"x-key", b"two")]))  # adds an entry: indexes shift
-    assert list(decoder.decode(block)) == [(b"x-key", b"one"), (b"x-key", b"two")]
+    assert decoder.request(block) is decoder.request(block)
+    decoder.request(encoder.encode([(b"x-key", b"two")]))  # adds an entry: indexes shift
+    assert list(decoder.request(block)[0]) == [(b"x-key", b"one"), (b"x-key", b"two")]
+
+
+def test_the_verdict_is_cached_with_the_fields() -> None:
+    checked: list[object] = []
+
+    def check(fields: object) -> tuple[str | None, int]:
+        checked.append(fields)
+        return "what is wrong", -1
+
+    encoder, decoder = Encoder(), Decoder(LIMIT, check=check)
+    decoder.request(encoder.encode([(b"x-key", b"one")]))
+    block = encoder.encode([(b"x-key", b"one")])
+    assert decoder.request(block)[1] == decoder.request(block)[1] == ("what is wrong", -1)
+    assert len(checked) == 2  # the block that added an entry, then the cached one once
 
 
 def test_cache_stays_bounded() -> None:
     decoder = _decoder()
     for i in range(CACHE_ENTRIES * 3):
-        decoder.decode(_literal(i))
+        decoder.request(_literal(i))
     assert len(decoder.cache) <= CACHE_ENTRIES
 
 
@@ -131,16 +145,37 @@ def test_malformed_blocks(block: bytes) -> None:
     _compression_error(block)
 
 
-def test_oversize_header_list() -> None:
-    """A small block of references to one large entry (an HPACK bomb) is stopped at the limit,
-    and as a COMPRESSION_ERROR: decoding stopped midway, so the table is out of step."""
+def test_a_header_list_over_the_limit_is_decoded_to_its_end_but_not_kept() -> None:
+    """The client's table changes in such a block too: the next block must still decode."""
+    encoder = Encoder()
+    decoder = Decoder(16 * 1024, 64 * 1024)
+    with pytest.raises(HeaderListTooLarge) as info:
+        decoder.decode(encoder.encode([(b"x-big", b"v" * 20_000), (b"x-next", b"n")]))
+    assert info.value.size == 20_000 + 5 + 32 + 7 + 32
+    assert list(decoder.decode(encoder.encode([(b"x-next", b"n")]))) == [(b"x-next", b"n")]
+
+
+def test_an_hpack_bomb_stops_decoding_and_the_connection() -> None:
+    """A small block of references to one large entry would decode to megabytes: decoding
+    stops past the hard limit, an ENHANCE_YOUR_CALM connection error (the table may be out
+    of step from there on)."""
     encoder = Encoder()
     big = (b"x-big", b"v" * 3000)
-    decoder = Decoder(16 * 1024)
+    decoder = Decoder(16 * 1024, 64 * 1024)
     decoder.decode(encoder.encode([big]))
-    block = encoder.encode([big] * 10)
-    assert len(block) < 20
-    assert "header list" in str(_compression_error(block, decoder))
+    block = encoder.encode([big] * 1000)
+    assert len(block) < 1100
+    with pytest.raises(ProtocolError) as info:
+        decoder.decode(block)
+    assert info.value.code == ENHANCE_YOUR_CALM
+
+
+def test_a_table_size_update_after_a_field_is_a_compression_error() -> None:
+    """RFC 7541 section 4.2: updates come first in a block."""
+    assert "after a field" in str(_compression_error(b"\x82" + hpack_int(100, 5, 0x20)))
+    decoder = _decoder()
+    two = hpack_int(0, 5, 0x20) + hpack_int(100, 5, 0x20) + b"\x82"
+    assert list(decoder.decode(two)) == [(b":method", b"GET")] and decoder.max_size == 100
 
 
 def test_cache_memory_stays_small_under_large_blocks() -> None:
@@ -150,5 +185,5 @@ def test_cache_memory_stays_small_under_large_blocks() -> None:
     value = b"v" * 60_000
     for i in range(CACHE_ENTRIES):
         name = b"x-%d" % i
-        decoder.decode(b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value)
+        decoder.request(b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value)
     assert sum(len(block) for block, _ in decoder.cache) <= CACHE_ENTRIES * MAX_CACHED_BLOCK
