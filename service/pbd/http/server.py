@@ -31,6 +31,7 @@ from pbd.http.tensors import (
     parse_infer_request,
     unique_keys,
 )
+from pbd.openai import routes as openai_routes
 from pbd.repository.upload import FILE_PREFIX
 from pbd.settings import Settings
 from pbd.tracing.answer import run_traced
@@ -97,6 +98,7 @@ class HttpFrontend:
         r.add_get("/v2/models/stats", self.statistics)
         extensions.add_routes(self.app, self.dp, _json)
         generate.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
+        openai_routes.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)
