@@ -102,6 +102,15 @@ def test_a_versioned_url_and_a_batching_model(daemon: Daemon) -> None:
     assert answer.json()["INTS_OUT"] == [2, 3]
 
 
+def test_control_parameters_keep_their_meaning_as_on_infer(daemon: Daemon) -> None:
+    """priority is the request's priority, not a parameter the model sees; triton_* keys are
+    refused. (Triton 2.51 passes both to the model as plain parameters.)"""
+    answer = post(url(daemon, "generate_probe"), '{"text_input": "x", "priority": 3, "k": 1}')
+    assert answer.json()["PARAMS"] == '{"k": 1}'
+    refused = post(url(daemon, "generate_probe"), '{"text_input": "x", "triton_x": 1}')
+    assert refused.status == 400 and "reserved for Triton usage" in refused.json()["error"]
+
+
 def test_compressed_bodies_both_ways(daemon: Daemon) -> None:
     """Triton 2.51 refuses a compressed generate request; pbd takes it as it does for infer."""
     body = gzip.compress(b'{"text_input": "zip"}')

@@ -4,7 +4,9 @@ aiohttp runs on the daemon's event loop (no second thread or process), parses HT
 decompresses gzip/deflate request bodies itself and compresses responses on request.
 Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
 Inference requests are traced as gRPC ones are (the ``traceparent`` header honoured), under an
-HTTP server span.
+HTTP server span. The generate extension (:mod:`pbd.http.generate`) and the OpenAI API
+(:mod:`pbd.openai.routes`) are routes of the same app. A client that goes away cancels its
+handler and so its request.
 """
 
 from __future__ import annotations
