@@ -34,7 +34,7 @@ import aiohttp
 from bench.loadgen import percentile
 from bench.run import add_common_args, check_common_args, common_header
 from bench.servers import ROOT, ServerProcess, free_port, leftover_segments, start_pbd, start_triton
-from bench.vs_triton import install_triton
+from bench.vs_triton import add_triton_args, install_triton
 
 MODEL = "token_stream"
 REPOSITORY = ROOT / "bench" / "models"
@@ -173,8 +173,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--tokens", type=int, default=64, help="tokens (responses) per request (default 64)")
     add("--concurrency", type=int, nargs="+", default=[1, 8], help="streams at once (1 8)")
-    add("--triton-arg", action="append", default=[], metavar="FLAG", help="extra tritonserver flag")
-    add("--tritonserver", help="Triton launcher to use (default: what scripts/triton.sh installs)")
+    add_triton_args(parser)
     opts = check_common_args(parser, parser.parse_args(argv))
     if opts.tokens < 1 or min(opts.concurrency) < 1:
         parser.error("--tokens and --concurrency must be >= 1")

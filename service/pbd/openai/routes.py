@@ -79,6 +79,22 @@ def _answering_errors(handler: Handler) -> Handler:
     return answer
 
 
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What one answer is about."""
+
+    request: web.Request
+    began: int  # ns, when the HTTP request came
+    config: ModelConfig
+    header: Header
+    prompts: list[str]
+    options: Options
+    echo: list[str] = field(default_factory=list)  # the prompts, when they are echoed
+
+    def echoed(self, prompt: int) -> str:
+        return self.echo[prompt] if self.echo else ""
+
+
 @dataclasses.dataclass
 class _Choice:
     """One choice: one request of the model, and what its responses said so far."""
@@ -148,9 +164,8 @@ class OpenAIApi:
         config = self._config(parsed.options.model)
         header = Header(f"cmpl-{uuid.uuid4().hex}", int(time.time()), config.name, chat=False)
         echo = list(parsed.prompts) if parsed.echo else []
-        return await self._answer(
-            request, began, config, header, list(parsed.prompts), parsed.options, echo
-        )
+        asked = _Asked(request, began, config, header, list(parsed.prompts), parsed.options, echo)
+        return await self._answer(asked)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         began = time.time_ns()
@@ -163,35 +178,24 @@ class OpenAIApi:
                 500, f"the chat template of model '{config.name}': {exc}", type="server_error"
             ) from None
         header = Header(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), config.name, chat=True)
-        return await self._answer(request, began, config, header, [prompt], parsed.options, [])
+        return await self._answer(_Asked(request, began, config, header, [prompt], parsed.options))
 
     # -- running the choices -------------------------------------------------------------------
 
-    async def _answer(
-        self,
-        request: web.Request,
-        began: int,
-        config: ModelConfig,
-        header: Header,
-        prompts: list[str],
-        options: Options,
-        echo: list[str],
-    ) -> web.StreamResponse:
-        choices = self._choices(request, began, config, header, prompts, options)
+    async def _answer(self, asked: _Asked) -> web.StreamResponse:
+        choices = self._choices(asked)
         try:
             await self._start(choices)
-            if not options.stream:
+            if not asked.options.stream:
                 await self._run(choices, None)
                 whole = [
-                    Choice(
-                        c.index, (echo[c.prompt] if echo else "") + "".join(c.text), c.finish_reason
-                    )
+                    Choice(c.index, asked.echoed(c.prompt) + "".join(c.text), c.finish_reason)
                     for c in choices
                 ]
-                response = web.json_response(header.whole(whole, _usage(choices)))
-                compress(request, response)
+                response = web.json_response(asked.header.whole(whole, _usage(choices)))
+                compress(asked.request, response)
                 return response
-            return await self._stream(request, header, choices, options, echo)
+            return await self._stream(asked, choices)
         except BaseException as exc:
             for choice in choices:
                 _finish(choice, exc)
@@ -201,33 +205,26 @@ class OpenAIApi:
                 if choice.items is not None:
                     await choice.items.aclose()
 
-    def _choices(
-        self,
-        request: web.Request,
-        began: int,
-        config: ModelConfig,
-        header: Header,
-        prompts: list[str],
-        options: Options,
-    ) -> list[_Choice]:
+    def _choices(self, asked: _Asked) -> list[_Choice]:
+        options, header = asked.options, asked.header
         sampling = options.sampling
-        stops = () if takes_stop(config) else sampling.stop
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else request.path
-        count = len(prompts) * options.n
+        stops = () if takes_stop(asked.config) else sampling.stop
+        resource = asked.request.match_info.route.resource
+        route = resource.canonical if resource is not None else asked.request.path
+        count = len(asked.prompts) * options.n
         built = []  # every request first: one that cannot be built fails them all
-        for p, prompt in enumerate(prompts):
+        for p, prompt in enumerate(asked.prompts):
             for i in range(options.n):
                 index = p * options.n + i
                 seed = None if sampling.seed is None else sampling.seed + i
                 own = dataclasses.replace(sampling, seed=seed)
                 request_id = header.id if count == 1 else f"{header.id}-{index}"
-                infer = build_request(config, prompt, own, options.stream, request_id)
+                infer = build_request(asked.config, prompt, own, options.stream, request_id)
                 built.append((index, p, infer))
         choices = []
         for index, p, infer in built:
             infer.trace = self.dp.start_trace(
-                infer, route, began, lambda: request.headers.get("traceparent"), "http"
+                infer, route, asked.began, lambda: asked.request.headers.get("traceparent"), "http"
             )
             choices.append(
                 _Choice(index, p, infer, infer.trace, StopScanner(stops), sampling.max_tokens)
@@ -311,17 +308,11 @@ class OpenAIApi:
 
     # -- streaming -----------------------------------------------------------------------------
 
-    async def _stream(
-        self,
-        request: web.Request,
-        header: Header,
-        choices: list[_Choice],
-        options: Options,
-        echo: list[str],
-    ) -> web.StreamResponse:
+    async def _stream(self, asked: _Asked, choices: list[_Choice]) -> web.StreamResponse:
+        header = asked.header
         response = web.StreamResponse(status=200, headers={"Content-Type": CONTENT_TYPE})
-        await response.prepare(request)
-        with_usage = options.include_usage
+        await response.prepare(asked.request)
+        with_usage = asked.options.include_usage
 
         async def produce(events: EventStream) -> None:
             def put(doc: dict[str, Any]) -> None:
@@ -331,12 +322,9 @@ class OpenAIApi:
                 for choice in choices:
                     if header.chat:
                         put(header.chunk(choice.index, "", None, first=True, with_usage=with_usage))
-                    elif echo:
-                        put(
-                            header.chunk(
-                                choice.index, echo[choice.prompt], None, with_usage=with_usage
-                            )
-                        )
+                    elif asked.echo:
+                        echoed = asked.echoed(choice.prompt)
+                        put(header.chunk(choice.index, echoed, None, with_usage=with_usage))
                 await self._run(
                     choices,
                     lambda c, text: put(header.chunk(c.index, text, None, with_usage=with_usage)),
