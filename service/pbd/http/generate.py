@@ -119,16 +119,19 @@ class Generate:
                 response = web.StreamResponse(status=status, headers={"Content-Type": CONTENT_TYPE})
                 await response.prepare(request)
 
+                events = EventStream(self.stream_buffer_bytes)
+                going = answer.put(events, first)  # written at once, with the headers
+
                 async def produce(events: EventStream) -> None:
                     # Leaving this block (stream ended, client too slow, producer cancelled)
                     # cancels what the model still does.
                     async with contextlib.aclosing(items):
-                        if answer.put(events, first):
+                        if going:
                             async for item in items:
                                 if not answer.put(events, item):
                                     return
 
-                await send_events(response, produce, self.stream_buffer_bytes)
+                await send_events(response, events, produce)
                 await response.write_eof()
             finally:
                 if trace is not None:

@@ -92,13 +92,13 @@ class EventStream:
 
 async def send_events(
     response: web.StreamResponse,
+    events: EventStream,
     produce: Callable[[EventStream], Awaitable[None]],
-    limit: int,
 ) -> None:
     """Run ``produce`` (which puts the events) while writing them to the prepared
-    ``response``. However this ends (the client gone, the handler cancelled, a write failed),
+    ``response``; what ``events`` holds already goes first, at once (with the headers, in one
+    write). However this ends (the client gone, the handler cancelled, a write failed),
     ``produce`` is cancelled and awaited: its request is cancelled with it."""
-    events = EventStream(limit)
 
     async def producing() -> None:
         try:

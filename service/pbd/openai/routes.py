@@ -341,7 +341,7 @@ class OpenAIApi:
             except PbdError as exc:
                 events.end(event(encode(from_pbd(exc).body())))
 
-        await send_events(response, produce, self.stream_buffer_bytes)
+        await send_events(response, EventStream(self.stream_buffer_bytes), produce)
         await response.write_eof()
         return response
 

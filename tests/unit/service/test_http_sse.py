@@ -46,7 +46,7 @@ async def _serve(
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            await send_events(response, produce, limit)
+            await send_events(response, EventStream(limit), produce)
             await response.write_eof()
         finally:
             done.set()
