@@ -1,17 +1,18 @@
 """Token streams: pbd's generate_stream against Triton 2.51's, same model, same load, same run.
 
-    python -m bench.generate [--tokens N] [--concurrency C ...] [--duration S] [--warmup S]
-                             [--repeat N] [--quick] [--python PY] [--json PATH]
+    python -m bench.generate [--tokens N] [--token-ms MS] [--concurrency C ...] [--duration S]
+                             [--warmup S] [--repeat N] [--quick] [--python PY] [--json PATH]
 
-Both servers serve ``bench/models`` with only ``token_stream`` loaded (a decoupled python
-model that streams ``max_tokens`` short tokens, one response each, with no work between
-them), on 127.0.0.1 and free ports. The client is aiohttp, the same for both: ``C`` workers in
-a closed loop each POST ``/v2/models/token_stream/generate_stream`` and read the events as
-they come. Per run: requests/s and tokens/s completed inside the measured window, time to
-first token (request sent -> first event read) and request latency, p50 and p99. Per
-scenario and repeat the servers take turns (Triton first on even repeats); medians over
-``--repeat``. Every answer must hold ``N`` events with the right tokens; a wrong one is
-counted and fails the run. See bench/README.md, "Token streams".
+Both servers serve ``bench/models`` with only ``token_stream`` loaded (a decoupled python model
+that streams ``max_tokens`` short tokens, one response each, ``token_ms`` apart: by default
+none, so what is measured is serving the stream), on 127.0.0.1 and free ports. The client is
+aiohttp, the same for both: ``C`` workers in a closed loop each POST
+``/v2/models/token_stream/generate_stream`` and read the events as they come. Per run:
+requests/s and tokens/s completed inside the measured window, time to first token (request sent
+-> first event read) and request latency, p50 and p99. Per scenario and repeat the servers take
+turns (Triton first on even repeats); medians over ``--repeat``. Every answer must hold ``N``
+events with the right tokens; a wrong one is counted and fails the run. See bench/README.md,
+"Token streams".
 
 Exit code 0 when every answer was right, no call failed and pbd stopped cleanly; 1 otherwise;
 2 when a server did not start.
@@ -85,10 +86,16 @@ async def one_stream(
 
 
 async def load(
-    server: str, port: int, tokens: int, concurrency: int, duration: float, warmup: float
+    server: str,
+    port: int,
+    tokens: int,
+    concurrency: int,
+    duration: float,
+    warmup: float,
+    token_ms: float = 0.0,
 ) -> Run:
     url = f"http://127.0.0.1:{port}/v2/models/{MODEL}/generate_stream"
-    body = json.dumps({"text_input": "x", "max_tokens": tokens}).encode()
+    body = json.dumps({"text_input": "x", "max_tokens": tokens, "token_ms": token_ms}).encode()
     firsts: list[float] = []
     latencies: list[float] = []
     failures = 0
@@ -142,12 +149,16 @@ def median_run(runs: list[Run]) -> Run:
     )  # fmt: skip
 
 
-def table(rows: list[tuple[Run, Run]], tokens: int) -> str:
+def table(rows: list[tuple[Run, Run]], tokens: int, token_ms: float = 0.0) -> str:
     head = (
         f"{'c':>3} | {'server':6} {'req/s':>7} {'tok/s':>8} {'ttft p50':>9} {'p99':>7} "
         f"{'lat p50':>8} {'p99':>7} | tok/s pbd/triton  ttft pbd/triton"
     )
-    lines = [f"token_stream, {tokens} tokens per request", head, "-" * len(head)]
+    lines = [
+        f"token_stream, {tokens} tokens per request, {token_ms:g} ms each",
+        head,
+        "-" * len(head),
+    ]
     for triton, pbd in rows:
         for run in (triton, pbd):
             ratio = ""
@@ -173,6 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--tokens", type=int, default=64, help="tokens (responses) per request (default 64)")
     add("--concurrency", type=int, nargs="+", default=[1, 8], help="streams at once (1 8)")
+    add("--token-ms", type=float, default=0.0, help="the model's time per token (default 0)")
     add_triton_args(parser)
     opts = check_common_args(parser, parser.parse_args(argv))
     if opts.tokens < 1 or min(opts.concurrency) < 1:
@@ -187,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     started: dict[str, ServerProcess] = {}
     shm_prefix = f"pbdgen{os.getpid()}"
     pbd_http = free_port()
-    results: dict[str, object] = {**common_header(opts), "tokens": opts.tokens}
+    results: dict[str, object] = {
+        **common_header(opts), "tokens": opts.tokens, "token_ms": opts.token_ms,
+    }  # fmt: skip
     try:
         started["triton"] = start_triton(tritonserver, RESULTS, REPOSITORY, MODEL, opts.triton_arg)
         started["pbd"] = start_pbd(
@@ -210,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     run = asyncio.run(
                         load(name, ports[name], opts.tokens, concurrency, opts.duration,
-                             opts.warmup)
+                             opts.warmup, opts.token_ms)
                     )  # fmt: skip
                     runs[name].append(run)
                     failed |= run.failures > 0
@@ -222,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         codes = {name: server.stop() for name, server in started.items()}
         left = leftover_segments(shm_prefix)
     failed |= codes.get("pbd", 1) != 0 or bool(left)
-    print(table(rows, opts.tokens))
+    print(table(rows, opts.tokens, opts.token_ms))
     results.update(
         rows=[[asdict(t), asdict(p)] for t, p in rows], pbd_exit_code=codes.get("pbd"),
         pbd_shm_left=left, triton_exit_code=codes.get("triton"),
