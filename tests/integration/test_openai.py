@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Iterator
 
 import openai
@@ -232,3 +233,19 @@ def test_a_client_that_goes_away_cancels_the_model(daemon: Daemon) -> None:
     url = f"http://{daemon.http_url}/v1/completions"
     assert len(asyncio.run(first_events_then_leave(url, body, 2))) == 2
     assert wait_for_metric(daemon.metrics_url, name, before + 1) == before + 1
+
+
+def test_each_choice_is_a_request_in_the_models_statistics(
+    daemon: Daemon, client: openai.OpenAI
+) -> None:
+    def successes() -> int:
+        answer = urllib.request.urlopen(
+            f"http://{daemon.http_url}/v2/models/generate_probe_sync/stats", timeout=10
+        )
+        with answer:
+            doc = json.loads(answer.read())
+        return int(doc["model_stats"][0]["inference_stats"]["success"]["count"])
+
+    before = successes()
+    client.completions.create(model="generate_probe_sync", prompt=["a", "b"], n=3)
+    assert successes() == before + 6
