@@ -45,6 +45,8 @@ class ServerProcess:
     ) -> None:
         self.name = name
         self.port = port
+        self.http_port = 0  # when the caller gave it one (Triton: start_triton does)
+        self.metrics_port = 0
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -189,6 +191,7 @@ def start_triton(
         *extra_args,
     ]  # fmt: skip
     server = ServerProcess("triton", argv, grpc_port, log_dir / "triton.log")
+    server.http_port, server.metrics_port = http_port, metrics_port
     return server.ready_or_stopped(lambda: model_ready(server.target, model), timeout=timeout)
 
 

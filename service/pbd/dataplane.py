@@ -6,7 +6,8 @@ The servicer converts a message into pbd types, calls one method here, and conve
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
@@ -128,28 +129,39 @@ class DataPlane:
     async def infer(self, request: InferRequest) -> InferResult:
         """One request of a model that is not decoupled: its one result."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=False)
+        began = time.perf_counter_ns()
         try:
-            return await runtime.infer(prepared)
+            result = await runtime.infer(prepared)
         except asyncio.CancelledError:
             # The client cancelled the RPC: a request already in its worker learns it there.
             if prepared.on_cancel is not None:
                 prepared.on_cancel()
             raise
+        except PbdError:
+            self._responded_first(runtime, began)
+            raise
         finally:
             self._leave(prepared, nbytes)
+        self._responded_first(runtime, began)
+        return result
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResult]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResult, None]:
         """Every response of ``request`` as it comes, the last one ``final`` (a decoupled
         model: 0..n responses, maybe a final flag alone; any other model: one). The caller
         releases each ``item.result``. Errors before the request runs raise PbdError; later
         ones come as an item with ``error``. Leaving early cancels the request."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=True)
+        began = time.perf_counter_ns()
         stream = ResponseStream()
         prepared.stream = stream
         task = asyncio.ensure_future(runtime.infer(prepared))
         task.add_done_callback(stream.settle)
+        first = True
         try:
             async for item in stream:
+                if first and (item.result is not None or item.error is not None):
+                    first = False
+                    self._responded_first(runtime, began)
                 yield item
         finally:
             if not stream.finished:
@@ -158,6 +170,11 @@ class DataPlane:
                     prepared.on_cancel()
             stream.close()
             self._leave(prepared, nbytes)
+
+    def _responded_first(self, runtime: VersionRuntime, began: int) -> None:
+        """Time to first response, for Triton's histogram (kept only when it is served)."""
+        if self.settings.metrics_histogram_latencies:
+            runtime.stats.responded_first(time.perf_counter_ns() - began, runtime.config.as_dict)
 
     def is_decoupled(self, request: InferRequest) -> bool:
         """Whether ``request`` goes to a decoupled model (False when it names no model)."""

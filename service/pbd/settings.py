@@ -44,9 +44,19 @@ class Settings:
     http_address: str = _opt("127.0.0.1", "address the HTTP server binds")
     http_port: int = _opt(8000, "HTTP port (0 picks a free one)")
     http_max_body_bytes: int = _opt(2**31 - 1, "largest HTTP request body accepted")
+    http_stream_buffer_bytes: int = _opt(
+        16 * MIB,
+        "response bytes an SSE stream (generate_stream, /v1 streaming) may hold for a client "
+        "that reads slower than the model writes; past it the request is cancelled",
+    )
     allow_metrics: bool = _opt(True, "serve Prometheus metrics (GET /metrics)")
     metrics_address: str = _opt("127.0.0.1", "address the metrics server binds")
     metrics_port: int = _opt(8002, "metrics port (0 picks a free one)")
+    metrics_histogram_latencies: bool = _opt(
+        False,
+        "serve nv_inference_first_response_histogram_ms (Triton's --metrics-config "
+        "histogram_latencies=true)",
+    )
     model_control_mode: str = _opt(
         "none",
         "none: load every model at start; poll: also reload on repository changes; "

@@ -11,9 +11,18 @@ inferences); ``batches`` (Triton's ``batch_stats``) counts executions per batch 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pbd.errors import Code, PbdError
+from pbd.histogram import Histogram
+
+# Time to first response (Triton's metric, served under --metrics-config
+# histogram_latencies=true): its family name and default buckets, in milliseconds.
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+_NS_PER_MS = 1_000_000
 
 # Triton's FailureReason values. REJECTED: refused by the queue (full, timed out, over
 # --max-queued-bytes); CANCELED: the client cancelled; BACKEND: the model or its instance
@@ -61,6 +70,17 @@ class ModelStats:
     # Failed requests by Triton's failure reason (the ``reason`` label of
     # nv_inference_request_failure); ``fail`` holds their total and durations.
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    # Milliseconds from the dataplane taking a request to its first response (with outputs
+    # or an error), every request of every model, as Triton counts it.
+    first_response: Histogram | None = None
+
+    def responded_first(self, ns: int, config: Mapping[str, Any]) -> None:
+        """A request's first response came ``ns`` after it was taken (``config``: the model's
+        config, JSON form, which may set the buckets)."""
+        if self.first_response is None:
+            self.first_response = Histogram(first_response_buckets(config))
+        # Whole milliseconds, as Triton observes them.
+        self.first_response.observe((ns // _NS_PER_MS,))
 
     def failed(self, ns: int, reason: str) -> None:
         self.fail.add(ns)
@@ -95,3 +115,16 @@ class ModelStats:
         self.compute_infer.add(infer_ns, requests)
         self.compute_output.add(output_ns, requests)
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+
+def first_response_buckets(config: Mapping[str, Any]) -> tuple[float, ...]:
+    """The buckets of the first-response histogram for a model (its config's JSON form):
+    ``model_metrics { metric_control { metric_identifier { family: "<FIRST_RESPONSE_FAMILY>" }
+    histogram_options { buckets: [...] } } }``, else Triton's defaults."""
+    for control in config.get("model_metrics", {}).get("metric_control", []):
+        if control.get("metric_identifier", {}).get("family") != FIRST_RESPONSE_FAMILY:
+            continue
+        buckets = control.get("histogram_options", {}).get("buckets", [])
+        if buckets:
+            return tuple(sorted(float(b) for b in buckets))
+    return FIRST_RESPONSE_BUCKETS_MS

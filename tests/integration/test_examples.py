@@ -340,6 +340,30 @@ def test_example_client_script(examples_daemon: Daemon) -> None:
     assert "PASS: add_sub" in completed.stdout
 
 
+def test_the_readmes_llm_lines_run_as_written(examples_daemon: Daemon) -> None:
+    """The README's curl and openai lines for tiny_llm, pointed at this daemon."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("An LLM-shaped model")
+    block = readme[
+        readme.index("```sh\n", start) + 6 : readme.index("```", readme.index("```sh\n", start) + 6)
+    ]
+    script = block.replace("localhost:8000", examples_daemon.http_url).replace(
+        ".venv/bin/python", sys.executable
+    )
+    completed = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert 'data: {"model_name":"tiny_llm","model_version":"1"' in out  # generate_stream
+    assert '"content": "olleh gib dlrow"' in out  # the chat completion
+    assert out.rstrip().endswith("olleh gib dlrow")  # the openai client's stream
+
+
 def test_absent_extensions_answer_as_triton_does(examples_daemon: Daemon) -> None:
     client = examples_daemon.client()
     for call in [

@@ -21,7 +21,15 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from pbd_harness import TEST_MODELS, free_port, infer_input, make_repository, wait_until
+from pbd_harness import (
+    EXAMPLE_MODELS,
+    TEST_MODELS,
+    free_port,
+    infer_input,
+    make_repository,
+    wait_until,
+)
+from sse_helpers import post
 
 from pbd.tracing.provider import Tracing
 from pbd.tracing.settings import parse_trace_config
@@ -58,14 +66,18 @@ class Traced:
 def traced_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     repository = make_repository(
         tmp_path_factory.mktemp("tracing"),
-        {"traced": TEST_MODELS / "traced", "repeat_decoupled": TEST_MODELS / "repeat_decoupled"},
+        {
+            "traced": TEST_MODELS / "traced",
+            "repeat_decoupled": TEST_MODELS / "repeat_decoupled",
+            "tiny_llm": EXAMPLE_MODELS / "tiny_llm",
+        },
     )
     exporter = InMemorySpanExporter()
     config = parse_trace_config(["level=TIMESTAMPS", "rate=1"])
     from pbd.tracing.settings import TraceSettings
 
     tracing = Tracing(TraceSettings(config), SimpleSpanProcessor(exporter))
-    settle = ["traced", "repeat_decoupled"]
+    settle = ["traced", "repeat_decoupled", "tiny_llm"]
     http_port = free_port()
     prefix = f"pbdtrace{os.getpid()}"
     with inprocess_daemon(
@@ -282,3 +294,48 @@ def test_an_http_inference_is_traced_under_an_http_server_span(traced: Traced) -
     assert refused.attributes["http.response.status_code"] == 400
     assert refused.attributes["error.type"] == "400"
     assert refused.status.status_code is StatusCode.UNSET  # a client's error, not the server's
+
+
+def _server_span(traced: Traced, name: str) -> tuple[ReadableSpan, list[ReadableSpan]]:
+    """The server span ``name`` of the client's trace, and every span of that trace."""
+    wait_until(
+        lambda: any(s.name == name for s in traced.exporter.get_finished_spans()),
+        30,
+        f"the server span {name}",
+    )
+    spans = [
+        s for s in traced.exporter.get_finished_spans() if s.context.trace_id == int(TRACE_ID, 16)
+    ]
+    (server,) = [s for s in spans if s.name == name]
+    assert server.parent is not None and server.parent.span_id == int(PARENT_ID, 16)
+    return server, spans
+
+
+def test_a_generate_stream_is_traced_with_a_response_span_per_event(traced: Traced) -> None:
+    headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    body = json.dumps({"IN": [5, 6, 7], "DELAY": [0, 0, 0], "WAIT": 0})
+    url = f"http://{traced.http_url}/v2/models/repeat_decoupled/generate_stream"
+    assert len(post(url, body, headers).events) == 3
+    server, spans = _server_span(traced, "POST /v2/models/{model}/generate_stream")
+    assert server.attributes is not None
+    assert server.attributes["http.route"] == "/v2/models/{model}/generate_stream"
+    assert server.attributes["http.response.status_code"] == 200
+    assert server.status.status_code is StatusCode.UNSET
+    responses = [s for s in spans if s.name == "response"]
+    assert len(responses) == 3
+    for child in [*responses, *[s for s in spans if s.name in ("queue", "compute")]]:
+        assert _parent_of(child) == server.context.span_id, child.name
+
+
+def test_an_openai_chat_is_traced_as_an_http_inference(traced: Traced) -> None:
+    headers = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    body = json.dumps(
+        {"model": "tiny_llm", "messages": [{"role": "user", "content": "a b"}], "stream": True}
+    )
+    answer = post(f"http://{traced.http_url}/v1/chat/completions", body, headers)
+    assert answer.events[-1] == "[DONE]"
+    server, spans = _server_span(traced, "POST /v1/chat/completions")
+    assert server.attributes is not None
+    assert server.attributes["model.name"] == "tiny_llm"
+    assert server.attributes["http.response.status_code"] == 200
+    assert len([s for s in spans if s.name == "response"]) == 2  # a token each

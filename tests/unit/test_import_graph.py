@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd_wire",),
     ("pbd_worker",),
     # Records and leaves: anyone may import them.
-    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2"),
+    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2", "pbd.histogram"),
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),
     ("pbd.responses", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",

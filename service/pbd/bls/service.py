@@ -31,8 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pbd.bls.pool import BlsPool
 from pbd.bls.wait_graph import Waiter, WaitGraph
@@ -45,7 +44,6 @@ from pbd_wire import worker_pb2 as wpb
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
     from pbd.instance.instance import Instance
-    from pbd.responses import StreamResult
 
 log = logging.getLogger("pbd.bls")
 TIMEOUT_MESSAGE = "Request timeout expired"
@@ -184,8 +182,7 @@ class BlsService:
         cancelled = self._cancels[key] = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call.request.timeout_us / 1e6 if call.request.timeout_us else None
-        # An async generator (DataPlane.infer_stream), which aclose() cancels.
-        stream = cast("AsyncGenerator[StreamResult, None]", self.dp.infer_stream(request))
+        stream = self.dp.infer_stream(request)  # an async generator, which aclose() cancels
         stops: set[asyncio.Future[Any]] = {waiter.refused, asyncio.ensure_future(cancelled.wait())}
         try:
             while True:

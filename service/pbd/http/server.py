@@ -4,18 +4,20 @@ aiohttp runs on the daemon's event loop (no second thread or process), parses HT
 decompresses gzip/deflate request bodies itself and compresses responses on request.
 Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
 Inference requests are traced as gRPC ones are (the ``traceparent`` header honoured), under an
-HTTP server span.
+HTTP server span. The generate extension (:mod:`pbd.http.generate`) and the OpenAI API
+(:mod:`pbd.http.openai.routes`) are routes of the same app. A client that goes away cancels its
+handler and so its request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
@@ -23,8 +25,10 @@ from aiohttp.web_protocol import RequestPayloadError
 from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
-from pbd.http import extensions
+from pbd.http import extensions, generate
 from pbd.http.encoding import check_content_encoding, compress
+from pbd.http.openai import routes as openai_routes
+from pbd.http.status import error_response, finishing, http_status
 from pbd.http.tensors import (
     HEADER_LENGTH,
     build_infer_response,
@@ -34,22 +38,7 @@ from pbd.http.tensors import (
 from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
 
-if TYPE_CHECKING:
-    from pbd.tracing.request import RequestTrace
-
-# Triton's HttpCodeFromError; RESOURCE_EXHAUSTED (pbd's own) is retryable: 503.
-HTTP_STATUS = {
-    Code.INTERNAL: 500,
-    Code.NOT_FOUND: 404,
-    Code.UNAVAILABLE: 503,
-    Code.UNSUPPORTED: 501,
-    Code.RESOURCE_EXHAUSTED: 503,
-}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 def _json(value: Any, request: web.Request) -> web.Response:
@@ -75,26 +64,26 @@ class HttpFrontend:
             check_content_encoding(request)
             return await handler(request)
         except PbdError as exc:
-            return _error(HTTP_STATUS.get(exc.code, 400), exc.message)
+            return error_response(http_status(exc.code), exc.message)
         except RequestPayloadError:
             # The rest of the body cannot be decoded either: end it here (aiohttp would read
             # on and log the error again), and close the connection after the answer.
             request.content.feed_eof()
             encoding = request.headers.get("Content-Encoding", "")
-            response = _error(
+            response = error_response(
                 400, f"the request body does not decode as Content-Encoding '{encoding}'"
             )
             response.force_close()
             return response
         except web.HTTPRequestEntityTooLarge:
-            return _error(
+            return error_response(
                 413,
                 f"request body exceeds the limit of {self.settings.http_max_body_bytes} bytes "
                 "(--http-max-body-bytes)",
             )
         except web.HTTPException as exc:
             if exc.status >= 400:
-                return _error(exc.status, f"{exc.reason}: {request.method} {request.path}")
+                return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}")
             raise
 
     def _routes(self) -> None:
@@ -110,6 +99,8 @@ class HttpFrontend:
             r.add_get(base + "/stats", self.statistics)
         r.add_get("/v2/models/stats", self.statistics)
         extensions.add_routes(self.app, self.dp, _json)
+        generate.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
+        openai_routes.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)
@@ -121,7 +112,11 @@ class HttpFrontend:
             r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
     async def start(self) -> None:
-        self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # A client that goes away cancels its handler, and with it its request (the model
+        # sees is_cancelled(), as over gRPC); handlers whose work must finish shield it.
+        self.runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.settings.http_address, self.settings.http_port)
         await site.start()
@@ -201,7 +196,7 @@ class HttpFrontend:
             trace,
             self.dp.infer,
             lambda result: build_infer_response(result, parsed),
-            _finishing,
+            finishing,
         )
         assert answer is not None  # None only for an edge that sends its answer itself
         payload, json_length = answer
@@ -275,12 +270,12 @@ class HttpFrontend:
 
     async def load(self, request: web.Request) -> web.Response:
         params = _repository_params(await _json_body(request))
-        await self.dp.load_model("", request.match_info["model"], params)
+        await asyncio.shield(self.dp.load_model("", request.match_info["model"], params))
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
         params = _repository_params(await _json_body(request))
-        await self.dp.unload_model("", request.match_info["model"], params)
+        await asyncio.shield(self.dp.unload_model("", request.match_info["model"], params))
         return web.Response(status=200)
 
     # -- shared memory (system and CUDA) ------------------------------------------------------
@@ -316,7 +311,7 @@ class HttpFrontend:
                     "register needs 'raw_handle' ({\"b64\": <base64>}), 'device_id' and "
                     "'byte_size'",
                 ) from None
-            await self.dp.cuda_shm_register(name, handle, device, size)
+            await asyncio.shield(self.dp.cuda_shm_register(name, handle, device, size))
             return web.Response(status=200)
         try:
             key, offset, size = str(body["key"]), int(body.get("offset", 0)), int(body["byte_size"])
@@ -377,19 +372,3 @@ def _file_content(key: str, value: Any) -> bytes:
         raise PbdError(
             Code.INVALID_ARG, f"load parameter '{key}' is not valid base64: {exc}"
         ) from None
-
-
-@contextlib.contextmanager
-def _finishing(trace: RequestTrace) -> Iterator[None]:
-    """The HTTP server span ends with the status the response will carry; as the semantic
-    conventions for HTTP servers say, only a 5xx marks it an error."""
-    try:
-        yield
-    except PbdError as exc:
-        status = HTTP_STATUS.get(exc.code, 400)
-        trace.finish(status, exc.message if status >= 500 else None)
-        raise
-    except BaseException as exc:
-        trace.finish(500, repr(exc))
-        raise
-    trace.finish(200)

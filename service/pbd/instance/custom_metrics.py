@@ -12,13 +12,13 @@ Arguments were checked by the worker; what is refused here is what only the daem
 
 from __future__ import annotations
 
-import bisect
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 
+from pbd.histogram import Histogram
 from pbd_wire import worker_pb2 as wpb
 
 log = logging.getLogger("pbd.metrics")
@@ -28,16 +28,9 @@ LabelKey = tuple[tuple[str, str], ...]
 @dataclass
 class Series:
     labels: dict[str, str]
-    buckets: list[float] = field(default_factory=list)  # histograms: upper bounds, no +Inf
+    histogram: Histogram | None = None  # histograms
     value: float = 0.0  # counter, gauge
-    counts: list[int] = field(default_factory=list)  # histograms: per bucket, then +Inf
-    total: float = 0.0  # histograms: the sum of observations
     refs: int = 0
-
-    def observe(self, values: Iterable[float]) -> None:
-        for v in values:
-            self.counts[bisect.bisect_left(self.buckets, v)] += 1
-            self.total += v
 
 
 @dataclass
@@ -47,14 +40,6 @@ class Family:
     kind: str  # "COUNTER" | "GAUGE" | "HISTOGRAM"
     series: dict[LabelKey, Series] = field(default_factory=dict)
     refs: int = 0
-
-
-def bound_text(bound: float) -> str:
-    """A bucket bound as Prometheus' C++ client prints it: ``1``, ``2.5``, ``+Inf``."""
-    if bound == float("inf"):
-        return "+Inf"
-    text = repr(float(bound))
-    return text[:-2] if text.endswith(".0") else text
 
 
 class CustomMetrics:
@@ -69,18 +54,11 @@ class CustomMetrics:
             kind = family.kind.lower()
             metric = Metric(family.name, family.description, kind)
             for series in family.series.values():
-                if kind != "histogram":
+                if series.histogram is None:
                     metric.add_sample(family.name, series.labels, series.value)
                     continue
-                running = 0
-                for bound, count in zip(
-                    [*series.buckets, float("inf")], series.counts, strict=True
-                ):
-                    running += count
-                    labels = {**series.labels, "le": bound_text(bound)}
-                    metric.add_sample(f"{family.name}_bucket", labels, running)
-                metric.add_sample(f"{family.name}_count", series.labels, running)
-                metric.add_sample(f"{family.name}_sum", series.labels, series.total)
+                for sample in series.histogram.samples(family.name, series.labels):
+                    metric.add_sample(*sample)
             yield metric
 
     def _drop_family(self, family: Family) -> None:
@@ -130,7 +108,10 @@ class WorkerMetrics:
         elif which == "set":
             self._series(op.id).value = op.set
         elif which == "observe":
-            self._series(op.id).observe(op.observe.values)
+            histogram = self._series(op.id).histogram
+            if histogram is None:
+                raise ValueError("observe() is for histograms only")
+            histogram.observe(op.observe.values)
         elif which == "family_new":
             self._family_new(op.id, op.family_new)
         elif which == "metric_new":
@@ -162,9 +143,8 @@ class WorkerMetrics:
         key: LabelKey = tuple(sorted(labels.items()))
         series = family.series.get(key)
         if series is None:  # the first one to make a series picks its buckets
-            buckets = list(new.buckets) if family.kind == "HISTOGRAM" else []
-            counts = [0] * (len(buckets) + 1) if family.kind == "HISTOGRAM" else []
-            series = Series(labels, buckets, counts=counts)
+            histogram = Histogram(list(new.buckets)) if family.kind == "HISTOGRAM" else None
+            series = Series(labels, histogram)
             family.series[key] = series
         series.refs += 1
         self.metrics[metric_id] = (family, key)

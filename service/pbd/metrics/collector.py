@@ -5,6 +5,8 @@ of the ``nv_inference_*`` families (Triton's names, help texts and ``model``/``v
 the supervisor's slots give the instance counts, the arenas their sizes. Triton's durations are
 microseconds; ``nv_inference_request_duration_us`` covers successful requests, as Triton's does.
 Failures carry Triton's ``reason`` label; only successful requests count as inferences.
+With ``--metrics-histogram-latencies`` (Triton's ``--metrics-config histogram_latencies=true``)
+the time to first response is a histogram per model version, as in Triton 2.52 and later.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import Metric
 
+from pbd.histogram import Histogram
 from pbd.instance.records import State
+from pbd.stats import FIRST_RESPONSE_FAMILY, first_response_buckets
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -101,11 +105,27 @@ class PbdCollector:
             for reason, count in runtime.stats.failures.items():
                 failure.add_sample(_FAILURE, {**labels, "reason": reason}, count)
         yield failure
+        if self.dp.settings.metrics_histogram_latencies:
+            yield self._first_response(runtimes)
         yield from self._instances(runtimes)
         yield from self._memory(runtimes)
         inflight = _family("pbd_inflight_requests", "Requests the daemon is serving now", "gauge")
         inflight.add_sample("pbd_inflight_requests", {}, self.dp.inflight)
         yield inflight
+
+    def _first_response(self, runtimes: list[tuple[dict[str, str], VersionRuntime]]) -> Metric:
+        family = _family(
+            FIRST_RESPONSE_FAMILY,
+            "Duration from request to first response in milliseconds",
+            "histogram",
+        )
+        for labels, runtime in runtimes:
+            histogram = runtime.stats.first_response
+            if histogram is None:  # no request yet: Triton shows the empty histogram
+                histogram = Histogram(first_response_buckets(runtime.config.as_dict))
+            for sample in histogram.samples(FIRST_RESPONSE_FAMILY, labels):
+                family.add_sample(*sample)
+        return family
 
     def _instances(self, runtimes: list[tuple[dict[str, str], VersionRuntime]]) -> Iterator[Metric]:
         pending = _family(

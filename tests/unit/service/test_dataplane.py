@@ -231,3 +231,23 @@ def test_drain_with_nothing_in_flight_ends_at_once() -> None:
         assert await plane.drain(0)
 
     run(scenario)
+
+
+def test_time_to_first_response_is_recorded_only_when_the_histogram_is_served() -> None:
+    async def scenario() -> None:
+        for served in (False, True):
+            plane, (version, stream_version) = make(ADD_SUB, DECOUPLED)
+            plane.settings.metrics_histogram_latencies = served
+            version.answer()
+            stream_version.answer()
+            await plane.infer(request())
+            items = [item async for item in plane.infer_stream(request("d"))]
+            assert len(items) == 3
+            for each in (version, stream_version):
+                histogram = each.stats.first_response
+                if not served:
+                    assert histogram is None
+                else:  # one observation per request: the stream's first response only
+                    assert histogram is not None and sum(histogram.counts) == 1
+
+    run(scenario)

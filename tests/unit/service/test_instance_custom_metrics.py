@@ -6,7 +6,7 @@ Two channels over one registry stand for two instances of a model sharing a seri
 
 from __future__ import annotations
 
-from pbd.instance.custom_metrics import CustomMetrics, WorkerMetrics, bound_text
+from pbd.instance.custom_metrics import CustomMetrics, WorkerMetrics
 from pbd.metrics.server import exposition
 from pbd_wire import worker_pb2 as wpb
 from pbd_worker.metrics import MAX_PENDING, MetricsChannel
@@ -123,14 +123,3 @@ def test_histogram_exposition_and_removal() -> None:
     wire.channel.family_remove(fid)
     wire.flush()
     assert "lat" not in exposition([registry]).decode()
-
-
-def test_bound_text_reads_as_prometheus_cpp_writes_it() -> None:
-    assert [bound_text(b) for b in (0.1, 1.0, 2.5, 10.0, 1e21, float("inf"))] == [
-        "0.1",
-        "1",
-        "2.5",
-        "10",
-        "1e+21",
-        "+Inf",
-    ]

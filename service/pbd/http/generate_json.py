@@ -1,0 +1,139 @@
+"""Triton's generate extension: its JSON <-> pbd's request and result.
+
+A generate request is one JSON object. Each key that names an input of the model is that
+input (a scalar, or a flat array; BYTES as strings); any other key is a request parameter
+(a string, number or bool), and so is ``id``, which is the request's id as well. The object
+``parameters`` is read the same way, key by key. An input's shape comes from the model's
+(``[-1] + dims`` when it batches): the fixed dimensions take their share of the elements from
+the innermost out, the innermost variable one takes what remains and any other is 1, as
+Triton 2.51's front end does it.
+
+An answer is one JSON object: ``id`` (when the request had one), ``model_name``,
+``model_version``, the response's parameters, then each output by name (a one-element output
+as that element, any other as a flat array), keys in sorted order, as Triton writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pbd.errors import invalid_arg
+from pbd.http.tensors import json_to_wire, unique_keys, wire_to_json
+from pbd.types import InferRequest, InferResult, InputTensor, ParamValue, Uint64
+
+if TYPE_CHECKING:
+    from pbd.modelconfig.model import ModelConfig, TensorConfig
+
+PARAMETERS = "parameters"
+
+
+def input_shape(name: str, model_shape: Sequence[int], count: int) -> tuple[int, ...]:
+    """The shape ``count`` elements of input ``name`` take, its model shape being
+    ``model_shape`` (``-1``: variable)."""
+    shape = list(model_shape)
+    left = count
+    for dim in reversed(shape):
+        if dim == -1:
+            continue
+        if dim == 0 or left % dim:
+            left = -1
+            break
+        left //= dim
+    if left >= 0:
+        for i in reversed(range(len(shape))):
+            if shape[i] == -1:
+                shape[i], left = left, 1
+    if left != 1:
+        raise invalid_arg(
+            f"The schema can not convert input '{name}' to tensor with proper shape: "
+            f"{count} element(s) do not fit its shape {list(model_shape)}"
+        )
+    return tuple(shape)
+
+
+def tensor_from_json(tensor: TensorConfig, batching: bool, value: Any) -> InputTensor:
+    """Input ``tensor`` from a generate request's JSON value (a scalar or a flat array)."""
+    values = value if isinstance(value, list) else [value]
+    if any(isinstance(v, list | dict) for v in values):
+        raise invalid_arg(
+            f"input '{tensor.name}': a generate request gives an input as a scalar or a flat array"
+        )
+    model_shape = [-1, *tensor.dims] if batching else list(tensor.dims)
+    shape = input_shape(tensor.name, model_shape, len(values))
+    data = json_to_wire(tensor.name, tensor.datatype, list(shape), values)
+    return InputTensor(tensor.name, tensor.datatype, shape, memoryview(data))
+
+
+def _parameter(key: str, value: Any) -> ParamValue:
+    if not isinstance(value, bool | int | float | str):
+        raise invalid_arg(
+            f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+        )
+    return value
+
+
+def parse_generate_request(
+    body: bytes, config: ModelConfig, model: str, version: str
+) -> InferRequest:
+    try:
+        doc = json.loads(body, object_pairs_hook=unique_keys)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("the request JSON must be an object")
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")
+    batching = config.max_batch_size > 0
+    inputs: dict[str, InputTensor] = {}
+    params: dict[str, ParamValue] = {}
+
+    def take(key: str, value: Any) -> None:
+        tensor = config.input(key)
+        if tensor is None:
+            params[key] = _parameter(key, value)  # a later one wins, as in Triton
+        elif key in inputs:
+            raise invalid_arg(
+                f"input '{key}' already exists in request (given at the top level and in "
+                f"'{PARAMETERS}')"
+            )
+        else:
+            inputs[key] = tensor_from_json(tensor, batching, value)
+
+    for key, value in doc.items():
+        if key != PARAMETERS:
+            take(key, value)
+            continue
+        if config.input(PARAMETERS) is not None:
+            raise invalid_arg(
+                f"Keyword '{PARAMETERS}' for nested schema also given as input tensor name"
+            )
+        if not isinstance(value, dict):
+            raise invalid_arg(f"Expected JSON object for keyword: '{PARAMETERS}'")
+        for inner, inner_value in value.items():
+            take(inner, inner_value)
+    return InferRequest(model, version, request_id, list(inputs.values()), parameters=params)
+
+
+def generate_answer(result: InferResult) -> dict[str, Any]:
+    """The JSON object of one response."""
+    entries: dict[str, Any] = {}
+    if result.id:
+        entries["id"] = result.id
+    entries["model_name"] = result.model_name
+    entries["model_version"] = result.model_version
+    # A name already taken keeps its first value (reserved keys, then parameters, then
+    # outputs), as in Triton.
+    for key, value in result.parameters.items():
+        entries.setdefault(key, value.value if isinstance(value, Uint64) else value)
+    for out in result.outputs:
+        values = wire_to_json(out)
+        entries.setdefault(out.name, values[0] if len(values) == 1 else values)
+    return dict(sorted(entries.items()))
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    """Compact JSON, UTF-8 (Triton does not escape non-ASCII either)."""
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode(errors="replace")

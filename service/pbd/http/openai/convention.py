@@ -1,0 +1,113 @@
+"""Which models the OpenAI API serves, and how it talks to them.
+
+The convention is the one Triton's LLM backends (vLLM, TensorRT-LLM) and their OpenAI front end
+use, so a model written for them needs no change:
+
+- a BYTES input ``text_input`` (the prompt) and a BYTES output ``text_output`` (the text of
+  each response; a decoupled model streams it in pieces, one per response);
+- an optional BOOL input ``stream``: set to whether the client streams (a model that has none
+  is read the same way: every response's text is appended);
+- the sampling options go to the inputs of the same name the model has (``max_tokens``,
+  ``temperature``, ``top_p``, ``seed``, ``stop``, ``frequency_penalty``,
+  ``presence_penalty``; ``random_seed`` and ``stop_words`` are taken too, TensorRT-LLM's names),
+  each converted to the input's datatype, and all of them as one JSON object to a BYTES input
+  ``sampling_parameters`` if it has one (vLLM's);
+- usage counts: a model reports them with the outputs ``num_input_tokens`` (the prompt's,
+  read from the first response that has it) and ``num_output_tokens`` (the tokens in that
+  response; summed), INT32/UINT32/INT64 scalars; the BOOL inputs ``return_num_input_tokens``
+  and ``return_num_output_tokens`` are set to true when it has them. A model that reports none
+  gets answers without ``usage``;
+- a BOOL input ``exclude_input_in_output`` is set to true (the prompt is not part of the
+  answer; ``echo`` is pbd's to honour).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pbd.http.generate_json import tensor_from_json
+from pbd.http.openai.requests import Sampling
+from pbd.http.tensors import wire_to_json
+from pbd.types import InferRequest, InferResult, InputTensor
+
+if TYPE_CHECKING:
+    from pbd.modelconfig.model import ModelConfig
+
+TEXT_INPUT = "text_input"
+TEXT_OUTPUT = "text_output"
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+INPUT_TOKENS = "num_input_tokens"
+OUTPUT_TOKENS = "num_output_tokens"
+_TRUE_INPUTS = ("return_num_input_tokens", "return_num_output_tokens", "exclude_input_in_output")
+# OpenAI's name -> the input names a model may take it as.
+SAMPLING_INPUTS: dict[str, tuple[str, ...]] = {
+    "max_tokens": ("max_tokens",),
+    "temperature": ("temperature",),
+    "top_p": ("top_p",),
+    "seed": ("seed", "random_seed"),
+    "stop": ("stop", "stop_words"),
+    "frequency_penalty": ("frequency_penalty",),
+    "presence_penalty": ("presence_penalty",),
+}
+
+
+def follows_convention(config: ModelConfig) -> bool:
+    text_in, text_out = config.input(TEXT_INPUT), config.output(TEXT_OUTPUT)
+    return (
+        text_in is not None
+        and text_in.datatype == "BYTES"
+        and text_out is not None
+        and text_out.datatype == "BYTES"
+    )
+
+
+def takes_stop(config: ModelConfig) -> bool:
+    """Whether the model applies stop sequences itself (else pbd cuts the text)."""
+    names = (*SAMPLING_INPUTS["stop"], SAMPLING_PARAMETERS)
+    return any(config.input(name) is not None for name in names)
+
+
+def build_request(
+    config: ModelConfig, prompt: str, sampling: Sampling, stream: bool, request_id: str
+) -> InferRequest:
+    """One request of the model for ``prompt`` (the latest version)."""
+    values: dict[str, Any] = {TEXT_INPUT: prompt, STREAM: stream}
+    values.update(dict.fromkeys(_TRUE_INPUTS, True))
+    chosen = sampling.as_dict()
+    for key, value in chosen.items():
+        for name in SAMPLING_INPUTS[key]:
+            values[name] = value
+    if chosen:
+        values[SAMPLING_PARAMETERS] = json.dumps(chosen)
+    batching = config.max_batch_size > 0
+    inputs: list[InputTensor] = []
+    for name, value in values.items():
+        tensor = config.input(name)
+        if tensor is not None:
+            inputs.append(tensor_from_json(tensor, batching, value))
+    return InferRequest(config.name, "", request_id, inputs)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one response says."""
+
+    text: str
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+def read_response(result: InferResult) -> Piece:
+    text: list[str] = []
+    counts: dict[str, int] = {}
+    for out in result.outputs:
+        if out.name == TEXT_OUTPUT:
+            text.extend(str(v) for v in wire_to_json(out))
+        elif out.name in (INPUT_TOKENS, OUTPUT_TOKENS):
+            values = wire_to_json(out)
+            if values and isinstance(values[0], int | float):
+                counts[out.name] = int(values[0])
+    return Piece("".join(text), counts.get(INPUT_TOKENS), counts.get(OUTPUT_TOKENS))

@@ -1,0 +1,240 @@
+"""The bodies of ``POST /v1/completions`` and ``/v1/chat/completions``, checked, as records.
+
+Checked as OpenAI checks them (types and ranges, each error naming its parameter); keys pbd
+does not know are ignored, and features it cannot honour with a text model (tools, structured
+output, log probabilities, logit bias, a suffix, token-id prompts, non-text message parts)
+are refused rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pbd.http.openai.chat_template import Message
+from pbd.http.openai.errors import ApiError, invalid
+
+MAX_N = 128
+MAX_STOP = 4
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Set to anything but their "off" value, these ask for what pbd does not do.
+_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "suffix": (None, ""),
+    "best_of": (None, 1),
+    "response_format": (None, {"type": "text"}),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "prediction": (None,),
+}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What is passed on to the model (None: not set; the model's default applies)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The values set, by OpenAI name (``stop`` as a list)."""
+        values: dict[str, Any] = {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": list(self.stop) or None,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What both endpoints take besides the prompt."""
+
+    model: str
+    n: int
+    stream: bool
+    include_usage: bool
+    sampling: Sampling
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    options: Options
+    prompts: tuple[str, ...]
+    echo: bool
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    options: Options
+    messages: tuple[Message, ...]
+
+
+def parse_completion(body: Mapping[str, Any]) -> CompletionRequest:
+    options = _options(body, "max_tokens")
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompts: tuple[str, ...] = (prompt,)
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = tuple(prompt)
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(_is_int(p) or isinstance(p, list) for p in prompt)
+    ):
+        raise invalid(
+            "'prompt' as token ids is not supported: pbd passes text to the model (it has no "
+            "tokenizer); send the prompt as a string",
+            "prompt",
+        )
+    else:
+        raise invalid("'prompt' must be a string or a non-empty array of strings", "prompt")
+    echo = body.get("echo", False)
+    if not isinstance(echo, bool):
+        raise invalid("'echo' must be a boolean", "echo")
+    return CompletionRequest(options, prompts, echo)
+
+
+def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
+    tokens = (
+        "max_completion_tokens" if body.get("max_completion_tokens") is not None else ("max_tokens")
+    )
+    options = _options(body, tokens)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("'messages' must be a non-empty array of messages", "messages")
+    return ChatRequest(options, tuple(_message(m, i) for i, m in enumerate(messages)))
+
+
+def _message(item: Any, index: int) -> Message:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        raise invalid(f"{where} must be an object", where)
+    role = item.get("role")
+    if role not in ROLES:
+        raise invalid(f"{where}.role must be one of {', '.join(ROLES)}", f"{where}.role")
+    content = item.get("content")
+    if content is None and role == "assistant":
+        content = ""  # an assistant turn that only called tools
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise invalid(
+                    f"{where}.content: only text parts are supported (a text model)",
+                    f"{where}.content",
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise invalid(f"{where}.content: a text part needs 'text'", f"{where}.content")
+            texts.append(text)
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise invalid(
+            f"{where}.content must be a string or an array of text parts", f"{where}.content"
+        )
+    return Message(role, content)
+
+
+def _options(body: Mapping[str, Any], tokens_key: str) -> Options:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("you must provide a model parameter", "model")
+    for key, off in _UNSUPPORTED.items():
+        if body.get(key) not in off:
+            raise invalid(f"'{key}' is not supported by pbd's OpenAI API", key)
+    n = _integer(body, "n", 1)
+    if n is None or not 1 <= n <= MAX_N:
+        raise invalid(f"'n' must be an integer from 1 to {MAX_N}", "n")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise invalid("'stream' must be a boolean", "stream")
+    include_usage = False
+    stream_options = body.get("stream_options")
+    if stream_options is not None:
+        if not stream:
+            raise invalid(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                "stream_options",
+            )
+        if not isinstance(stream_options, dict) or not isinstance(
+            stream_options.get("include_usage", False), bool
+        ):
+            raise invalid(
+                "'stream_options' must be an object; 'include_usage' a boolean", "stream_options"
+            )
+        include_usage = bool(stream_options.get("include_usage", False))
+    max_tokens = _integer(body, tokens_key, None)
+    if max_tokens is not None and max_tokens < 1:
+        raise invalid(f"'{tokens_key}' must be at least 1", tokens_key)
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0),
+        seed=_integer(body, "seed", None),
+        stop=_stop(body.get("stop")),
+        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),
+        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0),
+    )
+    return Options(model, n, stream, include_usage, sampling)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(body: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not _is_int(value):
+        raise invalid(f"'{key}' must be an integer", key)
+    return int(value)
+
+
+def _number(body: Mapping[str, Any], key: str, low: float, high: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise invalid(f"'{key}' must be a number from {low:g} to {high:g}", key)
+    return float(value)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOP
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise invalid(
+            f"'stop' must be a non-empty string or an array of up to {MAX_STOP} of them", "stop"
+        )
+    return tuple(stops)
+
+
+def check_object(doc: Any) -> Mapping[str, Any]:
+    if not isinstance(doc, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return doc

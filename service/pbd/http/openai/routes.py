@@ -1,0 +1,388 @@
+"""The OpenAI API on the HTTP binding: ``GET /v1/models[/<model>]``, ``POST /v1/completions``
+and ``POST /v1/chat/completions``, streamed (server-sent chunks, then ``data: [DONE]``) or not.
+
+Each choice is one request of the model, run through ``DataPlane.infer_stream`` (so every
+model that follows the convention serves, decoupled or not): ``n`` choices of ``p`` prompts
+are ``n * p`` requests at once, choice ``i`` of a prompt getting ``seed + i`` when a seed is
+given (so the choices differ, and each is reproducible). A request that cannot start (a bad
+input, a full queue) is answered as an error object with its status before anything is
+streamed; an error later in a stream is a ``data: {"error": {...}}`` chunk that ends it. A
+client that disconnects, or reads slower than ``--http-stream-buffer-bytes`` allows, cancels
+every request of its answer (:mod:`pbd.http.sse`). Each request is traced as an HTTP
+inference (the route's server span, a response span per piece) and counted in the model's
+statistics and metrics like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from pbd.dataplane import DataPlane
+from pbd.errors import Code, PbdError
+from pbd.http.encoding import compress
+from pbd.http.generate_json import encode
+from pbd.http.openai.answers import Choice, Header, Usage, model_object
+from pbd.http.openai.chat_template import ChatTemplate, TemplateError
+from pbd.http.openai.convention import build_request, follows_convention, read_response, takes_stop
+from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
+from pbd.http.openai.requests import Options, check_object, parse_chat, parse_completion
+from pbd.http.openai.stops import StopScanner
+from pbd.http.sse import CONTENT_TYPE, BacklogFull, EventStream, event, send_events
+from pbd.http.status import finish_failed
+from pbd.responses import StreamResult
+from pbd.tracing.request import RequestTrace
+from pbd.types import InferRequest
+
+if TYPE_CHECKING:
+    from pbd.modelconfig.model import ModelConfig
+
+log = logging.getLogger("pbd.http.openai")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DONE = b"data: [DONE]\n\n"
+CONVENTION = (
+    ": pbd's OpenAI API serves models with a BYTES input 'text_input' and a BYTES output "
+    "'text_output'"
+)
+
+
+def add_routes(app: web.Application, dp: DataPlane, stream_buffer_bytes: int) -> None:
+    api = OpenAIApi(dp, stream_buffer_bytes)
+    app.router.add_get("/v1/models", _answering_errors(api.models))
+    app.router.add_get("/v1/models/{model}", _answering_errors(api.model))
+    app.router.add_post("/v1/completions", _answering_errors(api.completions))
+    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat))
+
+
+def _answering_errors(handler: Handler) -> Handler:
+    """Errors as OpenAI's error objects (the HTTP binding's own are Triton's)."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except PbdError as exc:
+            error = from_pbd(exc)
+        except ApiError as exc:
+            error = exc
+        return web.json_response(error.body(), status=error.status)
+
+    return answer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What one answer is about."""
+
+    request: web.Request
+    began: int  # ns, when the HTTP request came
+    config: ModelConfig
+    header: Header
+    prompts: list[str]
+    options: Options
+    echo: list[str] = field(default_factory=list)  # the prompts, when they are echoed
+
+    def echoed(self, prompt: int) -> str:
+        return self.echo[prompt] if self.echo else ""
+
+
+@dataclasses.dataclass
+class _Choice:
+    """One choice: one request of the model, and what its responses said so far."""
+
+    index: int
+    prompt: int  # which prompt it answers
+    request: InferRequest
+    trace: RequestTrace | None
+    scanner: StopScanner
+    max_tokens: int | None
+    items: AsyncGenerator[StreamResult, None] | None = None
+    first: StreamResult | None = None
+    text: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    @property
+    def finish_reason(self) -> str:
+        if self.scanner.stopped:
+            return "stop"
+        limit = self.max_tokens
+        done = self.output_tokens
+        return "length" if limit is not None and done is not None and done >= limit else "stop"
+
+
+class OpenAIApi:
+    def __init__(self, dp: DataPlane, stream_buffer_bytes: int) -> None:
+        self.dp = dp
+        self.stream_buffer_bytes = stream_buffer_bytes
+        self.created = int(time.time())
+
+    # -- models --------------------------------------------------------------------------------
+
+    async def models(self, request: web.Request) -> web.Response:
+        names = sorted({entry.name for entry in self.dp.repository_index("", True)})
+        served = []
+        for name in names:
+            try:
+                config = self.dp.model_config(name, "")
+            except PbdError:
+                continue  # unloaded meanwhile
+            if follows_convention(config):
+                served.append(model_object(name, self.created))
+        return web.json_response({"object": "list", "data": served})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        self._config(name)
+        return web.json_response(model_object(name, self.created))
+
+    def _config(self, model: str) -> ModelConfig:
+        try:
+            config = self.dp.model_config(model, "")
+        except PbdError as exc:
+            if exc.code is Code.NOT_FOUND:
+                raise model_not_found(model) from None
+            raise
+        if not follows_convention(config):
+            raise model_not_found(model, CONVENTION)
+        return config
+
+    # -- completions ---------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        began = time.time_ns()
+        parsed = parse_completion(await _body(request))
+        config = self._config(parsed.options.model)
+        header = Header(f"cmpl-{uuid.uuid4().hex}", int(time.time()), config.name, chat=False)
+        echo = list(parsed.prompts) if parsed.echo else []
+        asked = _Asked(request, began, config, header, list(parsed.prompts), parsed.options, echo)
+        return await self._answer(asked)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        began = time.time_ns()
+        parsed = parse_chat(await _body(request))
+        config = self._config(parsed.options.model)
+        try:
+            prompt = ChatTemplate.from_parameters(config.parameters).render(parsed.messages)
+        except TemplateError as exc:
+            raise ApiError(
+                500, f"the chat template of model '{config.name}': {exc}", type="server_error"
+            ) from None
+        header = Header(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), config.name, chat=True)
+        return await self._answer(_Asked(request, began, config, header, [prompt], parsed.options))
+
+    # -- running the choices -------------------------------------------------------------------
+
+    async def _answer(self, asked: _Asked) -> web.StreamResponse:
+        choices = self._choices(asked)
+        try:
+            await self._start(choices)
+            if not asked.options.stream:
+                await self._run(choices, None)
+                whole = [
+                    Choice(c.index, asked.echoed(c.prompt) + "".join(c.text), c.finish_reason)
+                    for c in choices
+                ]
+                response = web.json_response(asked.header.whole(whole, _usage(choices)))
+                compress(asked.request, response)
+                return response
+            return await self._stream(asked, choices)
+        except BaseException as exc:
+            for choice in choices:
+                _finish(choice, exc)
+            raise
+        finally:
+            for choice in choices:
+                if choice.items is not None:
+                    await choice.items.aclose()
+
+    def _choices(self, asked: _Asked) -> list[_Choice]:
+        options, header = asked.options, asked.header
+        sampling = options.sampling
+        stops = () if takes_stop(asked.config) else sampling.stop
+        resource = asked.request.match_info.route.resource
+        route = resource.canonical if resource is not None else asked.request.path
+        count = len(asked.prompts) * options.n
+        built = []  # every request first: one that cannot be built fails them all
+        for p, prompt in enumerate(asked.prompts):
+            for i in range(options.n):
+                index = p * options.n + i
+                seed = None if sampling.seed is None else sampling.seed + i
+                own = dataclasses.replace(sampling, seed=seed)
+                request_id = header.id if count == 1 else f"{header.id}-{index}"
+                infer = build_request(asked.config, prompt, own, options.stream, request_id)
+                built.append((index, p, infer))
+        choices = []
+        for index, p, infer in built:
+            infer.trace = self.dp.start_trace(
+                infer, route, asked.began, lambda: asked.request.headers.get("traceparent"), "http"
+            )
+            choices.append(
+                _Choice(index, p, infer, infer.trace, StopScanner(stops), sampling.max_tokens)
+            )
+        return choices
+
+    async def _start(self, choices: list[_Choice]) -> None:
+        """Send every request and wait for its first response: a request that cannot start
+        fails the whole answer before anything is sent."""
+        for choice in choices:
+            choice.items = self.dp.infer_stream(choice.request)
+        firsts = await asyncio.gather(
+            *(anext(c.items, StreamResult(final=True)) for c in choices if c.items is not None),
+            return_exceptions=True,
+        )
+        for choice, first in zip(choices, firsts, strict=True):
+            if isinstance(first, BaseException):
+                raise first
+            choice.first = first
+
+    async def _run(
+        self, choices: list[_Choice], on_text: Callable[[_Choice, str], None] | None
+    ) -> None:
+        """Read every choice's responses to the end (``on_text``: each piece of text as it
+        comes; else it is kept in the choice). The first error stops them all and is raised."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                for choice in choices:
+                    group.create_task(self._read(choice, on_text))
+        except BaseExceptionGroup as group_error:
+            raise _first(group_error) from None
+
+    async def _read(self, choice: _Choice, on_text: Callable[[_Choice, str], None] | None) -> None:
+        assert choice.items is not None and choice.first is not None
+        try:
+            async with contextlib.aclosing(choice.items) as items:
+                item: StreamResult | None = choice.first
+                while item is not None:
+                    if self._take(choice, item, on_text):
+                        break  # a stop sequence: leaving cancels the rest of the request
+                    item = await anext(items, None)
+            tail = choice.scanner.finish()
+            if tail:
+                self._text(choice, tail, on_text)
+        except BaseException as exc:
+            _finish(choice, exc)
+            raise
+        _finish(choice, None)
+
+    def _take(
+        self,
+        choice: _Choice,
+        item: StreamResult,
+        on_text: Callable[[_Choice, str], None] | None,
+    ) -> bool:
+        """One response into ``choice``; True once a stop sequence ended its text."""
+        if item.error is not None:
+            raise item.error
+        if item.result is None:
+            return False
+        replying = time.time_ns()
+        with item.result as result:
+            piece = read_response(result)
+        if piece.input_tokens is not None and choice.input_tokens is None:
+            choice.input_tokens = piece.input_tokens
+        if piece.output_tokens is not None:
+            choice.output_tokens = (choice.output_tokens or 0) + piece.output_tokens
+        text = choice.scanner.feed(piece.text)
+        if text:
+            self._text(choice, text, on_text)
+        if choice.trace is not None:
+            choice.trace.responded(replying)
+        return choice.scanner.stopped
+
+    @staticmethod
+    def _text(choice: _Choice, text: str, on_text: Callable[[_Choice, str], None] | None) -> None:
+        if on_text is None:
+            choice.text.append(text)
+        else:
+            on_text(choice, text)
+
+    # -- streaming -----------------------------------------------------------------------------
+
+    async def _stream(self, asked: _Asked, choices: list[_Choice]) -> web.StreamResponse:
+        header = asked.header
+        response = web.StreamResponse(status=200, headers={"Content-Type": CONTENT_TYPE})
+        await response.prepare(asked.request)
+        with_usage = asked.options.include_usage
+
+        async def produce(events: EventStream) -> None:
+            def put(doc: dict[str, Any]) -> None:
+                events.put(event(encode(doc)))
+
+            try:
+                for choice in choices:
+                    if header.chat:
+                        put(header.chunk(choice.index, "", None, first=True, with_usage=with_usage))
+                    elif asked.echo:
+                        echoed = asked.echoed(choice.prompt)
+                        put(header.chunk(choice.index, echoed, None, with_usage=with_usage))
+                await self._run(
+                    choices,
+                    lambda c, text: put(header.chunk(c.index, text, None, with_usage=with_usage)),
+                )
+                for choice in choices:
+                    put(header.chunk(choice.index, "", choice.finish_reason, with_usage=with_usage))
+                usage = _usage(choices)
+                if with_usage and usage is not None:
+                    put(header.usage_chunk(usage))
+                events.end(DONE)
+            except BacklogFull as exc:
+                log.warning("a stream of model '%s': %s", header.model, exc)
+                events.end(event(encode(ApiError(500, str(exc), type="server_error").body())))
+            except PbdError as exc:
+                events.end(event(encode(from_pbd(exc).body())))
+
+        await send_events(response, EventStream(self.stream_buffer_bytes), produce)
+        await response.write_eof()
+        return response
+
+
+def _finish(choice: _Choice, error: BaseException | None) -> None:
+    """End the choice's trace (once)."""
+    trace, choice.trace = choice.trace, None
+    if trace is None:
+        return
+    if error is None:
+        trace.finish(200)
+    else:
+        finish_failed(trace, error)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error to answer with, of those a group of choices failed with."""
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            return _first(error)
+        return error
+    return group
+
+
+def _usage(choices: list[_Choice]) -> Usage | None:
+    """Prompt tokens once per prompt, completion tokens of every choice; None when the model
+    reported none."""
+    if all(c.input_tokens is None and c.output_tokens is None for c in choices):
+        return None
+    prompts: dict[int, int] = {}
+    for choice in choices:
+        if choice.input_tokens is not None:
+            prompts.setdefault(choice.prompt, choice.input_tokens)
+    completion = sum(c.output_tokens or 0 for c in choices)
+    return Usage(sum(prompts.values()), completion)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise invalid(f"the request body is not valid JSON: {exc}") from None
+    return dict(check_object(doc))

@@ -1,0 +1,116 @@
+"""Server-sent events at the client's pace, with a bound on what waits for a slow client.
+
+A streamed answer joins two sides that run at their own speeds. The model's responses arrive
+when the model sends them and cannot be held back (one worker socket carries every request of
+its instance, so not reading it would stall them all). The client reads when it reads. Between
+them sits an :class:`EventStream`: the producer ``put``s each event as bytes (the response's
+shared memory already handed back) and never waits; :meth:`EventStream.pump` writes them with
+``StreamResponse.write``, which waits in aiohttp's drain while the socket's send buffer is
+full (back-pressure from the client). What waits in between is bounded by ``limit`` bytes: a
+``put`` past it raises :class:`BacklogFull`, and the producer cancels its request and ends the
+stream with an error event. So a client that stops reading holds at most ``limit`` bytes of
+the daemon's memory (one event larger than the limit alone is still taken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+CONTENT_TYPE = "text/event-stream; charset=utf-8"
+
+
+class BacklogFull(Exception):
+    """The client reads slower than the model writes, past the stream's limit."""
+
+    def __init__(self, waiting: int, limit: int) -> None:
+        super().__init__(
+            f"the client reads too slowly: {waiting} bytes of responses would wait to be "
+            f"sent, past the limit of {limit} (--http-stream-buffer-bytes); the request was "
+            "cancelled"
+        )
+
+
+def event(payload: bytes) -> bytes:
+    """One ``data:`` event. ``payload`` is JSON on one line (as json.dumps writes it)."""
+    return b"data: " + payload + b"\n\n"
+
+
+class EventStream:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: collections.deque[bytes] = collections.deque()
+        self._bytes = 0  # put, not yet handed to the transport
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    @property
+    def backlog(self) -> int:
+        return self._bytes
+
+    def put(self, data: bytes) -> None:
+        """Queue ``data`` for the client (dropped once the stream ended)."""
+        if self._closed:
+            return
+        if self._items and self._bytes + len(data) > self.limit:
+            raise BacklogFull(self._bytes + len(data), self.limit)
+        self._append(data)
+
+    def end(self, data: bytes = b"") -> None:
+        """The last event (past the limit if need be), then the stream ends."""
+        if data:
+            self._append(data)
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    def _append(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._items.append(data)
+        self._bytes += len(data)
+        self._ready.set()
+
+    async def pump(self, response: web.StreamResponse) -> None:
+        """Write the events as they come until the stream ends; each write waits while the
+        client is not reading (aiohttp's drain)."""
+        while True:
+            while self._items:
+                data = self._items.popleft()
+                self._bytes -= len(data)
+                await response.write(data)
+            if self._closed:
+                return
+            self._ready.clear()
+            await self._ready.wait()
+
+
+async def send_events(
+    response: web.StreamResponse,
+    events: EventStream,
+    produce: Callable[[EventStream], Awaitable[None]],
+) -> None:
+    """Run ``produce`` (which puts the events) while writing them to the prepared
+    ``response``; what ``events`` holds already goes first, at once (with the headers, in one
+    write). However this ends (the client gone, the handler cancelled, a write failed),
+    ``produce`` is cancelled and awaited: its request is cancelled with it."""
+
+    async def producing() -> None:
+        try:
+            await produce(events)
+        finally:
+            events.close()
+
+    producer = asyncio.create_task(producing())
+    try:
+        await events.pump(response)
+        await producer  # done (it closed the stream): its exception, if any, goes up
+    finally:
+        if not producer.done():
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)

@@ -1,0 +1,135 @@
+"""The bodies of /v1/completions and /v1/chat/completions: what is taken, and each refusal
+naming its parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pbd.http.openai.chat_template import Message
+from pbd.http.openai.errors import ApiError
+from pbd.http.openai.requests import Sampling, parse_chat, parse_completion
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def _refused(call: Callable[[], object]) -> ApiError:
+    with pytest.raises(ApiError) as info:
+        call()
+    assert info.value.status == 400 and info.value.type == "invalid_request_error"
+    return info.value
+
+
+def test_a_completion_with_every_option() -> None:
+    request = parse_completion(
+        {
+            "model": "m", "prompt": ["a", "b"], "n": 2, "stream": True,
+            "stream_options": {"include_usage": True}, "max_tokens": 5, "temperature": 0.5,
+            "top_p": 1, "seed": 7, "stop": "x", "frequency_penalty": -1,
+            "presence_penalty": 2, "echo": True, "user": "ignored", "unknown": 1,
+        }
+    )  # fmt: skip
+    assert request.prompts == ("a", "b") and request.echo
+    options = request.options
+    assert (options.model, options.n, options.stream, options.include_usage) == ("m", 2, True, True)
+    assert options.sampling == Sampling(5, 0.5, 1.0, 7, ("x",), -1.0, 2.0)
+    assert options.sampling.as_dict() == {
+        "max_tokens": 5, "temperature": 0.5, "top_p": 1.0, "seed": 7, "stop": ["x"],
+        "frequency_penalty": -1.0, "presence_penalty": 2.0,
+    }  # fmt: skip
+
+
+def test_defaults() -> None:
+    options = parse_completion({"model": "m", "prompt": "p"}).options
+    assert (options.n, options.stream, options.include_usage) == (1, False, False)
+    assert options.sampling.as_dict() == {}
+
+
+def test_chat_messages_and_max_completion_tokens_over_max_tokens() -> None:
+    request = parse_chat(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "s"},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+                {"role": "assistant", "content": None, "tool_calls": []},
+            ],
+            "max_tokens": 9,
+            "max_completion_tokens": 3,
+        }
+    )
+    assert request.messages == (
+        Message("system", "s"),
+        Message("user", "ab"),
+        Message("assistant", ""),
+    )
+    assert request.options.sampling.max_tokens == 3
+    assert (
+        parse_chat({"model": "m", "messages": USER, "max_tokens": 9}).options.sampling.max_tokens
+        == 9
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "p"}, "model"),
+        ({"model": "", "prompt": "p"}, "model"),
+        ({"model": "m"}, "prompt"),
+        ({"model": "m", "prompt": []}, "prompt"),
+        ({"model": "m", "prompt": [1, 2]}, "prompt"),  # token ids: no tokenizer here
+        ({"model": "m", "prompt": "p", "n": 0}, "n"),
+        ({"model": "m", "prompt": "p", "n": 129}, "n"),
+        ({"model": "m", "prompt": "p", "temperature": 2.5}, "temperature"),
+        ({"model": "m", "prompt": "p", "top_p": -0.1}, "top_p"),
+        ({"model": "m", "prompt": "p", "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "prompt": "p", "max_tokens": 1.5}, "max_tokens"),
+        ({"model": "m", "prompt": "p", "seed": "1"}, "seed"),
+        ({"model": "m", "prompt": "p", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"model": "m", "prompt": "p", "stop": [""]}, "stop"),
+        ({"model": "m", "prompt": "p", "stream": "yes"}, "stream"),
+        (
+            {"model": "m", "prompt": "p", "stream_options": {"include_usage": True}},
+            "stream_options",
+        ),
+        ({"model": "m", "prompt": "p", "echo": 1}, "echo"),
+        ({"model": "m", "prompt": "p", "logprobs": 2}, "logprobs"),
+        ({"model": "m", "prompt": "p", "suffix": "s"}, "suffix"),
+        ({"model": "m", "prompt": "p", "best_of": 2}, "best_of"),
+    ],
+)
+def test_a_completion_is_refused(body: dict[str, Any], param: str) -> None:
+    assert _refused(lambda: parse_completion(body)).param == param
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content",
+        ),
+        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"1": 2}}, "logit_bias"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens"),
+    ],
+)
+def test_a_chat_is_refused(extra: dict[str, Any], param: str) -> None:
+    body = {"model": "m", "messages": USER, **extra}
+    assert _refused(lambda: parse_chat(body)).param == param
+
+
+def test_off_values_of_unsupported_features_are_taken() -> None:
+    body = {"model": "m", "messages": USER, "tools": [], "tool_choice": "none", "logprobs": False,
+            "response_format": {"type": "text"}}  # fmt: skip
+    assert parse_chat(body).messages == (Message("user", "hi"),)

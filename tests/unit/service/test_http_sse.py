@@ -1,0 +1,155 @@
+"""Server-sent events through a real aiohttp server: the bound on what waits for a slow client,
+the writer's back-pressure, and a producer cancelled with its handler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from pbd.http.sse import BacklogFull, EventStream, event, send_events
+
+WAIT_S = 10.0
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), WAIT_S))
+
+
+def test_event_is_one_data_line_and_a_blank_line() -> None:
+    assert event(b'{"a":1}') == b'data: {"a":1}\n\n'
+
+
+def test_the_backlog_is_bounded_but_one_large_event_alone_is_taken() -> None:
+    async def scenario() -> None:
+        events = EventStream(limit=10)
+        events.put(b"x" * 25)  # alone: taken, whatever its size
+        with pytest.raises(BacklogFull) as full:
+            events.put(b"y")
+        assert "26 bytes" in str(full.value) and "--http-stream-buffer-bytes" in str(full.value)
+        assert events.backlog == 25
+        events.end(b"last")  # the closing event goes past the limit
+        assert events.backlog == 29
+        events.put(b"after")  # ended: dropped
+        assert events.backlog == 29
+
+    run(scenario)
+
+
+async def _serve(
+    produce: Callable[[EventStream], Awaitable[None]], limit: int, done: asyncio.Event
+) -> TestServer:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            await send_events(response, EventStream(limit), produce)
+            await response.write_eof()
+        finally:
+            done.set()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    server = TestServer(app, handler_cancellation=True)
+    await server.start_server()
+    return server
+
+
+def test_events_arrive_in_order_then_the_response_ends() -> None:
+    async def scenario() -> None:
+        done = asyncio.Event()
+
+        async def produce(events: EventStream) -> None:
+            for n in range(3):
+                events.put(event(str(n).encode()))
+                await asyncio.sleep(0)
+
+        server = await _serve(produce, 1 << 20, done)
+        try:
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            raw = await reader.read()
+            writer.close()
+        finally:
+            await server.close()
+        body = raw.split(b"\r\n\r\n", 1)[1]
+        assert b"data: 0\n\n" in body and body.index(b"data: 0") < body.index(b"data: 2")
+
+    run(scenario)
+
+
+def test_a_client_that_does_not_read_holds_the_writer_and_at_most_the_limit() -> None:
+    """The producer is never held back; the writer waits in aiohttp's drain; what waits in
+    between stays under the limit, and the producer learns when it would pass it."""
+
+    async def scenario() -> None:
+        done = asyncio.Event()
+        limit = 256 * 1024
+        chunk = b"z" * 16384
+        outcome: dict[str, int] = {}
+
+        async def produce(events: EventStream) -> None:
+            sent = 0
+            try:
+                while True:
+                    events.put(event(chunk))
+                    sent += 1
+                    await asyncio.sleep(0.001)
+            except BacklogFull:
+                outcome["sent"] = sent
+                outcome["backlog"] = events.backlog
+                events.end(event(b"too slow"))
+
+        server = await _serve(produce, limit, done)
+        try:
+            reader, writer = await asyncio.open_connection(server.host, server.port, limit=1024)
+            # A small receive buffer, so the daemon's side fills up soon; nothing is read.
+            writer.transport.pause_reading()
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while "sent" not in outcome:
+                await asyncio.sleep(0.01)
+            assert outcome["backlog"] <= limit
+            writer.transport.resume_reading()
+            raw = await reader.read()
+            writer.close()
+            await done.wait()
+        finally:
+            await server.close()
+        # Everything put before the limit arrives, then the closing event.
+        assert raw.count(b"data: z") == outcome["sent"]
+        assert raw.endswith(b"data: too slow\n\n\r\n0\r\n\r\n")  # then the last chunk
+
+    run(scenario)
+
+
+def test_a_client_that_goes_away_cancels_the_producer() -> None:
+    async def scenario() -> None:
+        done = asyncio.Event()
+        started, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def produce(events: EventStream) -> None:
+            events.put(event(b"first"))
+            started.set()
+            try:
+                await asyncio.Event().wait()  # a model that is slow to answer
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        server = await _serve(produce, 1 << 20, done)
+        try:
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await started.wait()
+            await reader.readuntil(b"data: first\n\n")
+            writer.close()
+            await cancelled.wait()
+            await done.wait()
+        finally:
+            await server.close()
+
+    run(scenario)
