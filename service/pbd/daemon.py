@@ -23,7 +23,7 @@ from pbd.dataplane import DataPlane
 from pbd.ensemble.runtime import EnsembleRuntime, Ensembles
 from pbd.errors import PbdError, unavailable
 from pbd.gpus import visible_gpus
-from pbd.grpc.server import build_server
+from pbd.grpc.server import GrpcServer, build_server
 from pbd.http.server import HttpFrontend
 from pbd.instances.hub import WorkerHub
 from pbd.instances.launcher import InstanceLauncher, ProcessLauncher
@@ -246,19 +246,22 @@ class Daemon:
                 log.error("--launcher systemd: %s", exc.message)
                 return 2
         await self.hub.start()
-        try:
-            server = build_server(self.dataplane, settings)
-            self.port = await server.start()
-        except (OSError, ValueError) as exc:
-            log.error("%s", exc)
-            await self.hub.close()
-            return 2
-        where = (
-            settings.grpc_address
-            if settings.grpc_address.startswith("unix:")
-            else f"{settings.grpc_address}:{self.port}"
-        )
-        log.info("gRPC server listening on %s%s", where, " (TLS)" if settings.grpc_use_ssl else "")
+        server: GrpcServer | None = None
+        if settings.allow_grpc:
+            try:
+                server = build_server(self.dataplane, settings)
+                self.port = await server.start()
+            except (OSError, ValueError) as exc:
+                log.error("%s", exc)
+                await self.hub.close()
+                return 2
+            where = (
+                settings.grpc_address
+                if settings.grpc_address.startswith("unix:")
+                else f"{settings.grpc_address}:{self.port}"
+            )
+            tls = " (TLS)" if settings.grpc_use_ssl else ""
+            log.info("gRPC server listening on %s%s", where, tls)
         http: HttpFrontend | None = None
         if settings.allow_http:
             http = HttpFrontend(self.dataplane, settings)
@@ -266,8 +269,9 @@ class Daemon:
             log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
         metrics: MetricsServer | None = None
         if settings.allow_metrics:
+            cpu = [CpuMetrics()] if settings.allow_cpu_metrics else []
             metrics = MetricsServer(
-                [PbdCollector(self.dataplane), CpuMetrics(), self.custom_metrics],
+                [PbdCollector(self.dataplane), *cpu, self.custom_metrics],
                 settings.metrics_address,
                 settings.metrics_port,
             )
@@ -280,7 +284,8 @@ class Daemon:
                     settings.metrics_port,
                     exc,
                 )
-                await server.stop(grace=0)
+                if server is not None:
+                    await server.stop(grace=0)
                 if http is not None:
                     await http.stop()
                 await self.hub.close()
@@ -318,7 +323,8 @@ class Daemon:
         if poller is not None:
             poller.cancel()
         await self._drain(settings.exit_timeout_secs)
-        await server.stop(grace=1.0)
+        if server is not None:
+            await server.stop(grace=1.0)
         if http is not None:
             await http.stop()
         if metrics is not None:
