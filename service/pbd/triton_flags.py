@@ -322,8 +322,13 @@ def _flags() -> list[TritonFlag]:
          "pbd sets no NUMA or CPU affinity (a systemd drop-in per model can)", None),
         ("model-load-gpu-limit", "str", "pbd does not measure GPU memory at load", None),
     ]  # fmt: skip
-    repeatable = {"cache-config", "rate-limit-resource", "cuda-virtual-address-size",
-                  "host-policy", "model-load-gpu-limit"}
+    repeatable = {
+        "cache-config",
+        "rate-limit-resource",
+        "cuda-virtual-address-size",
+        "host-policy",
+        "model-load-gpu-limit",
+    }
     since = {"grpc-max-response-pool-size": "2.56"}
     return [
         f("model-store", "str", _alias("model_repository"), "= --model-repository"),

@@ -13,6 +13,7 @@ from pbd.instances.error_log import ErrorBucket, log_failed_batch
 from pbd.instances.memory import InstanceMemory
 from pbd.instances.records import InstancePlan
 from pbd.instances.streaming import InstanceStreams, json_params
+from pbd.repository.backends import model_file
 from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.types import InferResult, OutputTensor, PreparedRequest, request_batch_size
@@ -44,7 +45,6 @@ class ExecutingInstance(Protocol):
     def release_batch(
         self, batch_id: int, blocks: list[Block], worker_holds: bool = True
     ) -> None: ...
-
 
 
 def execute_message(
@@ -80,7 +80,9 @@ def execute_message(
 
 def initialize_message(instance: ExecutingInstance) -> wpb.Initialize:
     config, settings = instance.config, instance.settings
-    model_file = instance.model_dir / str(instance.version) / config.default_model_filename
+    path, backend_dir = model_file(
+        config, instance.model_dir, instance.version, settings.backend_directory
+    )
     args = {
         "model_config": config.to_json(),
         "model_instance_kind": instance.plan.kind,
@@ -92,7 +94,7 @@ def initialize_message(instance: ExecutingInstance) -> wpb.Initialize:
     }
     return wpb.Initialize(
         args=args,
-        model_path=str(model_file),
+        model_path=str(path),
         model_dir=str(instance.model_dir),
         version=str(instance.version),
         output_region_prefix=instance.memory.output_prefix,
@@ -101,6 +103,7 @@ def initialize_message(instance: ExecutingInstance) -> wpb.Initialize:
         log_verbose=settings.log_verbose,
         shm_dir=str(settings.shm_dir),
         cancel_region=instance.memory.cancel.name,
+        backend_dir=str(backend_dir or ""),
     )
 
 
