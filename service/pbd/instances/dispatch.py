@@ -71,7 +71,7 @@ class Dispatch:
         ready = [
             i
             for i in self.instances()
-            if i.state is State.READY and not i.draining and i.inflight < depth
+            if i.state is State.READY and not i.draining and not i.warming and i.inflight < depth
         ]
         if len(ready) > 1:
             ready.sort(key=_inflight)
@@ -147,6 +147,7 @@ class Dispatch:
             if (
                 instance.state is State.READY
                 and not instance.draining
+                and not instance.warming
                 and instance.inflight < depth
                 and (best is None or instance.inflight < best.inflight)
             ):

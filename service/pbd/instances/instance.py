@@ -28,6 +28,7 @@ from pbd.instances.records import InstancePlan, NotSent, State
 from pbd.instances.releases import PendingReleases
 from pbd.instances.startup import initialize_worker, wait_connected
 from pbd.instances.streaming import InstanceStreams
+from pbd.instances.warmup import WarmupSample, warm_up, warmup_samples
 from pbd.instances.worker_link import WorkerLink
 from pbd.logsettings import runtime_settings
 from pbd.metrics.custom import CustomMetrics
@@ -94,6 +95,7 @@ class Instance:
         # answered yet; given back by :meth:`_free_room`.
         self.inflight = 0
         self.draining = False  # being scaled away: finishes its work, takes no more
+        self.warming = False  # running its model_warmup samples: takes no requests yet
         self._batch_ids = itertools.count(1)
         self._pending: dict[int, InFlight] = {}  # by batch id
         self.releases = PendingReleases(self._send_release)
@@ -127,6 +129,8 @@ class Instance:
         worker of an older configuration exits instead, and systemd starts a fresh one."""
         began = time.perf_counter()
         self._loop = asyncio.get_running_loop()
+        # model_warmup's data is made first, as Triton makes it before the instance starts.
+        warmup = warmup_samples(self.config, self.model_dir)
         token = self.launcher.token(self.id)
         connected = self.hub.expect(self.id, token)
         try:
@@ -163,6 +167,9 @@ class Instance:
             raise
         self.state = State.READY
         self.last_seen = self._loop.time()
+        conn.attach(self.on_message)
+        if warmup and not self.adopted:
+            await self._warm_up(warmup)
         log.info(
             "%s ready in %.1f ms (pid %s%s)",
             self.describe(),
@@ -170,7 +177,19 @@ class Instance:
             self.pid,
             ", re-attached without re-initializing" if self.adopted else "",
         )
-        conn.attach(self.on_message)
+
+    async def _warm_up(self, samples: list[WarmupSample]) -> None:
+        """Run the model_warmup samples before this instance takes requests; a failure stops
+        it and fails its start (Triton's message)."""
+        self.warming = True
+        try:
+            await warm_up(self, samples)
+        except BaseException:
+            await self._terminate(grace=1.0)
+            self.state = State.DEAD
+            raise
+        finally:
+            self.warming = False
 
     # -- running -------------------------------------------------------------------------------
 
