@@ -154,9 +154,9 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        command = [
-            sys.executable, "-c", _DIE_WITH_PARENT,
+    def command(self) -> list[str]:
+        """The daemon's command line (a subclass may start it another way)."""
+        return [
             sys.executable, "-m", "pbd", "serve",
             "--model-repository", str(self.repository),
             "--grpc-address", "127.0.0.1",
@@ -166,12 +166,14 @@ class Daemon:
             "--shm-prefix", self.shm_prefix,
             *self.args,
         ]  # fmt: skip
+
+    def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PBD_")}
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                command,
+                [sys.executable, "-c", _DIE_WITH_PARENT, *self.command()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
