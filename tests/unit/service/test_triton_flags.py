@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -280,3 +281,11 @@ def test_the_triton_only_flags_take_values_their_type_checks() -> None:
         build_tritonserver_parser().parse_args(["--model-load-thread-count=many"])
     parsed = build_tritonserver_parser().parse_args(["--metrics-interval-ms=2000.5"])
     assert isinstance(parsed, argparse.Namespace)
+
+
+def test_docs_triton_compat_lists_every_flag_once() -> None:
+    text = (ROOT / "docs" / "triton-compat.md").read_text()
+    table = text[text.index("## Every flag") : text.index("### Front ends")]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `--")]
+    listed = [flag for row in rows for flag in re.findall(r"`--([a-z0-9-]+)`", row)]
+    assert sorted(listed) == sorted(f for f in TRITON_2_51 + LATER if f != "help")
