@@ -46,6 +46,19 @@ DEFAULT_LOG_SETTINGS = {
     "log_format": "default",
 }
 
+# The keys of the args dict Triton's python backend gives initialize().
+TRITON_INIT_ARGS = frozenset(
+    {
+        "model_config",
+        "model_instance_kind",
+        "model_instance_name",
+        "model_instance_device_id",
+        "model_repository",
+        "model_version",
+        "model_name",
+    }
+)
+
 _daemon_numbers = itertools.count()
 
 

@@ -15,21 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from pbd_harness import Daemon, infer_input, make_repository, running_daemon
+from pbd_harness import TRITON_INIT_ARGS, Daemon, infer_input, make_repository, running_daemon
 
 HERE = Path(__file__).resolve().parent
 BACKENDS = HERE / "backends"
 MODELS = HERE / "backend_models"
 SHM_DEFAULT = 3 * 1024 * 1024  # --backend-config=python,shm-default-byte-size (pbd's: 4 MiB)
-TRITON_ARGS = {
-    "model_config",
-    "model_instance_kind",
-    "model_instance_name",
-    "model_instance_device_id",
-    "model_repository",
-    "model_version",
-    "model_name",
-}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +67,7 @@ def test_the_model_gets_tritons_arguments_and_import(
     args = seen["args"]
     # Triton's seven keys, nothing from --backend-config=scale,...: Triton 2.51 passes a
     # Python-based backend's model none of it either.
-    assert set(args) == TRITON_ARGS
+    assert set(args) == TRITON_INIT_ARGS
     assert args["model_repository"] == str(daemon.repository / "triple")
     assert (args["model_name"], args["model_version"]) == ("triple", "2")
     assert args["model_instance_name"] == "triple_0"

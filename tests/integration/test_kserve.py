@@ -6,6 +6,7 @@ inference over both protocols with tritonclient, and the SIGTERM drain the manif
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -102,19 +103,24 @@ class KServeDaemon(Daemon):
             return 0
 
 
+@contextlib.contextmanager
+def _running(daemon: KServeDaemon) -> Iterator[KServeDaemon]:
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.stop()
+    daemon.assert_clean_exit()
+
+
 @pytest.fixture
 def kserve(tmp_path: Path) -> Iterator[KServeDaemon]:
     repository = make_repository(
         tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub", "sleepy": TEST_MODELS / "sleepy"}
     )
-    daemon = KServeDaemon(repository, tmp_path)
-    try:
-        daemon.start()
+    with _running(KServeDaemon(repository, tmp_path)) as daemon:
         daemon.wait_settled(["add_sub", "sleepy"])
         yield daemon
-    finally:
-        daemon.stop()
-    daemon.assert_clean_exit()
 
 
 A = np.arange(4, dtype=np.float32)
@@ -125,13 +131,16 @@ def _grpc_inputs() -> list[grpcclient.InferInput]:
     return [infer_input("INPUT0", A, "FP32"), infer_input("INPUT1", B, "FP32")]
 
 
-def _http_inputs() -> list[httpclient.InferInput]:
-    inputs = []
-    for name, array in (("INPUT0", A), ("INPUT1", B)):
-        tensor = httpclient.InferInput(name, list(array.shape), "FP32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+def _check_http_inference(daemon: KServeDaemon) -> None:
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{daemon.http_port}")
+    try:
+        inputs = [httpclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(A)
+        inputs[1].set_data_from_numpy(B)
+        result = http.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+    finally:
+        http.close()
 
 
 def test_kserve_command_line_serves_both_protocols(kserve: KServeDaemon) -> None:
@@ -139,12 +148,7 @@ def test_kserve_command_line_serves_both_protocols(kserve: KServeDaemon) -> None
     assert kserve.http("/v2/health/ready") == 200
     result = kserve.client().infer("add_sub", _grpc_inputs())
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
-    http = httpclient.InferenceServerClient(f"127.0.0.1:{kserve.http_port}")
-    try:
-        result = http.infer("add_sub", _http_inputs())
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
-    finally:
-        http.close()
+    _check_http_inference(kserve)
     assert "has no effect" not in kserve.log()  # every flag of KServe's is honoured
 
 
@@ -192,18 +196,8 @@ class HttpOnlyDaemon(KServeDaemon):
 
 def test_allow_grpc_false_serves_http_only(tmp_path: Path) -> None:
     repository = make_repository(tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub"})
-    daemon = HttpOnlyDaemon(repository, tmp_path)
-    try:
-        daemon.start()
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{daemon.http_port}")
-        try:
-            result = http.infer("add_sub", _http_inputs())
-            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
-        finally:
-            http.close()
+    with _running(HttpOnlyDaemon(repository, tmp_path)) as daemon:
+        _check_http_inference(daemon)
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", daemon.port)) != 0  # nothing on gRPC's port
         assert "gRPC server listening" not in daemon.log()
-    finally:
-        daemon.stop()
-    daemon.assert_clean_exit()
