@@ -28,6 +28,7 @@ from pbd.instances.records import InstancePlan, State, VersionState
 from pbd.instances.scaler import Scaler
 from pbd.instances.supervisor import Slot, Supervisor
 from pbd.metrics.custom import CustomMetrics
+from pbd.repository.backends import backend_dir
 from pbd.repository.config import ModelConfig
 from pbd.scheduling import Scheduler, make_scheduler
 from pbd.settings import Settings
@@ -193,6 +194,7 @@ class VersionRuntime:
                 self.model_dir,
                 self.settings.execution_env_cache_dir,
                 self._loading,
+                backend_dir(self.config.backend, self.settings.backend_directory),
             )
         except PbdError as exc:
             self.state, self.reason = VersionState.UNAVAILABLE, exc.message

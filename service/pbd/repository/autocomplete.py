@@ -100,6 +100,7 @@ class ConfigCompleter:
             dict((k, v.string_value) for k, v in message.parameters.items()),
             model_dir,
             self.settings.execution_env_cache_dir,
+            backend_dir=code_dir,
         )
         request = wpb.AutoComplete(
             model_path=str(model_file),
