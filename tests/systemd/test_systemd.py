@@ -190,7 +190,7 @@ def test_initialize_failure_is_a_failed_unit(private_systemd: PrivateSystemd) ->
         assert "init exploded" in status, status
         assert re.search(
             r"pbd ready: 1 of 2 model version\(s\) loaded; failed: fail_initialize "
-            r"\(initialize\(\) failed: .*init exploded",
+            r"\(Internal: initialize\(\) failed: .*init exploded",
             pbd.daemon_log(),
         ), pbd.daemon_log()
         worker_journal = systemd.journal("-u", unit)
