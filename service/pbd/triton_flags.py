@@ -129,13 +129,6 @@ def _alias(field: str) -> Apply:
     return apply
 
 
-def _set(field: str, convert: Callable[[Any], Any]) -> Apply:
-    def apply(values: list[Any], args: argparse.Namespace, notes: list[Note]) -> None:
-        setattr(args, field, convert(values[-1]))
-
-    return apply
-
-
 def _append(field: str, convert: Callable[[Any], str]) -> Apply:
     def apply(values: list[Any], args: argparse.Namespace, notes: list[Note]) -> None:
         setattr(args, field, [*(getattr(args, field) or []), *map(convert, values)])
@@ -331,9 +324,10 @@ def _flags() -> list[TritonFlag]:
     }
     since = {"grpc-max-response-pool-size": "2.56"}
     return [
+        # Registered under --model-repository's own name (add_triton_arguments): one of them.
         f("model-store", "str", _alias("model_repository"), "= --model-repository"),
         f("id", "str", _alias("server_id"), "= --server-id: the name ServerMetadata answers"),
-        f("strict-model-config", "bool", _set("disable_auto_complete_config", bool),
+        f("strict-model-config", "bool", _alias("disable_auto_complete_config"),
           "= --disable-auto-complete-config (true) or its opposite (false)"),
         f("http-max-input-size", "int", _alias("http_max_body_bytes"),
           "= --http-max-body-bytes", since="2.59"),

@@ -33,7 +33,14 @@ from pbd.repository.config import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats, failure_reason
 from pbd.streams import ResponseStream
-from pbd.types import InferRequest, InferResult, InputTensor, PreparedInput, PreparedRequest
+from pbd.types import (
+    InferRequest,
+    InferResult,
+    InputTensor,
+    PreparedInput,
+    PreparedRequest,
+    batch_rows,
+)
 from pbd.validation import prepare_request
 from pbd_wire import dtypes
 
@@ -215,10 +222,7 @@ def _tensor(warmup_input: WarmupInput) -> InputTensor:
 def _batch_limit_error(batch: list[PreparedRequest], config: ModelConfig, name: str) -> str:
     """Triton's python backend's check of a batch's size (the scheduler never makes one too
     large, but a warmup sample can ask for one)."""
-    if config.max_batch_size > 0:
-        total = sum(p.inputs[0].shape[0] if p.inputs and p.inputs[0].shape else 0 for p in batch)
-    else:
-        total = len(batch)
+    total = batch_rows(batch, config.max_batch_size)
     if total != 1 and total > config.max_batch_size:
         return f"batch size {total} for '{name}', max allowed is {config.max_batch_size}"
     return ""
