@@ -1,17 +1,25 @@
-"""``pbd``: the command line."""
+"""The command lines: ``pbd`` (serve, status, install-units) and ``pbd-tritonserver``, which
+takes ``tritonserver``'s command line (pbd.triton_flags) and Triton's defaults."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from pbd import __version__
-from pbd.settings import ENV_PREFIX, add_arguments, from_args
+from pbd.settings import ENV_PREFIX, Settings, add_arguments, from_args
 from pbd.status_line import one_line
+from pbd.triton_flags import (
+    Note,
+    add_triton_arguments,
+    apply_triton_arguments,
+    apply_triton_defaults,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the daemon. Every flag also reads PBD_<FLAG> from the environment.",
     )
     add_arguments(serve)
+    add_triton_arguments(serve)
     status = commands.add_parser(
         "status",
         help="print each model version's state, and instance counts of autoscaled models",
@@ -112,16 +121,59 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install-units":
         return _install_units(args)
     try:
+        notes = apply_triton_arguments(args)
         settings = from_args(args)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"pbd: {exc}", file=sys.stderr)
         return 2
-    if args.command == "serve":
-        from pbd.daemon import serve
-        from pbd.logsettings import log_config
-        from pbd_worker.logconfig import apply
+    return _serve(settings, notes, "pbd")
 
-        apply(log_config(settings))
 
-        return asyncio.run(serve(settings))
-    return 2
+def build_tritonserver_parser(prog: str = "pbd-tritonserver") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        usage="%(prog)s [options]",  # as Triton's: the flags are listed below
+        description="pbd with tritonserver's command line and Triton's defaults (every address "
+        "bound, exit on a model that fails to load): `pbd-tritonserver --model-repository=DIR` "
+        "serves as `tritonserver --model-repository=DIR` does. Flags pbd does without are "
+        "accepted and logged (docs/triton-compat.md). PBD_* variables apply as to pbd serve.",
+    )
+    add_arguments(parser)
+    add_triton_arguments(parser)
+    return parser
+
+
+def tritonserver_main(argv: list[str] | None = None) -> int:
+    """``pbd-tritonserver``: ``tritonserver``'s command line onto ``pbd serve`` (a container
+    provides ``tritonserver`` as a link to it; deploy/kserve/README.md)."""
+    prog = os.path.basename(sys.argv[0]) or "pbd-tritonserver"
+    args = build_tritonserver_parser(prog).parse_args(argv)
+    try:
+        notes = apply_triton_arguments(args)
+        apply_triton_defaults(args, os.environ)
+        if args.model_repository is None and ENV_PREFIX + "MODEL_REPOSITORY" not in os.environ:
+            raise ValueError("--model-repository must be specified")  # Triton's words
+        settings = from_args(args)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    return _serve(settings, notes, prog)
+
+
+def _serve(settings: Settings, notes: list[Note], prog: str) -> int:
+    """Run the daemon: the log set up as the settings say, then the translation's notes."""
+    from pbd.daemon import serve
+    from pbd.logsettings import log_config, open_log_file
+    from pbd_worker.logconfig import apply
+
+    if settings.log_file:
+        try:
+            open_log_file(settings.log_file)
+        except OSError as exc:
+            print(f"{prog}: --log-file {settings.log_file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    apply(log_config(settings))
+    log = logging.getLogger("pbd")
+    for level, line in notes:
+        log.log(level, "%s", line)
+    return asyncio.run(serve(settings))

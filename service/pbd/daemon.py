@@ -284,27 +284,30 @@ class Daemon:
             stack.callback(self.repository.uploads.close)
         stack.push_async_callback(self.repository.unload_all)
         stack.push_async_callback(self.bls.close)
-        try:
-            server = build_server(self.dataplane, settings)
-            self.port = await server.start()
-        except (OSError, ValueError) as exc:
-            log.error("%s", exc)
-            return False
-        stack.push_async_callback(server.stop, 1.0)
-        where = (
-            settings.grpc_address
-            if settings.grpc_address.startswith("unix:")
-            else f"{settings.grpc_address}:{self.port}"
-        )
-        log.info("gRPC server listening on %s%s", where, " (TLS)" if settings.grpc_use_ssl else "")
+        if settings.allow_grpc:
+            try:
+                server = build_server(self.dataplane, settings)
+                self.port = await server.start()
+            except (OSError, ValueError) as exc:
+                log.error("%s", exc)
+                return False
+            stack.push_async_callback(server.stop, 1.0)
+            where = (
+                settings.grpc_address
+                if settings.grpc_address.startswith("unix:")
+                else f"{settings.grpc_address}:{self.port}"
+            )
+            tls = " (TLS)" if settings.grpc_use_ssl else ""
+            log.info("gRPC server listening on %s%s", where, tls)
         if settings.allow_http:
             http = HttpFrontend(self.dataplane, settings)
             await http.start()
             stack.push_async_callback(http.stop)
             log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
+            cpu = [CpuMetrics()] if settings.allow_cpu_metrics else []
             metrics = MetricsServer(
-                [PbdCollector(self.dataplane), CpuMetrics(), self.custom_metrics],
+                [PbdCollector(self.dataplane), *cpu, self.custom_metrics],
                 settings.metrics_address,
                 settings.metrics_port,
             )

@@ -78,7 +78,7 @@ class DataPlane:
         return self.repository.all_ready() if self.settings.strict_readiness else True
 
     def server_metadata(self) -> tuple[str, str, tuple[str, ...]]:
-        return "pbd", __version__, EXTENSIONS
+        return self.settings.server_id, __version__, EXTENSIONS
 
     # -- models --------------------------------------------------------------------------------
 

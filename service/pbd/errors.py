@@ -47,6 +47,25 @@ class PbdError(Exception):
         return f"PbdError({self.code.name}, {self.message!r})"
 
 
+# How Triton's Status names each code when it writes a status as text ("<word>: <message>").
+_STATUS_WORDS = {
+    Code.UNKNOWN: "Unknown",
+    Code.INTERNAL: "Internal",
+    Code.NOT_FOUND: "Not found",
+    Code.INVALID_ARG: "Invalid argument",
+    Code.UNAVAILABLE: "Unavailable",
+    Code.UNSUPPORTED: "Unsupported",
+    Code.ALREADY_EXISTS: "Already exists",
+    Code.CANCELLED: "Cancelled",
+    Code.RESOURCE_EXHAUSTED: "Resource exhausted",  # pbd's own code
+}
+
+
+def status_text(error: PbdError) -> str:
+    """``error`` as Triton writes a status into a message: ``Invalid argument: ...``."""
+    return f"{_STATUS_WORDS[error.code]}: {error.message}"
+
+
 def invalid_arg(message: str) -> PbdError:
     return PbdError(Code.INVALID_ARG, message)
 

@@ -7,6 +7,7 @@ them into logging configuration in both processes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,10 +104,21 @@ def update_log_settings(
         apply(log_config(settings))
 
 
+def open_log_file(path: str) -> None:
+    """``--log-file``: the process's stderr is appended to ``path`` (created if need be), as
+    Triton appends its log there. Workers inherit stderr, so their log goes there too; what
+    models print to stdout stays on stdout, as with Triton's stub."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
 def log_settings_answer(settings: Settings) -> dict[str, Any]:
     """LogSettingsResponse's ``settings`` as ``{key: value}`` (the type picks the oneof)."""
     return {
-        "log_file": "",
+        "log_file": settings.log_file,
         "log_info": settings.log_info,
         "log_warning": settings.log_warning,
         "log_error": settings.log_error,

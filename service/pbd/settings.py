@@ -19,8 +19,12 @@ ENV_PREFIX = "PBD_"
 MIB = 1024 * 1024
 
 
-def _opt(default: Any, help: str, *, choices: Sequence[str] | None = None) -> Any:
-    meta = {"help": help, "choices": choices}
+def _opt(
+    default: Any, help: str, *, choices: Sequence[str] | None = None, once: str = ""
+) -> Any:
+    """A field; ``once``: its flag may be given only once, and this says why (a second value
+    is an error, not a replacement)."""
+    meta = {"help": help, "choices": choices, "once": once}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -28,7 +32,12 @@ def _opt(default: Any, help: str, *, choices: Sequence[str] | None = None) -> An
 
 @dataclass
 class Settings:
-    model_repository: Path = _opt(Path("models"), "model repository directory (Triton layout)")
+    model_repository: Path = _opt(
+        Path("models"), "model repository directory (Triton layout)",
+        once="pbd serves one model repository",
+    )
+    server_id: str = _opt("pbd", "the server name ServerMetadata answers (Triton's --id)")
+    allow_grpc: bool = _opt(True, "serve the KServe v2 gRPC binding")
     grpc_address: str = _opt("127.0.0.1", "address the gRPC server binds")
     grpc_port: int = _opt(8001, "gRPC port (0 picks a free one)")
     grpc_restricted_protocol: list[str] = _opt(
@@ -50,6 +59,12 @@ class Settings:
         "that reads slower than the model writes; past it the request is cancelled",
     )
     allow_metrics: bool = _opt(True, "serve Prometheus metrics (GET /metrics)")
+    allow_cpu_metrics: bool = _opt(True, "export CPU utilization and memory (nv_cpu_*)")
+    metrics_counter_latencies: bool = _opt(
+        True,
+        "export the nv_inference_*_duration_us latency counters (Triton's --metrics-config "
+        "counter_latencies)",
+    )
     metrics_address: str = _opt("127.0.0.1", "address the metrics server binds")
     metrics_port: int = _opt(8002, "metrics port (0 picks a free one)")
     metrics_histogram_latencies: bool = _opt(
@@ -82,6 +97,9 @@ class Settings:
     )
     exit_on_error: bool = _opt(
         False, "exit at start if a model fails to load (Triton's default is true)"
+    )
+    log_file: str = _opt(
+        "", "append the log to this file instead of stderr (the workers' log too)"
     )
     log_verbose: int = _opt(0, "verbose logging level (0 = off)")
     log_info: bool = _opt(True, "log INFO lines")
@@ -160,6 +178,10 @@ class Settings:
     model_init_timeout_secs: float = _opt(600.0, "time a model's initialize() may take")
     model_finalize_timeout_secs: float = _opt(
         30.0, "time a model's finalize() may take at unload; then its worker is killed"
+    )
+    backend_directory: Path = _opt(
+        Path("/opt/tritonserver/backends"),
+        'where Python-based backends live: backend "<name>" runs <dir>/<name>/model.py',
     )
     disable_auto_complete_config: bool = _opt(
         False, "do not run models' auto_complete_config (Triton's flag); config.pbtxt is required"
@@ -246,6 +268,27 @@ def _converter(kind: Any) -> Any:
     return {"bool": parse_bool, "int": int, "float": float, "Path": Path}.get(str(kind), str)
 
 
+class StoreOnce(argparse.Action):
+    """Stores a value; a second one (under any of the flag's spellings) is an error that
+    says ``why``."""
+
+    def __init__(self, *args: Any, why: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.why = why
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None:
+            parser.error(f"{option_string}: given twice ({given}, {values}); {self.why}")
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Settings):
         env = ENV_PREFIX + f.name.upper()
@@ -263,6 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             choices=f.metadata["choices"],
             metavar="BOOL" if f.type == "bool" else None,
             help=f"{help_text} (default: {default})",
+            **({"action": StoreOnce, "why": f.metadata["once"]} if f.metadata["once"] else {}),
             **bare,
         )
 

@@ -35,6 +35,13 @@ MAX_STRING_SEQUENCE_ID = 128
 _UINT64_MAX = 2**64 - 1
 _INT64_MAX = 2**63 - 1
 
+# Triton's addition to a shape error when the model batches (core infer_request.cc).
+_IMPLICIT_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
 
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
@@ -108,6 +115,7 @@ def _prepare_input(
         raise invalid_arg(
             f"[request id: {rid}] unexpected shape for input '{tensor.name}' for model "
             f"'{model}'. Expected {_shape_text(expected)}, got {_shape_text(shape)}. "
+            + (_IMPLICIT_BATCH_NOTE if config.max_batch_size > 0 else "")
         )
     if tensor.data is None:
         raise invalid_arg(

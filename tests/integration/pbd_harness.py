@@ -46,6 +46,19 @@ DEFAULT_LOG_SETTINGS = {
     "log_format": "default",
 }
 
+# The keys of the args dict Triton's python backend gives initialize().
+TRITON_INIT_ARGS = frozenset(
+    {
+        "model_config",
+        "model_instance_kind",
+        "model_instance_name",
+        "model_instance_device_id",
+        "model_repository",
+        "model_version",
+        "model_name",
+    }
+)
+
 _daemon_numbers = itertools.count()
 
 
@@ -154,9 +167,9 @@ class Daemon:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        command = [
-            sys.executable, "-c", _DIE_WITH_PARENT,
+    def command(self) -> list[str]:
+        """The daemon's command line (a subclass may start it another way)."""
+        return [
             sys.executable, "-m", "pbd", "serve",
             "--model-repository", str(self.repository),
             "--grpc-address", "127.0.0.1",
@@ -166,12 +179,14 @@ class Daemon:
             "--shm-prefix", self.shm_prefix,
             *self.args,
         ]  # fmt: skip
+
+    def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PBD_")}
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                command,
+                [sys.executable, "-c", _DIE_WITH_PARENT, *self.command()],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,

@@ -178,12 +178,12 @@ def test_one_trace_holds_the_ensemble_and_its_steps(served: Served) -> None:
     [
         (  # Triton 2.51, word for word after pbd's prefix
             "unknown_step",
-            "StatusCode.INTERNAL",
+            "StatusCode.INVALID_ARGUMENT",
             "ensemble unknown_step contains models that are not available or ambiguous: nosuch",
         ),
         (
             "wrong_type",
-            "StatusCode.INTERNAL",
+            "StatusCode.INVALID_ARGUMENT",
             "in ensemble wrong_type, ensemble tensor IN: inconsistent data type: TYPE_INT32 is "
             "inferred from model wrong_type while TYPE_FP32 is inferred from model add_one",
         ),

@@ -220,3 +220,17 @@ def test_nv_families_match_triton_and_failures_count_as_triton_counts_them(
     assert 0.0 <= samples[("nv_cpu_utilization", ())] <= 1.0
     total = samples[("nv_cpu_memory_total_bytes", ())]
     assert 0 < samples[("nv_cpu_memory_used_bytes", ())] <= total
+
+
+def test_tritons_metrics_flags(start_daemon: DaemonFactory, tmp_path: Path) -> None:
+    """--metrics-config counter_latencies=false and --allow-cpu-metrics=false, as Triton."""
+    repo = make_repository(tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub"})
+    daemon = start_daemon(
+        repo,
+        "--metrics-config=counter_latencies=false",
+        "--allow-cpu-metrics=false",
+        settle=["add_sub"],
+    )
+    text, samples = scrape(daemon.metrics_url)
+    assert samples[("nv_inference_count", labels(model="add_sub", version="1"))] == 0
+    assert "_duration_us" not in text and "nv_cpu_" not in text

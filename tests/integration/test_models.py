@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from pbd_harness import TEST_MODELS, Daemon, error_of, infer_input
+from pbd_harness import TEST_MODELS, TRITON_INIT_ARGS, Daemon, error_of, infer_input
 
 SAMPLES: dict[str, np.ndarray] = {
     "BOOL": np.array([True, False, True, True]),
@@ -190,15 +190,7 @@ def test_initialize_arguments(client: grpcclient.InferenceServerClient) -> None:
     inputs = [infer_input("INPUT0", np.zeros(1, dtype=np.float32), "FP32")]
     result = client.infer("init_args", inputs)
     args = json.loads(result.as_numpy("ARGS")[0])
-    assert {
-        "model_config",
-        "model_instance_kind",
-        "model_instance_name",
-        "model_instance_device_id",
-        "model_repository",
-        "model_version",
-        "model_name",
-    } <= set(args)
+    assert set(args) >= TRITON_INIT_ARGS
     assert all(isinstance(v, str) for v in args.values())
     assert args["model_name"] == "init_args"
     assert args["model_version"] == "1"

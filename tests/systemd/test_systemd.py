@@ -186,11 +186,11 @@ def test_initialize_failure_is_a_failed_unit(private_systemd: PrivateSystemd) ->
         # systemd's view says what failed, and why: STATUS, the ready line, the unit's journal.
         status = systemd.show("pbd.service", "StatusText")["StatusText"]
         assert status.startswith("1 model version(s) ready, 1/1 instances ready"), status
-        assert "; 1 failed: fail_initialize (initialize() failed: " in status, status
+        assert "; 1 failed: fail_initialize (Internal: initialize() failed: " in status, status
         assert "init exploded" in status, status
         assert re.search(
             r"pbd ready: 1 of 2 model version\(s\) loaded; failed: fail_initialize "
-            r"\(initialize\(\) failed: .*init exploded",
+            r"\(Internal: initialize\(\) failed: .*init exploded",
             pbd.daemon_log(),
         ), pbd.daemon_log()
         worker_journal = systemd.journal("-u", unit)

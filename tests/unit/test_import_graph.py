@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd.responses", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
      "pbd.scheduling"),  # fmt: skip
     ("pbd.settings",),
-    ("pbd.logsettings",),
+    # Settings as the daemon's log and Triton's command line put them.
+    ("pbd.logsettings", "pbd.triton_flags"),
     # A worker process (launched, connected); one model instance in it; one model version
     # (its instances, queue and dispatch); then the repository of models over them.
     ("pbd.worker",),

@@ -213,7 +213,7 @@ class Hello(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ..., initialized: _Optional[bool] = ...) -> None: ...
 
 class Initialize(_message.Message):
-    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region")
+    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region", "backend_dir")
     class ArgsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,7 @@ class Initialize(_message.Message):
     LOG_VERBOSE_FIELD_NUMBER: _ClassVar[int]
     SHM_DIR_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REGION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_DIR_FIELD_NUMBER: _ClassVar[int]
     args: _containers.ScalarMap[str, str]
     model_path: str
     model_dir: str
@@ -241,7 +242,8 @@ class Initialize(_message.Message):
     log_verbose: int
     shm_dir: str
     cancel_region: str
-    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ...) -> None: ...
+    backend_dir: str
+    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ..., backend_dir: _Optional[str] = ...) -> None: ...
 
 class Initialized(_message.Message):
     __slots__ = ("error", "adopted")
@@ -367,16 +369,18 @@ class Exiting(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class AutoComplete(_message.Message):
-    __slots__ = ("model_path", "model_dir", "version", "config_json")
+    __slots__ = ("model_path", "model_dir", "version", "config_json", "backend_dir")
     MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     MODEL_DIR_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_DIR_FIELD_NUMBER: _ClassVar[int]
     model_path: str
     model_dir: str
     version: str
     config_json: str
-    def __init__(self, model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+    backend_dir: str
+    def __init__(self, model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., config_json: _Optional[str] = ..., backend_dir: _Optional[str] = ...) -> None: ...
 
 class AutoCompleted(_message.Message):
     __slots__ = ("config_json", "error")

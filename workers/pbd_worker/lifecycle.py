@@ -32,7 +32,9 @@ def auto_complete(message: wpb.AutoComplete) -> wpb.AutoCompleted:
     without the method gets its configuration back unchanged."""
     state.set_model_dir(message.model_dir)
     try:
-        cls = load_model_class(message.model_path, message.model_dir, message.version)
+        cls = load_model_class(
+            message.model_path, message.model_dir, message.version, message.backend_dir
+        )
     except ModelLoadError as exc:
         return _failed("INVALID_ARG", exc.message, exc.traceback)
     hook = getattr(cls, "auto_complete_config", None)

@@ -19,17 +19,22 @@ class ModelLoadError(Exception):
         self.traceback = tb
 
 
-def load_model_class(model_path: str, model_dir: str, version: str) -> type:
+def load_model_class(model_path: str, model_dir: str, version: str, backend_dir: str = "") -> type:
     """Import ``<model_dir>/<version>/<file>.py`` as module ``<version>.<file>``.
 
     The model directory and the version directory go on ``sys.path``, so a multi-file model can
     use relative imports (``from . import helper``) as well as plain ones (``import helper``).
+    A Python-based backend's ``<backend_dir>/model.py`` is module ``model`` instead, with only
+    the backend's directory on ``sys.path``, as Triton's stub imports it.
     """
-    version_dir = os.path.join(model_dir, version)
-    for path in (version_dir, model_dir):
+    stem = os.path.splitext(os.path.basename(model_path))[0]
+    if backend_dir:
+        paths, module_name = [backend_dir], stem
+    else:
+        paths, module_name = [os.path.join(model_dir, version), model_dir], f"{version}.{stem}"
+    for path in paths:
         if path not in sys.path:
             sys.path.insert(0, path)
-    module_name = f"{version}.{os.path.splitext(os.path.basename(model_path))[0]}"
     if not os.path.isfile(model_path):
         raise ModelLoadError(f"model file '{model_path}' does not exist")
     try:

@@ -272,7 +272,7 @@ class WorkerRuntime:
         except ValueError as exc:
             return wpb.Initialized(error=wpb.Error(code="INVALID_ARG", message=str(exc)))
         try:
-            cls = load_model_class(init.model_path, init.model_dir, init.version)
+            cls = load_model_class(init.model_path, init.model_dir, init.version, init.backend_dir)
             model = cls()
             if hasattr(model, "initialize"):
                 call_maybe_async(self.loop, model.initialize, args)

@@ -320,7 +320,7 @@ class BlsService:
             for runtime in entry.versions.values()
             if runtime.serving
             for i in runtime.instances()
-            if i.state.value == "READY" and not i.draining
+            if i.state.value == "READY" and not i.draining and not i.warming
         ]
 
     # -- model control ----------------------------------------------------------------------------

@@ -80,16 +80,22 @@ class WorkerEnv:
     root: str = ""
 
 
-def env_path(parameters: Mapping[str, str], model_dir: Path) -> Path | None:
+def env_path(
+    parameters: Mapping[str, str], model_dir: Path, backend_dir: Path | None = None
+) -> Path | None:
     """The environment ``parameters`` name, with ``$$TRITON_MODEL_DIRECTORY`` substituted;
     None when the model has none. The path as written must stay inside the model repository
     (``model_dir``'s parent): a config, which a client may override, never names code from
-    elsewhere. Links inside the repository are the operator's to place and may point out."""
+    elsewhere. Links inside the repository are the operator's to place and may point out. A
+    model of a Python-based backend may also name what is in the backend's directory (the
+    operator's too): the environment the backend ships (pbd.modelconfig.backends)."""
     raw = parameters.get(ENV_PARAMETER, "").strip()
     if not raw:
         return None
     path = Path(os.path.normpath(model_dir / raw.replace(MODEL_DIR_TOKEN, str(model_dir))))
     repository = Path(os.path.normpath(model_dir.parent))
+    if backend_dir is not None and path.is_relative_to(os.path.normpath(backend_dir)):
+        return path
     if path == repository or not path.is_relative_to(repository):
         raise EnvError(
             raw,
@@ -249,11 +255,12 @@ async def model_worker_env(
     model_dir: Path,
     cache_dir: str,
     step: Callable[[str], None] | None = None,
+    backend_dir: Path | None = None,
 ) -> WorkerEnv | None:
     """The environment a model's workers run in (None: the daemon's own), prepared off the
     event loop; ``cache_dir`` "" means :func:`default_cache_dir`; ``step`` as for
-    :func:`prepare` (called from that thread)."""
-    path = env_path(parameters, model_dir)
+    :func:`prepare` (called from that thread); ``backend_dir`` as for :func:`env_path`."""
+    path = env_path(parameters, model_dir, backend_dir)
     if path is None:
         return None
     cache = Path(cache_dir) if cache_dir else default_cache_dir()

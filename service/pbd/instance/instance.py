@@ -33,6 +33,7 @@ from pbd.instance.messages import execute_message, initialize_message
 from pbd.instance.records import InstancePlan, NotSent, State
 from pbd.instance.releases import PendingReleases
 from pbd.instance.requests import SentRequests
+from pbd.instance.warmup import WarmupSample, warm_up, warmup_samples
 from pbd.logsettings import runtime_settings
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
@@ -111,6 +112,7 @@ class Instance:
         self.adopted = False  # a running worker re-attached instead of a fresh initialize()
         self.executed = 0
         self.draining = False  # being scaled away: finishes its work, takes no more
+        self.warming = False  # running its model_warmup samples: takes no requests yet
         self.disconnected = asyncio.Event()  # the worker's connection ended
         self._ending: asyncio.Task[None] | None = None
         self.custom_metrics = services.custom_metrics.session(self.id)
@@ -167,6 +169,8 @@ class Instance:
         began = time.perf_counter()
         self._loop = asyncio.get_running_loop()
         hub = self.services.hub
+        # model_warmup's data is made first, as Triton makes it before the instance starts.
+        warmup = warmup_samples(self.config, self.model_dir)
         token = self.launcher.token(self.id)
         connected = hub.expect(self.id, token)
         try:
@@ -209,6 +213,9 @@ class Instance:
             raise
         self.state = State.READY
         self.last_seen = self._loop.time()
+        conn.attach(self.on_message)
+        if warmup and not self.adopted:
+            await self._warm_up(warmup)
         log.info(
             "%s ready in %.1f ms (pid %s%s)",
             self.describe(),
@@ -216,7 +223,6 @@ class Instance:
             self.pid,
             ", re-attached without re-initializing" if self.adopted else "",
         )
-        conn.attach(self.on_message)
         if self.on_capacity is not None:
             self.on_capacity()
 
@@ -246,6 +252,19 @@ class Instance:
         if reply.WhichOneof("kind") != "initialized":
             raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
         return reply.initialized
+
+    async def _warm_up(self, samples: list[WarmupSample]) -> None:
+        """Run the model_warmup samples before this instance takes requests; a failure stops
+        it and fails its start (Triton's message)."""
+        self.warming = True
+        try:
+            await warm_up(self, samples)
+        except BaseException:
+            await self._terminate(grace=1.0)
+            self.state = State.DEAD
+            raise
+        finally:
+            self.warming = False
 
     # -- running -------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from pbd.errors import Code, PbdError
 from pbd.instance.memory import InstanceMemory
 from pbd.instance.records import InstancePlan
+from pbd.modelconfig.backends import model_file
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.types import PreparedRequest
@@ -56,7 +57,7 @@ def initialize_message(
     settings: Settings,
     memory: InstanceMemory,
 ) -> wpb.Initialize:
-    model_file = model_dir / str(version) / config.default_model_filename
+    path, backend_dir = model_file(config, model_dir, version, settings.backend_directory)
     args = {
         "model_config": config.to_json(),
         "model_instance_kind": plan.kind,
@@ -68,7 +69,7 @@ def initialize_message(
     }
     return wpb.Initialize(
         args=args,
-        model_path=str(model_file),
+        model_path=str(path),
         model_dir=str(model_dir),
         version=str(version),
         output_region_prefix=memory.output_prefix,
@@ -77,4 +78,5 @@ def initialize_message(
         log_verbose=settings.log_verbose,
         shm_dir=str(settings.shm_dir),
         cancel_region=memory.cancel.name,
+        backend_dir=str(backend_dir or ""),
     )

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 _US = 1000  # ns per µs
 # Labelled by Triton's failure reason besides model and version (pbd.stats.FAILURE_REASONS).
 _FAILURE = "nv_inference_request_failure"
+_LATENCY = "_duration_us"  # the latency counters' suffix
 
 # (name, help, value from the counters) for the per model version counters.
 _COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], float]], ...] = (
@@ -93,7 +94,10 @@ class PbdCollector:
 
     def collect(self) -> Iterator[Metric]:
         runtimes = list(self._runtimes())
+        latencies = self.dp.settings.metrics_counter_latencies
         for name, help_text, read in _COUNTERS:
+            if not latencies and name.endswith(_LATENCY):
+                continue  # --metrics-config counter_latencies=false, as Triton
             family = _family(name, help_text, "counter")
             for labels, runtime in runtimes:
                 family.add_sample(name, labels, read(runtime.stats))

@@ -198,12 +198,14 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
         raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
     if is_ensemble(msg):
         return  # no model file nor batcher of its own: pbd.modelconfig.ensemble checks the steps
-    if msg.backend != "python":
-        what = f"backend '{msg.backend}'" if msg.backend else f"platform '{msg.platform}'"
+    if msg.platform:
         raise ConfigError(
-            f'{src}: {what} is not supported: pbd serves Python models (backend: "python")'
+            f"{src}: platform '{msg.platform}' is not supported: pbd serves Python models "
+            '(backend: "python")'
         )
-    check_model_filename(msg.default_model_filename, src)
+    if msg.backend == "python":
+        check_model_filename(msg.default_model_filename, src)
+    # Any other backend is looked up in --backend-directory (pbd.modelconfig.backends).
     _check_preferred(msg.dynamic_batching.preferred_batch_size, msg, f"{src}: dynamic_batching")
     oldest = msg.sequence_batching.oldest
     _check_preferred(oldest.preferred_batch_size, msg, f"{src}: sequence_batching oldest")

@@ -7,8 +7,10 @@ after): model code never runs in the daemon. The worker hands the static method 
 is then filled with Triton's defaults and checked like any config.pbtxt. That completed
 configuration, its instance groups normalized for this machine's GPUs, is what initialize()
 gets, what ModelConfig/ModelMetadata return and what the daemon schedules by. A directory
-without config.pbtxt loads too (name from the directory, backend python), as in Triton.
-``--disable-auto-complete-config`` turns all of this off.
+without config.pbtxt loads too (name from the directory, backend python), as in Triton. A
+model of a Python-based backend is completed by the backend's model.py
+(pbd.modelconfig.backends looks the backend up first). ``--disable-auto-complete-config`` turns
+the hook off.
 
 Only files that mention ``auto_complete_config`` get a worker: starting a Python process per
 model load just to learn that a model has no such method would slow every load.
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
+from pbd.modelconfig.backends import BACKEND_MODEL_FILE, backend_dir, resolve_backend
 from pbd.modelconfig.json_form import config_to_dict
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import (
@@ -74,27 +77,37 @@ class ConfigCompleter:
         message, source = read_model_config(
             model_dir, override_json=override_json, allow_missing=not disabled
         )
+        backends = self.settings.backend_directory
+        resolve_backend(message, model_dir, backends, source)
         if disabled:
             return build_model_config(message, name, source)
         if not message.name:
             message.name = name
         if not message.backend and not message.platform:
             message.backend = "python"
-        if message.default_model_filename:  # checked before the hook's file is even read
-            check_model_filename(message.default_model_filename, source)
-        model_file = _model_file(model_dir, message.default_model_filename)
-        if message.backend != "python" or model_file is None:
+        code_dir = backend_dir(message.backend, backends)
+        if code_dir is not None:
+            model_file = _with_hook(code_dir / BACKEND_MODEL_FILE)
+            version = ""
+        else:
+            if message.default_model_filename:  # checked before the hook's file is even read
+                check_model_filename(message.default_model_filename, source)
+            model_file = _model_file(model_dir, message.default_model_filename)
+            version = model_file.parent.name if model_file is not None else ""
+        if message.platform or model_file is None:
             return build_model_config(message, name, source)
         env = await model_worker_env(
             dict((k, v.string_value) for k, v in message.parameters.items()),
             model_dir,
             self.settings.execution_env_cache_dir,
+            backend_dir=code_dir,
         )
         request = wpb.AutoComplete(
             model_path=str(model_file),
             model_dir=str(model_dir),
-            version=model_file.parent.name,
+            version=version,
             config_json=json.dumps(config_to_dict(message)),
+            backend_dir=str(code_dir or ""),
         )
         completed = await self._run(name, request, env)
         return model_config_from_json(
@@ -156,7 +169,11 @@ def _model_file(model_dir: Path, filename: str) -> Path | None:
     versions = sorted((int(p.name), p) for p in _subdirs(model_dir) if p.name.isdigit())
     if not versions:
         return None
-    path = versions[-1][1] / (filename or DEFAULT_MODEL_FILENAME)
+    return _with_hook(versions[-1][1] / (filename or DEFAULT_MODEL_FILENAME))
+
+
+def _with_hook(path: Path) -> Path | None:
+    """``path`` if it is a file that defines the hook."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:

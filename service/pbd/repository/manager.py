@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbd.errors import Code, PbdError, invalid_arg, not_found, unavailable
+from pbd.errors import Code, PbdError, invalid_arg, not_found, status_text, unavailable
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import load_model_config
 from pbd.repository.names import check_model_name
@@ -166,6 +166,8 @@ class ModelRepository:
             for v, result in zip(fresh, results, strict=True)
             if isinstance(result, BaseException)
         ]
+        # Triton's answer to a load that failed: INVALID_ARG, each version's status as text.
+        failed = invalid_arg(f"load failed for model '{name}': {''.join(failures)}\n")
         if failures and any(r.serving for r in entry.versions.values()):
             # Triton: "if the reload fails for any reason the already-loaded model will be
             # unchanged and will remain loaded". The new versions that did load go again.
@@ -176,7 +178,7 @@ class ModelRepository:
             ]
             await asyncio.gather(*(r.unload(0.0) for r in loaded), return_exceptions=True)
             log.error("model '%s' failed to reload; it serves as before: %s", name, failures)
-            raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
+            raise failed
         retired = [r for v, r in entry.versions.items() if v not in keep]
         entry.versions = dict(keep)
         for (version, runtime), result in zip(fresh.items(), results, strict=True):
@@ -199,7 +201,7 @@ class ModelRepository:
         took = time.monotonic() - began
         if failures:
             log.error("model '%s' failed to load in %.2fs: %s", name, took, " ".join(failures))
-            raise PbdError(Code.INTERNAL, f"load failed for model '{name}': " + " ".join(failures))
+            raise failed
         log.info("loaded model '%s' versions %s in %.2fs", name, sorted(entry.versions), took)
 
     async def unload(self, name: str, grace: float | None = None, why: str = "") -> None:
@@ -344,7 +346,8 @@ class ModelRepository:
 
 
 def _reason(result: BaseException) -> str:
-    return result.message if isinstance(result, PbdError) else repr(result)
+    """Why a version failed to load, as Triton's index and load error say it."""
+    return status_text(result) if isinstance(result, PbdError) else f"Internal: {result!r}"
 
 
 def _is_dir(path: Path) -> bool:

@@ -72,7 +72,10 @@ class Dispatch:
         ready = [
             i
             for i in (s.instance for s in self.slots)
-            if i.state is State.READY and not i.draining and i.batches.inflight < depth
+            if i.state is State.READY
+            and not i.draining
+            and not i.warming
+            and i.batches.inflight < depth
         ]
         if len(ready) > 1:
             ready.sort(key=_inflight)
@@ -147,7 +150,12 @@ class Dispatch:
         for slot in self.slots:
             instance = slot.instance
             inflight = instance.batches.inflight
-            if inflight < least and instance.state is State.READY and not instance.draining:
+            if (
+                inflight < least
+                and instance.state is State.READY
+                and not instance.draining
+                and not instance.warming
+            ):
                 best, least = instance, inflight
         if best is not None:
             best.batches.inflight += 1

@@ -18,6 +18,7 @@ from pbd.errors import PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv, model_worker_env
 from pbd.instance.instance import Instance, InstanceServices
 from pbd.instance.records import InstancePlan, State
+from pbd.modelconfig.backends import backend_dir
 from pbd.modelconfig.model import ModelConfig
 from pbd.scheduling import Scheduler, make_scheduler
 from pbd.stats import ModelStats, failure_reason
@@ -124,6 +125,7 @@ class VersionRuntime:
                 self.model_dir,
                 self.settings.execution_env_cache_dir,
                 self._loading,
+                backend_dir(self.config.backend, self.settings.backend_directory),
             )
             self.execute_timeout = limits.execute_timeout
             self.memory_limit = limits.memory_limit

@@ -1,8 +1,13 @@
-"""``pbd status``: where it looks for the daemon, and a table that stays one row per version."""
+"""``pbd status``: where it looks for the daemon, and a table that stays one row per version;
+``pbd-tritonserver``'s refusals before anything starts."""
 
 from __future__ import annotations
 
-from pbd.cli import status_url
+import sys
+
+import pytest
+
+from pbd.cli import status_url, tritonserver_main
 from pbd.status_line import one_line
 
 
@@ -18,3 +23,22 @@ def test_multi_line_reasons_keep_one_row() -> None:
     reason = "initialize() failed: ValueError: no\n\nAt:\n  /m/1/model.py(3): initialize\n"
     assert one_line(reason) == "initialize() failed: ValueError: no [...]"
     assert one_line("READY") == "READY"
+
+
+def test_tritonserver_needs_a_repository_as_triton_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PBD_MODEL_REPOSITORY", raising=False)
+    monkeypatch.setattr(sys, "argv", ["/usr/local/bin/tritonserver"])
+    assert tritonserver_main(["--grpc-port=9000"]) == 2
+    # Named as it was called: a container's `tritonserver` link.
+    assert capsys.readouterr().err == "tritonserver: --model-repository must be specified\n"
+
+
+def test_tritonserver_refuses_a_flag_that_would_serve_something_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert tritonserver_main(["--model-store=/m", "--model-config-name=h100"]) == 2
+    assert "--model-config-name=h100: pbd reads each model's config.pbtxt only" in (
+        capsys.readouterr().err
+    )

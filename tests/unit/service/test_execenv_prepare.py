@@ -41,6 +41,15 @@ def test_env_path_that_leaves_the_repository_is_refused(tmp_path: Path, value: s
     assert caught.value.message.startswith(f"EXECUTION_ENV_PATH '{value}'")
 
 
+def test_a_backends_environment_may_be_in_its_directory(tmp_path: Path) -> None:
+    """What a Python-based backend ships is the operator's, as the repository is."""
+    model, backend = tmp_path / "repo" / "m", tmp_path / "backends" / "vllm"
+    shipped = str(backend / "pb_exec_env_model.py.tar.gz")
+    assert env_path({"EXECUTION_ENV_PATH": shipped}, model, backend) == Path(shipped)
+    with pytest.raises(EnvError, match="leaves the model repository"):
+        env_path({"EXECUTION_ENV_PATH": str(tmp_path / "backends" / "other")}, model, backend)
+
+
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CACHE_DIRECTORY", "/var/cache/pbd")
     assert default_cache_dir() == Path("/var/cache/pbd/envs")

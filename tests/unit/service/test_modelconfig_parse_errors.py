@@ -69,11 +69,6 @@ DIMS_RULE = "each dimension must be an integer >= 1, or -1 for a variable-size d
             "unexpected directory name 'm' for model 'other', directory name must equal model name",
         ),
         (
-            'backend: "onnxruntime"',
-            "backend 'onnxruntime' is not supported: pbd serves Python models "
-            '(backend: "python")',
-        ),
-        (
             'platform: "tensorrt_plan"',
             "platform 'tensorrt_plan' is not supported: pbd serves Python models "
             '(backend: "python")',

@@ -50,6 +50,7 @@ class FakeInstance:
         self.state = State.READY
         self.draining = False
         self.batches = Room()
+        self.warming = False
         self.reason = ""
         self.on_capacity: Callable[[], None] = lambda: None
         self.not_sent = False  # the next execute finds the connection closed
@@ -164,6 +165,22 @@ def test_a_free_instance_is_taken_at_once_least_loaded_first() -> None:
         b.finish()
         assert (await first).id == "0@a" and (await second).id == "1@b"
         assert (a.inflight, b.inflight) == (0, 0)
+
+    run(scenario)
+
+
+def test_an_instance_running_its_warmup_takes_no_request() -> None:
+    async def scenario() -> None:
+        queue: RequestQueue[FakeInstance] = RequestQueue("m")
+        dispatch, (a, b) = make_dispatch(queue, "a", "b", depth=2)
+        a.warming = True  # the less loaded, but not ready for requests yet
+        first = infer(dispatch, 0)
+        second = infer(dispatch, 1)
+        await until(lambda: b.running == 2)
+        assert a.running == 0 and a.inflight == 0
+        b.finish()
+        b.finish()
+        assert [(await first).id, (await second).id] == ["0@b", "1@b"]
 
     run(scenario)
 
