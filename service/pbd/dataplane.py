@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
 from pbd.admission import ByteBudget
+from pbd.cache.response_cache import ResponseCache
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
@@ -58,6 +59,8 @@ class DataPlane:
         self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
         self.budget = ByteBudget(settings.max_queued_bytes)  # inputs accepted, not answered
+        size = settings.cache_local_size_bytes
+        self.cache = ResponseCache(size) if size > 0 else None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -130,6 +133,8 @@ class DataPlane:
         """One request of a model that is not decoupled: its one result."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=False)
         try:
+            if self.cache is not None and runtime.config.response_cache:
+                return await self.cache.infer(runtime, prepared)
             return await runtime.infer(prepared)
         except asyncio.CancelledError:
             # The client cancelled the RPC: a request already in its worker learns it there.

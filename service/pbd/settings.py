@@ -183,6 +183,11 @@ class Settings:
         0, "gRPC calls served at once (0: unbounded); more are refused by gRPC itself"
     )
     exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
+    cache_local_size_bytes: int = _opt(
+        0,
+        "bytes of the response cache, for models whose config says response_cache { enable: "
+        "true } (Triton's --cache-config local,size=N; 0: no cache)",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:

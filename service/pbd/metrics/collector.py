@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import Metric
 
 from pbd.instances.records import State
+from pbd.metrics.cache import cache_families
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -94,6 +95,7 @@ class PbdCollector:
             for labels, runtime in runtimes:
                 family.add_sample(name, labels, read(runtime.stats))
             yield family
+        yield from cache_families(runtimes, self.dp.cache)
         failure = _family(
             _FAILURE, "Number of failed inference requests, all batch sizes", "counter"
         )
