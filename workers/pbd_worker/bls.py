@@ -87,12 +87,23 @@ class ResponseIterator:
     """``exec(decoupled=True)``: the call's responses, in order; ends after the final one.
     Iterated again once it has ended, it gives the same responses again, as Triton's does."""
 
-    def __init__(self, client: BlsClient, call: _Call) -> None:
+    def __init__(self, client: BlsClient | None, call: _Call) -> None:
         self._client = client
         self._call = call
         self._cancelled = False
         self._seen: list[InferenceResponse] = []
         self._replay: collections.deque[InferenceResponse] | None = None
+
+    @classmethod
+    def answered(cls, responses: list[InferenceResponse]) -> ResponseIterator:
+        """An iterator whose call is over: it gives ``responses`` (and again when iterated
+        again)."""
+        ended = _Call(0, decoupled=True)
+        ended.final = True
+        iterator = cls(None, ended)
+        iterator._seen = list(responses)
+        iterator._replay = collections.deque(responses)
+        return iterator
 
     def __iter__(self) -> ResponseIterator:
         if self._call.final and self._replay is None:
@@ -105,7 +116,7 @@ class ResponseIterator:
                 self._replay = None
                 raise StopIteration
             return self._replay.popleft()
-        if self._call.final or self._cancelled:
+        if self._call.final or self._cancelled or self._client is None:
             raise StopIteration
         response = self._client._next_response(self._call)
         self._seen.append(response)
@@ -114,7 +125,7 @@ class ResponseIterator:
     def cancel(self) -> None:
         """Cancel the call: the callee's request is cancelled (its response sender's
         ``is_cancelled()`` turns True) and responses not read yet are dropped."""
-        if not self._cancelled and not self._call.final:
+        if self._client is not None and not self._cancelled and not self._call.final:
             self._cancelled = True
             self._client.link.send(
                 wpb.WorkerToDaemon(bls_cancel=wpb.BlsCancel(call_id=self._call.call_id))
@@ -206,14 +217,7 @@ class BlsClient:
         from the iterator of a decoupled call), as Triton's stub answers it, not an
         exception."""
         response = InferenceResponse(error=TritonError(exc.message))
-        if not decoupled:
-            return response
-        ended = _Call(0, decoupled=True)
-        ended.final = True
-        iterator = ResponseIterator(self, ended)
-        iterator._replay = collections.deque([response])
-        iterator._seen.append(response)
-        return iterator
+        return ResponseIterator.answered([response]) if decoupled else response
 
     async def _exec_on_loop(self, call: Any) -> Any:
         if not isinstance(call, _Call):

@@ -32,6 +32,7 @@ from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.cuda import gpu_inputs
 from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
+from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
@@ -90,6 +91,7 @@ class WorkerRuntime:
         self.bls = BlsClient(self.link, SHM_DIR, self.aio.reply, self.loop)
         state.bls_executor, state.model_control = self.bls.exec, self.bls.control
         state.bls_async_executor = self.bls.exec_async
+        forked.install(self.link)  # processes the model forks call through this one
         self.live = LiveRequests(self.link.send, decoupled=False)
         state.response_sender_factory = self.live.sender_for
 
