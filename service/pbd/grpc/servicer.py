@@ -129,6 +129,7 @@ class InferenceServicer:
         request = None
         try:
             request = convert.infer_request_from_wire(raw)
+            request.first_answer = True
             response = await self._answer(
                 request, "ModelStreamInfer", began, context, self.dp.infer,
                 convert.stream_response_to_wire,
