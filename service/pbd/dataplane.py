@@ -176,7 +176,17 @@ class DataPlane:
     def _admit(
         self, request: InferRequest, *, decoupled_ok: bool
     ) -> tuple[VersionRuntime, PreparedRequest, int]:
-        """Checks and accounting before a request is queued: (runtime, prepared, bytes)."""
+        """Checks and accounting before a request is queued: (runtime, prepared, bytes); a
+        PbdError raised here is marked ``before_model``."""
+        try:
+            return self._checked(request, decoupled_ok)
+        except PbdError as exc:
+            exc.before_model = True
+            raise
+
+    def _checked(
+        self, request: InferRequest, decoupled_ok: bool
+    ) -> tuple[VersionRuntime, PreparedRequest, int]:
         if not self.accepting and not request.internal:
             raise unavailable(
                 "GRPC server is shutting down and has stopped accepting new requests."
