@@ -57,6 +57,32 @@ class ShmExhausted(Exception):
         super().__init__(self.message)
 
 
+# An instance's segments share one base name, which the daemon picks: its input arena
+# "<base>-d<n>" (the daemon's), its output arena "<base>-w<n>" (the worker's) and its
+# cancellation page "<base>-c".
+INPUT_ARENA = "-d"
+OUTPUT_ARENA = "-w"
+CANCEL_PAGE = "-c"
+
+
+def remove_instance_segments(base: str, shm_dir: str = SHM_DIR) -> list[str]:
+    """Unlink every segment of the instance named ``base`` (mappings of them stay valid until
+    unmapped); the names removed. For whoever outlives the other side: a worker whose daemon
+    died, a daemon whose worker did."""
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(f"{base}-")]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
+
+
 def _check_name(name: str) -> None:
     if not _NAME.match(name):
         raise ValueError(f"invalid shared-memory segment name {name!r}")
