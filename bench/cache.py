@@ -38,7 +38,7 @@ from bench.report import Scenario, ScenarioResult, format_row, table_head
 from bench.run import add_common_args, check_common_args, common_header, measure_scenario
 from bench.servers import ROOT, ServerProcess, kill_leftovers, leftover_segments, start_pbd
 from bench.servers import start_triton as start_triton_server
-from bench.vs_triton import SERVERS, install_triton
+from bench.vs_triton import SERVERS, add_triton_args, install_triton
 
 EXECUTED, CACHED = "identity_fp32_x2", "identity_fp32_cached"
 REPOSITORY = ROOT / "bench" / "models"
@@ -54,10 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="response cache hit against an executed request, pbd and Triton 2.51",
     )
     add_common_args(parser, RESULTS / "cache.json")
-    add = parser.add_argument
-    add("--cache-bytes", type=int, default=64 << 20, help="cache size on both servers")
-    add("--triton-arg", action="append", default=[], metavar="FLAG", help="extra tritonserver flag")
-    add("--tritonserver", help="Triton launcher to use (default: what scripts/triton.sh installs)")
+    add_triton_args(parser)
+    parser.add_argument(
+        "--cache-bytes", type=int, default=64 << 20, help="cache size on both servers"
+    )
     return check_common_args(parser, parser.parse_args(argv))
 
 

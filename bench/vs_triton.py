@@ -99,20 +99,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="TEXT",
         help="run the cases whose label contains TEXT (repeatable), e.g. 'shm', 'c=8', '16 MiB'",
     )
-    add(
-        "--triton-arg",
-        action="append",
-        default=[],
-        metavar="FLAG",
-        help="extra tritonserver flag, e.g. --triton-arg=--log-verbose=1",
-    )
-    add("--tritonserver", help="Triton launcher to use (default: what scripts/triton.sh installs)")
+    add_triton_args(parser)
     opts = check_common_args(parser, parser.parse_args(argv))
     opts.cases = select_cases(CASES, opts.only_cases)
     if not opts.cases:
         parser.error(f"--only-cases {opts.only_cases} matches none of "
                      f"{[c.label for c in CASES]}")  # fmt: skip
     return opts
+
+
+def add_triton_args(parser: argparse.ArgumentParser) -> None:
+    """The options of a run against Triton (``bench.vs_triton``, ``bench.cache``)."""
+    parser.add_argument(
+        "--triton-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra tritonserver flag, e.g. --triton-arg=--log-verbose=1",
+    )
+    parser.add_argument(
+        "--tritonserver", help="Triton launcher to use (default: what scripts/triton.sh installs)"
+    )
 
 
 def install_triton() -> str:

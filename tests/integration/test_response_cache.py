@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from pbd_harness import DaemonFactory, infer_input, make_repository
+from pbd_harness import Daemon, DaemonFactory, infer_input, make_repository
 from test_metrics import labels, scrape
 
 MODELS = Path(__file__).resolve().parent / "cache_models"
@@ -50,13 +50,18 @@ def stats_of(client: grpcclient.InferenceServerClient, model: str) -> dict[str, 
     return dict(stats)
 
 
+def cached_daemon(start_daemon: DaemonFactory, tmp_path: Path) -> Daemon:
+    """Every model of cache_models, with a cache of CACHE_BYTES on the server."""
+    names = [p.name for p in MODELS.iterdir() if p.is_dir()]
+    return start_daemon(
+        repository(tmp_path), "--cache-local-size-bytes", str(CACHE_BYTES), settle=names
+    )
+
+
 def test_repeated_requests_are_answered_from_the_cache(
     start_daemon: DaemonFactory, tmp_path: Path
 ) -> None:
-    names = ["counter", "counter_plain", "counter_pipeline", "bls_counter"]
-    daemon = start_daemon(
-        repository(tmp_path), "--cache-local-size-bytes", str(CACHE_BYTES), settle=names
-    )
+    daemon = cached_daemon(start_daemon, tmp_path)
     client = daemon.client()
     x = np.arange(4, dtype=np.float32)
     first = counter(client, x)
@@ -98,10 +103,7 @@ def test_repeated_requests_are_answered_from_the_cache(
 def test_an_ensemble_and_a_bls_call_are_answered_from_the_cache(
     start_daemon: DaemonFactory, tmp_path: Path
 ) -> None:
-    names = ["counter", "counter_plain", "counter_pipeline", "bls_counter"]
-    daemon = start_daemon(
-        repository(tmp_path), "--cache-local-size-bytes", str(CACHE_BYTES), settle=names
-    )
+    daemon = cached_daemon(start_daemon, tmp_path)
     client = daemon.client()
     x = np.zeros(4, dtype=np.float32)
     for _ in range(3):  # the step (no cache of its own) runs once
@@ -120,9 +122,7 @@ def test_an_ensemble_and_a_bls_call_are_answered_from_the_cache(
 def test_the_cache_is_bounded_least_recently_used_first(
     start_daemon: DaemonFactory, tmp_path: Path
 ) -> None:
-    daemon = start_daemon(
-        repository(tmp_path), "--cache-local-size-bytes", str(CACHE_BYTES), settle=["counter"]
-    )
+    daemon = cached_daemon(start_daemon, tmp_path)
     client = daemon.client()
     big = np.zeros(1024, dtype=np.float32)  # its answer (8 KiB) is bigger than the cache
     counter(client, big)

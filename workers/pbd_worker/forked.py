@@ -68,9 +68,15 @@ def _before() -> None:
     _forking.pair = socket.socketpair() if _relaying() else None
 
 
-def _in_parent() -> None:
-    pair = getattr(_forking, "pair", None)
+def _taken() -> tuple[socket.socket, socket.socket] | None:
+    """The socket pair ``_before`` made for this fork (once)."""
+    pair: tuple[socket.socket, socket.socket] | None = getattr(_forking, "pair", None)
     _forking.pair = None
+    return pair
+
+
+def _in_parent() -> None:
+    pair = _taken()
     if pair is None:
         return
     ours, theirs = pair
@@ -79,8 +85,7 @@ def _in_parent() -> None:
 
 
 def _in_child() -> None:
-    pair = getattr(_forking, "pair", None)
-    _forking.pair = None
+    pair = _taken()
     if pair is None:
         return
     parents, ours = pair

@@ -9,7 +9,6 @@ refuses (EFBIG on ext4, ENOSPC on tmpfs).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import socket
 from collections.abc import Iterator
@@ -28,7 +27,6 @@ from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.tensor import Tensor
 
-_addresses = itertools.count()
 UNGROWABLE = 1 << 45
 
 
@@ -41,14 +39,10 @@ class Wired:
         self.conn.sendall(b"".join(encode_frame(f) for f in frames))
 
 
-def wire(tmp_path: Path, arena_bytes: int) -> Iterator[Wired]:
-    address = f"@pbd-test-bls-{os.getpid()}-{next(_addresses)}"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind("\0" + address[1:])
-    server.listen(1)
-    link = DaemonLink(address, lambda: None)
-    link.connect()
-    conn, _ = server.accept()
+def wire(
+    linked: tuple[DaemonLink, socket.socket], tmp_path: Path, arena_bytes: int
+) -> Iterator[Wired]:
+    link, conn = linked
     aio = WorkerLoop(link)
     client = BlsClient(link, str(tmp_path), aio.reply, aio.loop)
     inputs = SegmentMap(str(tmp_path))
@@ -61,20 +55,17 @@ def wire(tmp_path: Path, arena_bytes: int) -> Iterator[Wired]:
         client.end_batch()
         arena.close()
         inputs.close()
-        link.disconnect()
-        conn.close()
-        server.close()
         aio.loop.close()
 
 
 @pytest.fixture
-def full(tmp_path: Path) -> Iterator[Wired]:
-    yield from wire(tmp_path, UNGROWABLE)
+def full(linked: tuple[DaemonLink, socket.socket], tmp_path: Path) -> Iterator[Wired]:
+    yield from wire(linked, tmp_path, UNGROWABLE)
 
 
 @pytest.fixture
-def wired(tmp_path: Path) -> Iterator[Wired]:
-    yield from wire(tmp_path, 1 << 16)
+def wired(linked: tuple[DaemonLink, socket.socket], tmp_path: Path) -> Iterator[Wired]:
+    yield from wire(linked, tmp_path, 1 << 16)
 
 
 def request() -> InferenceRequest:

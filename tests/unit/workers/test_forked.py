@@ -43,15 +43,11 @@ def add_one(request: InferenceRequest, decoupled: bool) -> Any:
 
 
 @pytest.fixture
-def relay(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+def relay(
+    linked: tuple[DaemonLink, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[socket.socket]:
     """The relay installed over a connected link; yields the daemon's end of it."""
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    address = f"@pbd-test-forked-{os.getpid()}"
-    server.bind("\0" + address[1:])
-    server.listen(1)
-    link = DaemonLink(address, lambda: None)
-    link.connect()
-    daemon_end, _ = server.accept()
+    link, daemon_end = linked
     monkeypatch.setattr(state, "bls_executor", add_one)
     monkeypatch.setattr(state, "bls_async_executor", None)
     monkeypatch.setattr(state, "model_control", lambda op, name, **fields: (op, name, fields))
@@ -60,9 +56,6 @@ def relay(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
         yield daemon_end
     finally:
         forked.install(None)  # forks of later tests relay nothing
-        link.disconnect()
-        daemon_end.close()
-        server.close()
 
 
 def in_child(work: Any) -> Any:
