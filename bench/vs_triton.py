@@ -109,7 +109,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def add_triton_args(parser: argparse.ArgumentParser) -> None:
-    """The options of every comparison with Triton: its launcher and extra flags."""
+    """The options of every comparison with Triton (``bench.vs_triton``, ``bench.generate``,
+    ``bench.cache``...): its launcher and extra flags."""
     parser.add_argument(
         "--triton-arg",
         action="append",

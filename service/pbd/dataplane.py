@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pbd import __version__
 from pbd.admission import ByteBudget
+from pbd.cache.response_cache import ResponseCache
 from pbd.errors import Code, PbdError, invalid_arg, unavailable
 from pbd.logsettings import GRPC, Wording, log_settings_answer, update_log_settings
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion, SystemRegion
@@ -58,6 +59,8 @@ class DataPlane:
         self.started = False  # the startup models have been loaded (or have failed)
         self.inflight = 0
         self.budget = ByteBudget(settings.max_queued_bytes)  # inputs accepted, not answered
+        size = settings.cache_local_size_bytes
+        self.cache = ResponseCache(size) if size > 0 else None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -131,7 +134,10 @@ class DataPlane:
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=False)
         began = time.perf_counter_ns()
         try:
-            result = await runtime.infer(prepared)
+            if self.cache is not None and runtime.config.response_cache:
+                result = await self.cache.infer(runtime, prepared)
+            else:
+                result = await runtime.infer(prepared)
         except asyncio.CancelledError:
             # The client cancelled the RPC: a request already in its worker learns it there.
             if prepared.on_cancel is not None:
@@ -187,7 +193,17 @@ class DataPlane:
     def _admit(
         self, request: InferRequest, *, decoupled_ok: bool
     ) -> tuple[VersionRuntime, PreparedRequest, int]:
-        """Checks and accounting before a request is queued: (runtime, prepared, bytes)."""
+        """Checks and accounting before a request is queued: (runtime, prepared, bytes); a
+        PbdError raised here is marked ``before_model``."""
+        try:
+            return self._checked(request, decoupled_ok)
+        except PbdError as exc:
+            exc.before_model = True
+            raise
+
+    def _checked(
+        self, request: InferRequest, decoupled_ok: bool
+    ) -> tuple[VersionRuntime, PreparedRequest, int]:
         if not self.accepting and not request.internal:
             raise unavailable(
                 "GRPC server is shutting down and has stopped accepting new requests."

@@ -42,6 +42,9 @@ class PbdError(Exception):
         self.permanent = False
         # Triton's failure reason when not the model's doing (pbd.stats.FAILURE_REASONS).
         self.failure = ""
+        # Refused before it reached a model (lookup, validation, admission): a stream with
+        # triton_grpc_error answers these in band, as Triton does, and ends on the others.
+        self.before_model = False
 
     def __repr__(self) -> str:
         return f"PbdError({self.code.name}, {self.message!r})"

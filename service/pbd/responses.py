@@ -113,6 +113,20 @@ class ResponseStream:
                 answer = item.result
         return answer
 
+    async def first(self) -> InferResult | PbdError:
+        """For a caller whose answer is the first response (a non-decoupled request of a
+        ModelStreamInfer stream): the first response with outputs or an error; the rest are
+        read and released."""
+        answer: InferResult | PbdError | None = None
+        async for item in self:
+            if answer is None and (item.result is not None or item.error is not None):
+                answer = item.result if item.result is not None else item.error
+            elif item.result is not None:
+                item.result.release()
+        if answer is None:
+            return PbdError(Code.INTERNAL, "the model sent no response for the request")
+        return answer
+
     def close(self) -> None:
         """The consumer is gone: release what it did not take."""
         self.closed = True

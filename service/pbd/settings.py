@@ -245,6 +245,11 @@ class Settings:
         2, "Triton's: strikes before GOAWAY ENHANCE_YOUR_CALM too_many_pings (0: any PINGs)"
     )
     exit_timeout_secs: float = _opt(30.0, "on shutdown, time in-flight requests get to finish")
+    cache_local_size_bytes: int = _opt(
+        0,
+        "bytes of the response cache, for models whose config says response_cache { enable: "
+        "true } (Triton's --cache-config local,size=N; 0: no cache)",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -3,7 +3,9 @@
 ``success``/``fail``: whole request, from the dataplane taking it to the result being ready;
 ``queue``: waiting for an instance; ``compute_input``: copying inputs into shared memory and
 the worker building the model's requests; ``compute_infer``: ``execute()``; ``compute_output``:
-the worker writing outputs. All cumulative nanoseconds with counts; those of a request count
+the worker writing outputs; ``cache_hit``: requests the response cache answered (looking them up
+and building the answer); ``cache_miss``: requests it did not, which ran and were put in it
+(looking up and inserting). All cumulative nanoseconds with counts; those of a request count
 once per request. ``inference_count`` counts batch elements (a request of batch 4 is 4
 inferences); ``batches`` (Triton's ``batch_stats``) counts executions per batch size.
 """
@@ -63,6 +65,8 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0
@@ -85,6 +89,19 @@ class ModelStats:
     def failed(self, ns: int, reason: str) -> None:
         self.fail.add(ns)
         self.failures[reason] += 1
+
+    def answered_from_cache(self, request_ns: int, queue_ns: int, hit_ns: int) -> None:
+        """A request the response cache answered: a success that waited ``queue_ns`` and was
+        no inference (as Triton counts it: no execution, no last inference time)."""
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(hit_ns)
+
+    def missed_cache(self, miss_ns: int) -> None:
+        """A request that ran and went into the cache: its lookup and insertion (``miss_ns``)
+        count in its duration too, as Triton adds them after the model has counted it."""
+        self.success.ns += miss_ns
+        self.cache_miss.add(miss_ns)
 
     def executed(
         self,

@@ -81,6 +81,10 @@ class InferRequest:
     # ModelInfer, untraced: pbd.answer): the instance calls it where it reads the
     # worker's result, before the bookkeeping that follows (pbd.instance.inflight).
     respond: Callable[[InferResult], None] | None = None
+    # A request of ModelStreamInfer (not decoupled): a model that misused its response sender
+    # and answered it twice is answered with the first response, as Triton's stream does
+    # (ModelInfer answers Triton's "expected a single response, got 2").
+    first_answer: bool = False
 
     @property
     def log_id(self) -> str:

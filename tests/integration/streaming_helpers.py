@@ -20,6 +20,7 @@ STREAM_MODELS = (
     "default_sender",
     "cancel_probe",
     "cancel_probe_decoupled",
+    "raise_in_execute",
     "gated",
     "async_decoupled",
 )
@@ -72,12 +73,14 @@ class Answers:
 
 
 @contextlib.contextmanager
-def open_stream(daemon: Daemon) -> Iterator[tuple[grpcclient.InferenceServerClient, Answers]]:
-    """A stream on a client of its own; stop_stream() (which waits for the server to end the
-    call after the half-close) when the block ends."""
+def open_stream(
+    daemon: Daemon, headers: dict[str, str] | None = None
+) -> Iterator[tuple[grpcclient.InferenceServerClient, Answers]]:
+    """A stream on a client of its own (``headers``: the call's metadata); stop_stream()
+    (which waits for the server to end the call after the half-close) when the block ends."""
     client = grpcclient.InferenceServerClient(daemon.url)
     answers = Answers()
-    client.start_stream(callback=answers)
+    client.start_stream(callback=answers, headers=headers)
     try:
         yield client, answers
         client.stop_stream()

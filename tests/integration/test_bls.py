@@ -34,6 +34,7 @@ BLS_MODELS = [
     "bls_unknown",
     "bls_control",
     "bls_repeat",
+    "bls_reiterate",
     "repeat_decoupled",
     "cancel_probe_decoupled",
 ]
@@ -135,6 +136,16 @@ def test_bls_iterates_a_decoupled_models_responses(
     assert result.as_numpy("COUNT").tolist() == [len(values)]
     # repeat_decoupled sends its final flag alone: the iterator's last response is empty.
     assert result.as_numpy("EMPTY").tolist() == [1]
+
+
+def test_a_finished_decoupled_iterator_iterated_again_replays_its_responses(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    # Triton 2.51 on the same models: FIRST == SECOND == [5, 6, 7], COUNTS [4, 4].
+    values = np.array([5, 6, 7], dtype=np.int32)
+    result = client.infer("bls_reiterate", [infer_input("IN", values, "INT32")])
+    assert result.as_numpy("FIRST").tolist() == result.as_numpy("SECOND").tolist() == [5, 6, 7]
+    assert result.as_numpy("COUNTS").tolist() == [4, 4]  # with the empty final one
 
 
 def test_cancelling_a_decoupled_bls_iterator_cancels_the_callee(

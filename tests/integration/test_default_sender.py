@@ -88,6 +88,25 @@ def test_a_response_and_then_an_error_is_two_responses(daemon: Daemon, mode: str
     assert error.message() == "expected a single response, got 2"
 
 
+@pytest.mark.parametrize("mode", ["two", "two_then_final"])
+def test_on_a_stream_a_request_answered_twice_gets_the_first_answer(
+    daemon: Daemon, mode: str
+) -> None:
+    """Triton's QA test_non_decoupled_two_response_pre_return: ModelInfer refuses "two"
+    (above), a stream delivers the first response and drops the error after it (Triton 2.51
+    on the same model: [b'first of two'] on the stream for both modes; ModelInfer answers
+    "two_then_final", whose second send was refused and caught, with the first too)."""
+    with open_stream(daemon) as (client, answers):
+        client.async_stream_infer(MODEL, mode_input(mode))
+        ((result, error),) = answers.take(1)
+        assert error is None and text(result, "TEXT") == "first of two"
+        client.async_stream_infer(MODEL, mode_input("return"))  # the stream goes on
+        ((after, _),) = answers.take(1)
+    assert text(after, "TEXT") == "returned"
+    assert answers.left() == []
+    assert ask(daemon, "two_then_final") == "first of two"
+
+
 def test_a_response_without_the_final_flag_is_the_answer(daemon: Daemon) -> None:
     """Triton waits for the flag until the client's deadline; one response is all a
     default-mode request can have, so pbd answers with it."""

@@ -127,7 +127,37 @@ def test_a_model_that_exits_its_process(
     assert_no_stale_segments(daemon)
 
 
-def test_after_a_sigkilled_daemon_the_next_one_cleans_up(repository: Path, tmp_path: Path) -> None:
+def test_after_a_sigkilled_daemon_its_workers_remove_its_segments(
+    repository: Path, tmp_path: Path
+) -> None:
+    """As Triton 2.51's stub after a kill -9 of tritonserver: each worker sees its daemon go,
+    removes its instance's segments (its own and the daemon's for it) and exits; a request
+    in flight changes nothing."""
+    daemon = Daemon(repository, tmp_path)
+    try:
+        daemon.start()
+        daemon.wait_settled(ALL)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = hold_gated(pool, daemon, tmp_path / "gate")
+            assert daemon.shm_segments(), "a request in flight has segments"
+            workers = list(daemon.workers())
+            os.kill(daemon.pid, signal.SIGKILL)
+            assert daemon.stop() == -signal.SIGKILL
+            with pytest.raises(InferenceServerException):
+                pending.result(timeout=SETTLE_TIMEOUT_S)
+        (tmp_path / "gate").unlink()
+        for pid in workers:
+            assert_no_orphan(pid)
+        wait_until(lambda: not daemon.shm_segments(), SETTLE_TIMEOUT_S, "no segment left")
+    finally:
+        for pid in daemon.alive_seen_workers():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_after_a_sigkilled_daemon_and_worker_the_next_daemon_cleans_up(
+    repository: Path, tmp_path: Path
+) -> None:
+    """A worker killed with its daemon removes nothing: the next daemon with the prefix does."""
     first = Daemon(repository, tmp_path)
     second = Daemon(repository, tmp_path, shm_prefix=first.shm_prefix)
     try:
@@ -135,10 +165,10 @@ def test_after_a_sigkilled_daemon_the_next_one_cleans_up(repository: Path, tmp_p
         first.wait_settled(ALL)
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = hold_gated(pool, first, tmp_path / "gate")
-            left = first.shm_segments()
-            assert left, "a request in flight has segments"
             workers = list(first.workers())
+            (gated,) = first.workers_of("gated")
             os.kill(first.pid, signal.SIGKILL)
+            os.kill(gated, signal.SIGKILL)
             assert first.stop() == -signal.SIGKILL
             with pytest.raises(InferenceServerException) as info:
                 pending.result(timeout=SETTLE_TIMEOUT_S)
@@ -146,10 +176,11 @@ def test_after_a_sigkilled_daemon_the_next_one_cleans_up(repository: Path, tmp_p
         # UNAVAILABLE or, when the stream was reset first, CANCELLED (seen in CI).
         assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.CANCELLED")
         (tmp_path / "gate").unlink()
-        # Workers notice the closed connection (or their heartbeat failing) and exit.
         for pid in workers:
             assert_no_orphan(pid)
-        assert first.shm_segments() == left  # nobody removed them yet
+        # The other workers removed theirs; the gated instance's stay.
+        wait_until(lambda: len(first.segment_owners()) == 1, SETTLE_TIMEOUT_S, "one owner")
+        left = first.shm_segments()
         second.start()
         second.wait_settled(ALL)
         assert not set(left) & set(second.shm_segments()), "stale segments survived"

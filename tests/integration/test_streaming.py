@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.grpc.service_pb2 as service_pb2
 from pbd_harness import (
     SETTLE_TIMEOUT_S,
@@ -29,6 +30,7 @@ from streaming_helpers import (
     repeat_inputs,
 )
 from traffic import executing, gated_inputs
+from tritonclient.utils import InferenceServerException
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +52,20 @@ def test_good_and_bad_requests_on_one_stream(daemon: Daemon) -> None:
         client.async_stream_infer("default_sender", mode_input("send_and_return"), request_id="m")
         client.async_stream_infer("gated", gated_inputs(4), request_id="g4")
         got = answers.take(6)
-    ok = [(r.get_response().id, int(r.as_numpy("ID")[0])) for r, e in got if e is None]
-    assert ok == [("g1", 1), ("g3", 3), ("g4", 4)]
+    ok = [r.get_response().id for r, e in got if e is None]
+    assert ok == ["g1", "g3", "m", "g4"]
+    assert [int(got[i][0].as_numpy("ID")[0]) for i in (0, 3, 5)] == [1, 3, 4]
+    # Sent without the flag, then returned too: ModelInfer answers "expected a single
+    # response, got 2"; a stream the sent one, as Triton 2.51's stream does.
+    assert got[4][0].as_numpy("TEXT")[0] == b"sent"
     errors = [str(e) for r, e in got if e is not None]
     assert "Request for unknown model: 'no_such_model' is not found" in errors[0]
     assert (
         "inference input 'ID' data-type is 'FP32', but model 'gated' expects 'INT32'" in (errors[1])
     )
-    assert errors[2] == "expected a single response, got 2"  # send without the flag + return
     # Answers (errors too) keep the order of the requests.
     order = ["g1", "unknown", "bad-type", "g3", "m", "g4"]
-    assert [e is None for _, e in got] == [o.startswith("g") and o != "bad-type" for o in order]
+    assert [e is None for _, e in got] == [o not in ("unknown", "bad-type") for o in order]
 
 
 def test_undecodable_messages_are_answered_in_band_and_the_stream_goes_on(daemon: Daemon) -> None:
@@ -135,3 +140,49 @@ def test_a_stream_with_nothing_sent_closes_cleanly(daemon: Daemon) -> None:
     with open_stream(daemon) as (_client, answers):
         pass
     assert answers.left() == []
+
+
+GRPC_ERROR = {"triton_grpc_error": "true"}
+
+
+def int_input(name: str, value: int) -> grpcclient.InferInput:
+    return infer_input(name, np.array([value], dtype=np.int32), "INT32")
+
+
+def test_with_triton_grpc_error_a_models_error_ends_the_stream(daemon: Daemon) -> None:
+    """Triton 2.51's feature, compared on the same models: requests refused before a model
+    (unknown model, wrong input) are answered in band; a model's error ends the call with
+    its status, and the stream takes nothing more."""
+    wrong_type = [infer_input("ID", np.array([1.0], dtype=np.float32), "FP32")]
+    with open_stream(daemon, GRPC_ERROR) as (client, answers):
+        client.async_stream_infer("gated", gated_inputs(1), request_id="g1")
+        client.async_stream_infer("no_such_model", gated_inputs(2), request_id="unknown")
+        client.async_stream_infer("gated", wrong_type, request_id="bad-type")
+        client.async_stream_infer("raise_in_execute", [int_input("INPUT0", -1)])
+        got = answers.take(4)
+        assert [e is None for _, e in got] == [True, False, False, False]
+        assert [e.status() for _, e in got[1:]] == [None, None, "StatusCode.INTERNAL"]
+        assert "ValueError: boom from execute" in got[3][1].message()
+        with pytest.raises(InferenceServerException):  # the call is over
+            client.async_stream_infer("gated", gated_inputs(3))
+    assert answers.left() == []
+
+
+def test_with_triton_grpc_error_a_decoupled_models_error_ends_the_stream(daemon: Daemon) -> None:
+    with open_stream(daemon, GRPC_ERROR) as (client, answers):
+        client.async_stream_infer("repeat_decoupled", repeat_inputs([7]))
+        ((first, error),) = answers.take(1)
+        assert error is None and int(first.as_numpy("OUT")[0]) == 7
+        client.async_stream_infer("decoupled_misuse", mode_input("raise"))
+        ((_, error),) = answers.take(1)
+        assert error.status() == "StatusCode.INTERNAL"
+        assert "Failed to process the request(s) for model 'decoupled_misuse_0_0'" in str(error)
+
+
+def test_triton_grpc_error_other_than_true_keeps_errors_in_band(daemon: Daemon) -> None:
+    with open_stream(daemon, {"triton_grpc_error": "false"}) as (client, answers):
+        client.async_stream_infer("raise_in_execute", [int_input("INPUT0", -1)])
+        client.async_stream_infer("gated", gated_inputs(5))
+        (_, error), (after, ok) = answers.take(2)
+    assert error is not None and error.status() is None
+    assert ok is None and int(after.as_numpy("ID")[0]) == 5

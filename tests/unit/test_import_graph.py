@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),
     ("pbd.responses", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
-     "pbd.scheduling"),  # fmt: skip
+     "pbd.scheduling", "pbd.cache"),  # fmt: skip
     ("pbd.settings",),
     # Settings as the daemon's log and Triton's command line put them.
     ("pbd.logsettings", "pbd.triton_flags"),

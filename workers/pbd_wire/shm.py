@@ -34,10 +34,10 @@ TRITON_PHRASE = "Failed to increase the shared memory pool size"
 
 
 class ShmExhausted(Exception):
-    """/dev/shm has no room for a segment. ``message`` says what was asked, what is free, and
-    what to change."""
+    """/dev/shm has no room for segment ``key``. ``message`` says what was asked, what is
+    free, and what to change."""
 
-    def __init__(self, requested: int, shm_dir: str = SHM_DIR) -> None:
+    def __init__(self, requested: int, shm_dir: str, key: str) -> None:
         free = total = -1
         try:
             st = os.statvfs(shm_dir)
@@ -45,14 +45,42 @@ class ShmExhausted(Exception):
         except OSError:
             pass
         self.requested, self.free, self.total = requested, free, total
-        # Triton's phrase first: alerting and model code that look for it match pbd too.
+        # Triton's words first (its QA and models look for "... pool size for key"):
+        # alerting and model code that match on them match pbd too.
         self.message = (
-            f"{TRITON_PHRASE}: out of shared memory: needed {requested} bytes in {shm_dir}, "
+            f"{TRITON_PHRASE} for key '{key}' to {requested} bytes: out of shared memory: "
+            f"needed {requested} bytes in {shm_dir}, "
             f"{free} of {total} bytes are free; enlarge {shm_dir} "
             "(docker/podman '--shm-size', or 'mount -o remount,size=<bytes> /dev/shm') "
             "or send smaller tensors"
         )
         super().__init__(self.message)
+
+
+# An instance's segments share one base name, which the daemon picks: its input arena
+# "<base>-d<n>" (the daemon's), its output arena "<base>-w<n>" (the worker's) and its
+# cancellation page "<base>-c".
+INPUT_ARENA = "-d"
+OUTPUT_ARENA = "-w"
+CANCEL_PAGE = "-c"
+
+
+def remove_instance_segments(base: str, shm_dir: str = SHM_DIR) -> list[str]:
+    """Unlink every segment of the instance named ``base`` (mappings of them stay valid until
+    unmapped); the names removed. For whoever outlives the other side: a worker whose daemon
+    died, a daemon whose worker did."""
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(f"{base}-")]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def _check_name(name: str) -> None:
@@ -93,7 +121,7 @@ class Segment:
             os.close(fd)
             os.unlink(path)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-                raise ShmExhausted(size, shm_dir) from exc
+                raise ShmExhausted(size, shm_dir, name) from exc
             raise
         except BaseException:
             os.close(fd)

@@ -44,7 +44,7 @@ import numpy as np
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions
-from pbd_wire.shm import Arena, Block, SegmentMap
+from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.model_api.errors import TritonError, TritonModelException
 from pbd_worker.model_api.request import InferenceRequest
@@ -84,25 +84,48 @@ class _Call:
 
 
 class ResponseIterator:
-    """``exec(decoupled=True)``: the call's responses, in order; ends after the final one."""
+    """``exec(decoupled=True)``: the call's responses, in order; ends after the final one.
+    Iterated again once it has ended, it gives the same responses again, as Triton's does."""
 
-    def __init__(self, client: BlsClient, call: _Call) -> None:
+    def __init__(self, client: BlsClient | None, call: _Call) -> None:
         self._client = client
         self._call = call
         self._cancelled = False
+        self._seen: list[InferenceResponse] = []
+        self._replay: collections.deque[InferenceResponse] | None = None
+
+    @classmethod
+    def answered(cls, responses: list[InferenceResponse]) -> ResponseIterator:
+        """An iterator whose call is over: it gives ``responses`` (and again when iterated
+        again)."""
+        ended = _Call(0, decoupled=True)
+        ended.final = True
+        iterator = cls(None, ended)
+        iterator._seen = list(responses)
+        iterator._replay = collections.deque(responses)
+        return iterator
 
     def __iter__(self) -> ResponseIterator:
+        if self._call.final and self._replay is None:
+            self._replay = collections.deque(self._seen)
         return self
 
     def __next__(self) -> InferenceResponse:
-        if self._call.final or self._cancelled:
+        if self._replay is not None:
+            if not self._replay:
+                self._replay = None
+                raise StopIteration
+            return self._replay.popleft()
+        if self._call.final or self._cancelled or self._client is None:
             raise StopIteration
-        return self._client._next_response(self._call)
+        response = self._client._next_response(self._call)
+        self._seen.append(response)
+        return response
 
     def cancel(self) -> None:
         """Cancel the call: the callee's request is cancelled (its response sender's
         ``is_cancelled()`` turns True) and responses not read yet are dropped."""
-        if not self._cancelled and not self._call.final:
+        if self._client is not None and not self._cancelled and not self._call.final:
             self._cancelled = True
             self._client.link.send(
                 wpb.WorkerToDaemon(bls_cancel=wpb.BlsCancel(call_id=self._call.call_id))
@@ -167,7 +190,10 @@ class BlsClient:
     # -- exec --------------------------------------------------------------------------------
 
     def exec(self, request: InferenceRequest, decoupled: bool) -> Any:
-        call = self._call(request, decoupled)
+        try:
+            call = self._call(request, decoupled)
+        except ShmExhausted as exc:
+            return self._unsent(exc, decoupled)
         if decoupled:
             return ResponseIterator(self, call)
         response = self._next_response(call)
@@ -180,9 +206,22 @@ class BlsClient:
         there; from another loop (one the model runs itself) ``exec`` runs in a thread."""
         if asyncio.get_running_loop() is not self.loop:
             return asyncio.get_running_loop().run_in_executor(None, self.exec, request, decoupled)
-        return self.loop.create_task(self._exec_on_loop(self._call(request, decoupled)))
+        try:
+            call: _Call | Any = self._call(request, decoupled)
+        except ShmExhausted as exc:
+            call = self._unsent(exc, decoupled)
+        return self.loop.create_task(self._exec_on_loop(call))
 
-    async def _exec_on_loop(self, call: _Call) -> Any:
+    def _unsent(self, exc: ShmExhausted, decoupled: bool) -> Any:
+        """The answer to a call whose inputs found no shared memory: an error response (one
+        from the iterator of a decoupled call), as Triton's stub answers it, not an
+        exception."""
+        response = InferenceResponse(error=TritonError(exc.message))
+        return ResponseIterator.answered([response]) if decoupled else response
+
+    async def _exec_on_loop(self, call: Any) -> Any:
+        if not isinstance(call, _Call):
+            return call  # answered already (_unsent)
         if call.decoupled:  # iterated as exec's: Triton's iterator blocks as well
             return ResponseIterator(self, call)
         key = ("bls_reply", call.call_id)

@@ -289,7 +289,7 @@ class BatchExecutor:
     ) -> wpb.ExecuteResult:
         """Fail every request not answered yet; close every response sender (as Triton). A
         request whose sender sent its response without the final flag has two answers now:
-        Triton's front end refuses that with "expected a single response, got 2"."""
+        both go, the second as Triton's "expected a single response, got 2"."""
         unfinished = self.live.finish_execute([r._uid for r in requests])  # type: ignore[attr-defined]
         for request in requests:
             request_id = request._uid  # type: ignore[attr-defined]
@@ -299,10 +299,8 @@ class BatchExecutor:
                 sender._close()
             self.live.done(request_id)
             if request_id in unfinished:
-                self.live.discard(unfinished[request_id])
-                result.responses.append(wpb.Response(
-                    request_id=request_id, error=_error("INTERNAL", _TWO_RESPONSES)
-                ))  # fmt: skip
+                self.live.send_then_fail(unfinished[request_id], _error("INTERNAL", _TWO_RESPONSES))
+                result.responses.append(wpb.Response(request_id=request_id, streamed=True))
             elif finished:
                 result.responses.append(wpb.Response(request_id=request_id, streamed=True))
             else:

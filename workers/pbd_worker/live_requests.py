@@ -14,8 +14,9 @@ In the default mode a request has exactly one response, so the one its sender se
 last: it leaves with the final flag whether or not the model added it (Triton would wait for the
 flag, and a model that never sends it would hang the client). Sent while ``execute`` still runs
 without the flag, it is kept until ``execute`` returned (``finish_execute``): if ``execute``
-answers the request too (raises, or returns a response for it), the client gets Triton's
-"expected a single response, got 2" instead.
+answers the request too (raises, or returns a response for it), the response goes, followed by
+Triton's "expected a single response, got 2" as the last (``send_then_fail``): ModelInfer
+answers the error, a ModelStreamInfer stream the first response, as Triton's front ends do.
 """
 
 from __future__ import annotations
@@ -105,10 +106,19 @@ class LiveRequests:
         self.done(out.request_id)
         self.send(wpb.WorkerToDaemon(streamed=out))
 
-    def discard(self, out: wpb.StreamedResponse) -> None:
-        """Drop a response ``finish_execute`` returned (execute answered its request too)."""
-        if out.held and self.executor is not None:
-            self.executor.release([out.held])
+    def send_then_fail(self, out: wpb.StreamedResponse, error: wpb.Error) -> None:
+        """A response ``finish_execute`` returned, then ``error`` as the request's last: the
+        request got two answers (execute answered it too). Both go, so each edge answers as
+        Triton's does: ModelInfer with "expected a single response, got 2", a stream with
+        the first."""
+        out.flags = 0
+        last = wpb.StreamedResponse(
+            request_id=out.request_id,
+            flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            response=wpb.Response(request_id=out.request_id, error=error),
+        )
+        self.done(out.request_id)
+        self.send(wpb.WorkerToDaemon(streamed=out), wpb.WorkerToDaemon(streamed=last))
 
     def forget_all(self) -> None:
         """The daemon is gone: nothing is live any more, its cancellation page is void."""

@@ -31,7 +31,8 @@ from pbd_wire import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.cuda import gpu_inputs
-from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
+from pbd_wire.shm import OUTPUT_ARENA, SHM_DIR, Arena, SegmentMap, remove_instance_segments
+from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
@@ -81,6 +82,9 @@ class WorkerRuntime:
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
+        # The instance's segments (base name, directory), all of them to remove when the
+        # daemon goes away without stopping the instance.
+        self.segments: tuple[str, str] | None = None
         self.notify = Notifier()
         self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
@@ -90,6 +94,7 @@ class WorkerRuntime:
         self.bls = BlsClient(self.link, SHM_DIR, self.aio.reply, self.loop)
         state.bls_executor, state.model_control = self.bls.exec, self.bls.control
         state.bls_async_executor = self.bls.exec_async
+        forked.install(self.link)  # processes the model forks call through this one
         self.live = LiveRequests(self.link.send, decoupled=False)
         state.response_sender_factory = self.live.sender_for
 
@@ -103,6 +108,7 @@ class WorkerRuntime:
             except OSError:
                 if not self.reconnect_s:
                     log.error("daemon unreachable; exiting")
+                    self._remove_segments()
                     os._exit(1)
                 # Reconnecting: the main thread sees the broken connection and handles it.
 
@@ -117,6 +123,7 @@ class WorkerRuntime:
                 return self.exit_code
             if not self.reconnect_s:
                 log.info("daemon closed the connection; exiting")
+                self._remove_segments()
                 return 0
             self._forget_daemon()
             if not self._reconnect():
@@ -245,6 +252,18 @@ class WorkerRuntime:
         self.inputs.close()
         self.bls.forget()
         self.link.forget_backlog()
+        self._remove_segments()
+
+    def _remove_segments(self) -> None:
+        """The daemon is gone without stopping this instance (killed, crashed): remove the
+        instance's segments, its own and the daemon's for it, as Triton's stub removes its
+        region. A daemon that stops an instance removes them itself; one that starts later
+        with the same prefix sweeps what a killed worker could not."""
+        if self.segments is not None:
+            removed = remove_instance_segments(*self.segments)
+            self.segments = None
+            if removed:
+                log.info("removed %d shared-memory segment(s) of the daemon", len(removed))
 
     def _reconnect(self) -> bool:
         deadline = time.monotonic() + self.reconnect_s
@@ -267,6 +286,7 @@ class WorkerRuntime:
         state.set_model_dir(init.model_dir)
         shm_dir = init.shm_dir or SHM_DIR
         self.inputs = SegmentMap(shm_dir)
+        self.segments = _segments_of(init, shm_dir)
         try:
             on_gpu = gpu_inputs(args)
         except ValueError as exc:
@@ -327,6 +347,7 @@ class WorkerRuntime:
             )
         assert self.executor is not None
         shm_dir = init.shm_dir or SHM_DIR
+        self.segments = _segments_of(init, shm_dir)
         if self.outputs is not None:
             self.outputs.close()
         self.inputs = SegmentMap(shm_dir)
@@ -390,6 +411,11 @@ class WorkerRuntime:
 def _limit_text() -> str:
     soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
     return "" if soft == resource.RLIM_INFINITY else f" (memory limit {soft} bytes)"
+
+
+def _segments_of(init: wpb.Initialize, shm_dir: str) -> tuple[str, str]:
+    """The instance's segment base (what its output arena's prefix starts with) and directory."""
+    return init.output_region_prefix.removesuffix(OUTPUT_ARENA), shm_dir
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -40,6 +41,7 @@ from pbd.instance.memory import locate
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
 from pbd_wire import worker_pb2 as wpb
+from pbd_wire.shm import ShmExhausted
 
 if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
@@ -148,11 +150,12 @@ class BlsService:
                 result.release()
                 raise PbdError(Code.UNAVAILABLE, f"{caller.describe()} is gone")
             self._held[(caller, call.call_id)] = [result]
-            self._describe(result, response)
+            self._describe(caller, call.call_id, result, response)
             if trace is not None:
                 trace.finish()
         except PbdError as exc:
             del response.outputs[:]
+            self._release(caller, call.call_id)  # an error names no output: nothing to hold
             response.error.CopyFrom(wpb.Error(code=exc.code.value, message=exc.message))
             if trace is not None:
                 trace.finish(2, exc.message)
@@ -225,7 +228,7 @@ class BlsService:
                         item.result.release()
                         return
                     self._held.setdefault(key, []).append(item.result)
-                    self._describe(item.result, response)
+                    self._describe(caller, call.call_id, item.result, response)
                 elif item.error is not None:
                     response.error.CopyFrom(
                         wpb.Error(code=item.error.code.value, message=item.error.message)
@@ -295,21 +298,33 @@ class BlsService:
             parameters=params,
         )
 
-    def _describe(self, result: InferResult, response: wpb.Response) -> None:
+    def _describe(
+        self, caller: Instance, call_id: int, result: InferResult, response: wpb.Response
+    ) -> None:
         if result.parameters:
             response.parameters_json = json.dumps(result.parameters)
         for out in result.outputs:
             ref = response.outputs.add(name=out.name, datatype=out.datatype, shape=out.shape)
             ref.nbytes = len(out.data)
             if ref.nbytes:
-                ref.region, ref.offset = self._locate(out.data)
+                ref.region, ref.offset = self._locate(caller, call_id, out.data)
 
-    def _locate(self, data: memoryview) -> tuple[str, int]:
-        """The segment (of any instance: the callee's outputs, or its arena) holding ``data``."""
+    def _locate(self, caller: Instance, call_id: int, data: memoryview) -> tuple[str, int]:
+        """The segment (of any instance: the callee's outputs, or its arena) holding ``data``.
+        An output in no segment (an answer from the response cache) is copied into the
+        caller's arena, and that block is held with the call's results."""
         found = locate(data)
-        if found is None:
-            raise PbdError(Code.INTERNAL, "BLS: an output of the callee lies in no known segment")
-        return found
+        if found is not None:
+            return found
+        memory = caller.memory
+        try:
+            block = memory.arena.allocate(len(data))
+        except ShmExhausted as exc:
+            raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
+        block.view()[:] = data
+        copy = InferResult("", "", "", [], _release=functools.partial(memory.free, [block]))
+        self._held.setdefault((caller, call_id), []).append(copy)
+        return block.segment.name, block.offset
 
     def _instances_of(self, model: str) -> list[Instance]:
         entry = self.dp.repository.entries.get(model)

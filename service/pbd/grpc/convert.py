@@ -202,7 +202,7 @@ def statistics_to_pb(rows: Iterable[tuple[str, int, Any]]) -> pb.ModelStatistics
             execution_count=stats.execution_count,
         )
         for field in ("success", "fail", "queue", "compute_input", "compute_infer",
-                      "compute_output"):  # fmt: skip
+                      "compute_output", "cache_hit", "cache_miss"):  # fmt: skip
             duration = getattr(stats, field)
             target = getattr(entry.inference_stats, field)
             target.count, target.ns = duration.count, duration.ns

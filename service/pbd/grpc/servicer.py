@@ -30,6 +30,8 @@ from pbd.grpc.stream_infer import StreamSession
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
+# ModelStreamInfer metadata (Triton 24.08+): "true" makes a model's error end the stream.
+GRPC_ERROR_KEY = "triton_grpc_error"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 Handler = Callable[[Any, Context], Awaitable[Any]]
 _T = TypeVar("_T")
@@ -112,23 +114,30 @@ class InferenceServicer:
     async def ModelStreamInfer(
         self, requests: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[bytes]:
-        """See ``pbd.grpc.stream_infer``: in-band errors, request order for non-decoupled models,
+        """See ``pbd.grpc.stream_infer``: in-band errors (or, with ``triton_grpc_error: true``, a
+        model's error ends the call with its status), request order for non-decoupled models,
         decoupled responses as produced, OK once all is answered after the half-close."""
+        grpc_error = _metadata(context, GRPC_ERROR_KEY) == "true"
         session = StreamSession(
             self.dp,
-            lambda raw: self._stream_one(raw, context),
+            lambda raw: self._stream_one(raw, context, grpc_error),
             lambda request, began: self.dp.start_trace(
                 request, "ModelStreamInfer", began, lambda: _traceparent(context)
             ),
+            grpc_error,
         )
-        async for data in session.run(requests):
-            yield data
+        try:
+            async for data in session.run(requests):
+                yield data
+        except PbdError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
 
-    async def _stream_one(self, raw: bytes, context: Any) -> bytes:
+    async def _stream_one(self, raw: bytes, context: Any, grpc_error: bool = False) -> bytes:
         began = time.time_ns()
         request = None
         try:
             request = convert.infer_request_from_wire(raw)
+            request.first_answer = True
             response = await self._answer(
                 request, "ModelStreamInfer", began, context, self.dp.infer,
                 convert.stream_response_to_wire,
@@ -136,6 +145,8 @@ class InferenceServicer:
             assert response is not None  # only an edge that answers itself gets None
             return response
         except PbdError as exc:
+            if grpc_error and not exc.before_model:
+                raise  # ends the call with its status (pbd.grpc.stream_infer)
             return convert.stream_error_to_wire(request, exc.message)
         except (ValueError, TypeError) as exc:
             return convert.stream_error_to_wire(request, f"malformed request: {exc}")
@@ -215,8 +226,13 @@ class InferenceServicer:
 
 def _traceparent(context: Any) -> str | None:
     """The client's W3C ``traceparent`` metadata, if it sent one."""
+    return _metadata(context, "traceparent")
+
+
+def _metadata(context: Any, name: str) -> str | None:
+    """The call's metadata ``name``, if the client sent it."""
     for key, value in context.invocation_metadata() or ():
-        if key == "traceparent":
+        if key == name:
             return str(value)
     return None
 

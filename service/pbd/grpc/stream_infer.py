@@ -2,7 +2,11 @@
 
 - Responses of non-decoupled models (and requests that fail before reaching a model) go out
   in request order; a decoupled model's responses go out as they are produced.
-- A failed request is answered in band (``error_message``); the stream stays open.
+- A failed request is answered in band (``error_message``); the stream stays open. With
+  Triton's ``triton_grpc_error: true`` header (``grpc_error``), an error from a model (its
+  ``execute``, its instance, its queue) ends the call instead, with that error's status (the
+  run raises it); requests refused before a model (unknown model, invalid input) are still
+  answered in band, as Triton 2.51 does.
 - Every response carries ``triton_final_response``. A decoupled model's final flag sent
   without a response is dropped, unless the request asked for it with
   ``triton_enable_empty_final_response``: then it goes out as an empty response.
@@ -41,11 +45,14 @@ class StreamSession:
         dataplane: DataPlane,
         answer_ordered: OrderedAnswer,
         start_trace: StartTrace = lambda request, began: None,
+        grpc_error: bool = False,
     ) -> None:
         self.dp = dataplane
-        self.answer_ordered = answer_ordered
+        self.answer_ordered = answer_ordered  # raises the PbdError that ends a grpc_error call
         self.start_trace = start_trace
-        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.grpc_error = grpc_error
+        # What to write, in order; a PbdError ends the call with its status (grpc_error).
+        self._out: asyncio.Queue[bytes | PbdError | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_ordered: asyncio.Future[None] | None = None
 
@@ -53,6 +60,8 @@ class StreamSession:
         reader = asyncio.create_task(self._read(requests))
         try:
             while (data := await self._out.get()) is not None:
+                if isinstance(data, PbdError):
+                    raise data
                 yield data
             await reader
         finally:
@@ -96,7 +105,11 @@ class StreamSession:
         self, raw: bytes, previous: asyncio.Future[None] | None, mine: asyncio.Future[None]
     ) -> None:
         try:
-            data = await self.answer_ordered(raw)
+            data: bytes | PbdError
+            try:
+                data = await self.answer_ordered(raw)
+            except PbdError as exc:  # grpc_error: the model's error ends the call
+                data = exc
             if previous is not None:
                 await previous
             self._out.put_nowait(data)
@@ -114,7 +127,10 @@ class StreamSession:
                 with finishing(trace):
                     await self._responses(request, trace)
         except PbdError as exc:
-            self._out.put_nowait(convert.stream_error_to_wire(request, exc.message))
+            ends = self.grpc_error and not exc.before_model
+            self._out.put_nowait(
+                exc if ends else convert.stream_error_to_wire(request, exc.message)
+            )
         except (ValueError, TypeError) as exc:
             message = f"malformed request: {exc}"
             self._out.put_nowait(convert.stream_error_to_wire(request, message))
@@ -122,6 +138,8 @@ class StreamSession:
     async def _responses(self, request: InferRequest, trace: RequestTrace | None) -> None:
         empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
         async for item in self.dp.infer_stream(request):
+            if item.error is not None and self.grpc_error:
+                raise item.error  # ends the call (in _decoupled)
             replying = time.time_ns()
             data = self._encode(request, item, empty_final)
             if data is not None:

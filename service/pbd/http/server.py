@@ -230,6 +230,8 @@ class HttpFrontend:
                         ("compute_input", st.compute_input),
                         ("compute_infer", st.compute_infer),
                         ("compute_output", st.compute_output),
+                        ("cache_hit", st.cache_hit),
+                        ("cache_miss", st.cache_miss),
                     )
                 },  # fmt: skip
                 "batch_stats": [

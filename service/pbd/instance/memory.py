@@ -7,17 +7,21 @@ descriptors and descriptors back into views.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from pathlib import Path
-
 import numpy as np
 
 from pbd.settings import Settings
 from pbd.types import CudaSlice, OutputTensor, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
-from pbd_wire.shm import Arena, Block, SegmentMap
+from pbd_wire.shm import (
+    CANCEL_PAGE,
+    INPUT_ARENA,
+    OUTPUT_ARENA,
+    Arena,
+    Block,
+    SegmentMap,
+    remove_instance_segments,
+)
 
 _EMPTY = memoryview(b"")
 # Every live instance's memory, by segment-name base: a tensor one instance holds may be passed
@@ -34,12 +38,12 @@ class InstanceMemory:
     def __init__(self, shm_base: str, settings: Settings) -> None:
         self.shm_dir = str(settings.shm_dir)
         self.arena = Arena(
-            f"{shm_base}-d",
+            shm_base + INPUT_ARENA,
             settings.shm_default_byte_size,
             settings.shm_growth_byte_size,
             shm_dir=self.shm_dir,
         )
-        self.output_prefix = f"{shm_base}-w"
+        self.output_prefix = shm_base + OUTPUT_ARENA
         self.worker_segments = SegmentMap(self.shm_dir, allowed_prefix=self.output_prefix)
         self._shm_base = shm_base
         self._cancel: CancelFlags | None = None
@@ -49,7 +53,7 @@ class InstanceMemory:
     def cancel(self) -> CancelFlags:
         """The instance's cancellation page, created on first use (when its worker starts)."""
         if self._cancel is None:
-            self._cancel = CancelFlags.create(f"{self._shm_base}-c", self.shm_dir)
+            self._cancel = CancelFlags.create(self._shm_base + CANCEL_PAGE, self.shm_dir)
         return self._cancel
 
     def request_message(
@@ -127,13 +131,7 @@ class InstanceMemory:
         may have died before telling us about all of them)."""
         _LIVE.pop(self._shm_base, None)
         self.worker_segments.close()
-        try:
-            names = [n for n in os.listdir(self.shm_dir) if n.startswith(self.output_prefix)]
-        except OSError:
-            names = []
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                Path(self.shm_dir, name).unlink()
+        remove_instance_segments(self._shm_base, self.shm_dir)
         if self._cancel is not None:
             self._cancel.close(unlink=True)
             self._cancel = None

@@ -55,12 +55,17 @@ class _Entry:
 
 
 class _Awaiting:
-    """A batch entry whose answer comes later, through its private stream."""
+    """A batch entry whose answer comes later, through its private stream: its last response,
+    or its first for a request that says so (``InferRequest.first_answer``)."""
 
-    __slots__ = ("stream",)
+    __slots__ = ("stream", "first")
 
-    def __init__(self, stream: ResponseStream) -> None:
+    def __init__(self, stream: ResponseStream, first: bool) -> None:
         self.stream = stream
+        self.first = first
+
+    async def answer(self) -> InferResult | PbdError:
+        return await (self.stream.first() if self.first else self.stream.last())
 
 
 class SentRequests:
@@ -123,7 +128,7 @@ class SentRequests:
             del self._entries[request_id]
         entry.stream.on_done(on_done)
         if entry.own:
-            return _Awaiting(entry.stream)
+            return _Awaiting(entry.stream, entry.prepared.request.first_answer)
         prepared = entry.prepared.request
         return InferResult(prepared.model_name, prepared.model_version, prepared.id, [])
 
@@ -147,7 +152,7 @@ class SentRequests:
             return results  # nearly always: nothing to wait for
         out: list[InferResult | PbdError] = []
         for item in results:
-            out.append(await item.stream.last() if isinstance(item, _Awaiting) else item)
+            out.append(await item.answer() if isinstance(item, _Awaiting) else item)
         return out
 
     # -- frames -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 
 from pbd.histogram import Histogram
 from pbd.instance.records import State
+from pbd.metrics.cache import cache_families
 from pbd.stats import FIRST_RESPONSE_FAMILY, first_response_buckets
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class PbdCollector:
             for labels, runtime in runtimes:
                 family.add_sample(name, labels, read(runtime.stats))
             yield family
+        yield from cache_families(runtimes, self.dp.cache)
         failure = _family(
             _FAILURE, "Number of failed inference requests, all batch sizes", "counter"
         )

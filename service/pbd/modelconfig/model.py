@@ -73,6 +73,12 @@ class ModelConfig:
     def to_json(self) -> str:
         return json.dumps(self.as_dict)
 
+    @functools.cached_property
+    def response_cache(self) -> bool:
+        """``response_cache { enable: true }``: answered from the response cache when the
+        daemon has one (looked up for every request)."""
+        return bool(self.as_dict.get("response_cache", {}).get("enable"))
+
     @property
     def iterative_sequence(self) -> bool:
         """``sequence_batching { iterative_sequence: true }``: its requests may be rescheduled."""

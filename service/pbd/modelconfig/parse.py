@@ -196,6 +196,7 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
         )
     if msg.max_batch_size < 0:
         raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")
+    _check_response_cache(msg, src)
     if is_ensemble(msg):
         return  # no model file nor batcher of its own: pbd.modelconfig.ensemble checks the steps
     if msg.platform:
@@ -209,6 +210,22 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
     _check_preferred(msg.dynamic_batching.preferred_batch_size, msg, f"{src}: dynamic_batching")
     oldest = msg.sequence_batching.oldest
     _check_preferred(oldest.preferred_batch_size, msg, f"{src}: sequence_batching oldest")
+
+
+def _check_response_cache(msg: mc.ModelConfig, src: str) -> None:
+    """Triton refuses to load a model that caches responses it cannot cache (its wording)."""
+    if not msg.response_cache.enable:
+        return
+    if msg.model_transaction_policy.decoupled:
+        kind = "'decoupled' transaction policy"
+    elif msg.HasField("sequence_batching"):
+        kind = "sequence batching scheduler"
+    else:
+        return
+    raise ConfigError(
+        f"{src}: Response Cache does not currently support model {msg.name} with {kind}. "
+        "Please disable the response cache."
+    )
 
 
 def check_model_filename(filename: str, src: str) -> None:

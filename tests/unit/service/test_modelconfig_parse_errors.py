@@ -231,3 +231,22 @@ def test_messages_name_the_source() -> None:
     with pytest.raises(ConfigError) as info:
         parse_model_config("max_batch_size: -3", model_name="m", source="/models/m/config.pbtxt")
     assert info.value.message.startswith("/models/m/config.pbtxt: ")
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind"),
+    [
+        ("model_transaction_policy { decoupled: true }", "'decoupled' transaction policy"),
+        ("sequence_batching { }", "sequence batching scheduler"),
+    ],
+)
+def test_a_response_cache_on_what_cannot_be_cached_is_refused_in_tritons_words(
+    extra: str, kind: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse(f"response_cache {{ enable: true }}\n{extra}")
+    assert info.value.message == (
+        f"{SRC}: Response Cache does not currently support model m with {kind}. Please "
+        "disable the response cache."
+    )
+    assert not _parse(f"response_cache {{ enable: false }}\n{extra}").response_cache

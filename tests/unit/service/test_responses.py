@@ -94,3 +94,36 @@ def test_last_of_nothing_is_an_error():
         return await stream.last()
 
     assert isinstance(asyncio.run(run()), PbdError)
+
+
+def test_first_answers_with_the_first_response_and_releases_the_rest():
+    async def run():
+        stream = ResponseStream()
+        released = []
+        stream.put(StreamResult(result=InferResult("m", "1", "first", [])))
+        stream.put(StreamResult(result=_result(released)))
+        stream.put(StreamResult(error=PbdError(Code.INTERNAL, "after"), final=True))
+        return await stream.first(), released
+
+    first, released = asyncio.run(run())
+    assert first.id == "first" and released == [1]
+
+
+def test_first_and_last_of_a_response_then_an_error():
+    # A default-mode model that answered twice: ModelInfer (last) gets the error, a stream
+    # (first) the response, as Triton's front ends answer.
+    async def run(pick):
+        stream = ResponseStream()
+        released = []
+        stream.put(StreamResult(result=_result(released)))
+        stream.put(StreamResult(error=PbdError(Code.INTERNAL, "got 2"), final=True))
+        answer = await (stream.first() if pick == "first" else stream.last())
+        return answer, released
+
+    answer, released = asyncio.run(run("last"))
+    assert isinstance(answer, PbdError) and released == [1]
+    answer, released = asyncio.run(run("first"))
+    assert isinstance(answer, InferResult) and released == []
+    with_nothing = ResponseStream()
+    with_nothing.put(StreamResult(final=True))
+    assert isinstance(asyncio.run(with_nothing.first()), PbdError)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from pbd_wire import shm
+from pbd_worker.ipc.daemon_link import DaemonLink
+
+_addresses = itertools.count()
 
 
 @pytest.fixture
@@ -19,3 +24,21 @@ def prefix() -> Iterator[str]:
     for leftover in os.listdir(shm.SHM_DIR):
         if leftover.startswith(name):
             os.unlink(os.path.join(shm.SHM_DIR, leftover))
+
+
+@pytest.fixture
+def linked() -> Iterator[tuple[DaemonLink, socket.socket]]:
+    """A worker's DaemonLink connected to a listener of this test's own: (the link, the
+    daemon's end of the connection). Both are closed afterwards."""
+    address = f"@pbd-test-link-{os.getpid()}-{next(_addresses)}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind("\0" + address[1:])
+        server.listen(1)
+        link = DaemonLink(address, lambda: None)
+        link.connect()
+        daemon_end, _ = server.accept()
+    try:
+        yield link, daemon_end
+    finally:
+        link.disconnect()
+        daemon_end.close()

@@ -4,7 +4,6 @@ a frame for the main loop read meanwhile is handed to it; a failed coroutine is 
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Iterator
 
@@ -17,21 +16,14 @@ from pbd_worker.ipc.daemon_link import DaemonLink
 
 
 @pytest.fixture
-def wired() -> Iterator[tuple[WorkerLoop, socket.socket]]:
-    address = f"@pbd-test-loop-{os.getpid()}"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind("\0" + address[1:])
-    server.listen(1)
-    link = DaemonLink(address, lambda: None)
-    link.connect()
-    conn, _ = server.accept()
+def wired(
+    linked: tuple[DaemonLink, socket.socket],
+) -> Iterator[tuple[WorkerLoop, socket.socket]]:
+    link, conn = linked
     aio = WorkerLoop(link)
     try:
         yield aio, conn
     finally:
-        link.disconnect()
-        conn.close()
-        server.close()
         aio.loop.close()
 
 

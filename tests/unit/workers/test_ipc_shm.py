@@ -106,3 +106,21 @@ def test_real_tmpfs_exhaustion(tmp_path, prefix):
         assert os.listdir(mount_point) == []
     finally:
         os.system(f"umount {mount_point}")
+
+
+def test_the_segments_of_one_instance_are_removed_and_its_neighbours_kept(prefix):
+    base, neighbour = f"{prefix}7", f"{prefix}70"
+    made = [
+        Segment.create(f"{base}{shm.INPUT_ARENA}0", 4096),
+        Segment.create(f"{base}{shm.OUTPUT_ARENA}0", 4096),
+        Segment.create(f"{base}{shm.CANCEL_PAGE}", 4096),
+        Segment.create(f"{neighbour}{shm.OUTPUT_ARENA}0", 4096),
+    ]
+    made[1].view(0, 4)[:] = b"kept"
+    removed = shm.remove_instance_segments(base)
+    assert sorted(removed) == sorted(s.name for s in made[:3])
+    assert made[1].view(0, 4) == b"kept"  # a mapping outlives its name
+    assert os.path.exists(made[3].path)
+    assert shm.remove_instance_segments(base) == []
+    for segment in made:
+        segment.close()

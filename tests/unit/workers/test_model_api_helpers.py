@@ -33,7 +33,7 @@ def test_constants():
 def test_get_input_tensor_by_name():
     a = pb_utils.Tensor("A", np.zeros(1))
     b = pb_utils.Tensor("B", np.ones(1))
-    request = pb_utils.InferenceRequest(model_name="m", inputs=[a, b])
+    request = pb_utils.InferenceRequest(model_name="m", inputs=[a, b], requested_output_names=[])
     assert pb_utils.get_input_tensor_by_name(request, "B") is b
     assert pb_utils.get_input_tensor_by_name(request, "OPTIONAL") is None
 
@@ -165,3 +165,30 @@ def test_logger_does_not_format_the_message(caplog):
     caplog.set_level(logging.INFO, logger="pbd_worker.model")
     pb_utils.Logger.log_info("100% done {x} %s")
     assert caplog.records[0].getMessage() == "100% done {x} %s"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: pb_utils.Logger.log("Invalid Level", None),
+        lambda: pb_utils.Logger.log("Invalid Level", 1),
+        lambda: pb_utils.Logger.log("message", "Invalid Level"),
+        lambda: pb_utils.Logger.log_info(None),
+        lambda: pb_utils.Logger.log_warn(None),
+        lambda: pb_utils.Logger.log_error(123),
+        lambda: pb_utils.Logger.log_verbose(None),
+    ],
+)
+def test_logger_takes_a_str_and_a_logger_level_as_tritons_binding(call, caplog):
+    with pytest.raises(TypeError):
+        call()
+    assert caplog.records == []
+
+
+def test_a_none_output_tensor_is_a_model_exception_as_in_triton():
+    with pytest.raises(pb_utils.TritonModelException, match="Output tensor cannot be None"):
+        pb_utils.InferenceResponse(output_tensors=[None])
+    with pytest.raises(TypeError, match="output_tensors must be a list"):
+        pb_utils.InferenceResponse(output_tensors=None)
+    error = pb_utils.TritonError("failed")
+    assert pb_utils.InferenceResponse(error=error).output_tensors() == []

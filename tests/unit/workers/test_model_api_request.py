@@ -96,9 +96,28 @@ def test_bls_constructor_takes_every_keyword():
     assert json.loads(request.parameters()) == {"flag": True, "count": 2, "name": "x"}
 
 
-def test_bls_constructor_needs_a_model_name():
-    with pytest.raises(TypeError, match="model_name"):
-        pb_utils.InferenceRequest(inputs=[], requested_output_names=[])
+def bls(**arguments):
+    """A BLS request with Triton's required arguments (inputs, requested_output_names,
+    model_name) filled in unless given."""
+    required = {"inputs": [], "requested_output_names": [], "model_name": "m"}
+    return pb_utils.InferenceRequest(**{**required, **arguments})
+
+
+@pytest.mark.parametrize("required", ["inputs", "requested_output_names", "model_name"])
+def test_bls_constructor_needs_tritons_required_arguments(required):
+    arguments = {"inputs": [], "requested_output_names": [], "model_name": "m"}
+    del arguments[required]
+    with pytest.raises(TypeError, match=f"missing required argument '{required}'"):
+        pb_utils.InferenceRequest(**arguments)
+    with pytest.raises(TypeError, match=f"argument '{required}' must not be None"):
+        pb_utils.InferenceRequest(**arguments, **{required: None})
+
+
+def test_a_none_input_is_a_model_exception_as_in_triton():
+    with pytest.raises(pb_utils.TritonModelException, match="Input tensor cannot be None"):
+        bls(inputs=[None])
+    with pytest.raises(TypeError, match="pb_utils.Tensor"):
+        bls(inputs=[np.zeros(1)])
 
 
 @pytest.mark.parametrize(
@@ -116,29 +135,33 @@ def test_bls_constructor_needs_a_model_name():
 )
 def test_parameters_accept_only_bool_int_str(parameters, message):
     with pytest.raises(pb_utils.TritonModelException) as info:
-        pb_utils.InferenceRequest(model_name="m", parameters=parameters)
+        bls(parameters=parameters)
     assert message in str(info.value)
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.InferenceResponse(parameters=parameters)
 
 
-@pytest.mark.parametrize("bad", [1.0, None, -1, 2**64, b"x"])
+@pytest.mark.parametrize("bad", [1.0, -1, 2**64, b"x"])
 def test_correlation_id_must_be_integer_or_string(bad):
     with pytest.raises(pb_utils.TritonModelException, match="Correlation ID must be integer or"):
-        pb_utils.InferenceRequest(model_name="m", correlation_id=bad)
+        bls(correlation_id=bad)
+    with pytest.raises(TypeError, match="'correlation_id' must not be None"):
+        bls(correlation_id=None)  # refused by Triton's binding before its own check
 
 
 def test_inputs_must_be_tensors_and_names_strings():
     with pytest.raises(TypeError, match="pb_utils.Tensor"):
-        pb_utils.InferenceRequest(model_name="m", inputs=[np.zeros(1)])
+        bls(inputs=[np.zeros(1)])
     with pytest.raises(TypeError, match="not a single string"):
-        pb_utils.InferenceRequest(model_name="m", requested_output_names="OUT")
+        bls(requested_output_names="OUT")
+    with pytest.raises(TypeError, match="requested_output_names entries"):
+        bls(requested_output_names=[None])
 
 
 def test_bls_is_refused_until_the_runtime_provides_it(monkeypatch):
     monkeypatch.setattr(state, "bls_executor", None)
     monkeypatch.setattr(state, "bls_async_executor", None)
-    request = pb_utils.InferenceRequest(model_name="m")
+    request = bls()
     with pytest.raises(pb_utils.TritonModelException, match="BLS.*not available in this pbd"):
         request.exec()
     with pytest.raises(pb_utils.TritonModelException, match="BLS.*not available in this pbd"):
@@ -164,7 +187,7 @@ def test_installed_hooks_are_used(monkeypatch):
     monkeypatch.setattr(state, "bls_executor", executor)
     monkeypatch.setattr(state, "bls_async_executor", async_executor)
     monkeypatch.setattr(state, "response_sender_factory", lambda request: object())
-    request = pb_utils.InferenceRequest(model_name="other")
+    request = bls(model_name="other")
     assert isinstance(request.exec(), pb_utils.InferenceResponse)
     request.exec(decoupled=True)
 
@@ -240,12 +263,10 @@ def test_preferred_memory_and_trace():
 
 def test_string_arguments_take_utf8_bytes_as_tritons_bindings_do():
     # python_backend's BLS example names the model with the bytes of a TYPE_STRING input.
-    request = pb_utils.InferenceRequest(
-        model_name=b"add_sub", request_id=b"r1", requested_output_names=[b"OUT", "OUT2"]
-    )
+    request = bls(model_name=b"add_sub", request_id=b"r1", requested_output_names=[b"OUT", "OUT2"])
     assert request.model_name() == "add_sub" and request.request_id() == "r1"
     assert set(request.requested_output_names()) == {"OUT", "OUT2"}
     with pytest.raises(TypeError, match="model_name must be str or UTF-8 bytes"):
-        pb_utils.InferenceRequest(model_name=b"\xff")
+        bls(model_name=b"\xff")
     with pytest.raises(TypeError, match="model_name must be str or bytes"):
-        pb_utils.InferenceRequest(model_name=1)
+        bls(model_name=1)

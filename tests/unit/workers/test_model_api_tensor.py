@@ -184,10 +184,12 @@ def test_unsupported_numpy_dtype_is_refused(dtype):
         pb_utils.Tensor("T", np.zeros(2, dtype=dtype))
 
 
-def test_lists_are_converted_like_numpy_would():
-    tensor = pb_utils.Tensor("T", [[1, 2], [3, 4]])
-    assert tensor.shape() == [2, 2]
-    assert tensor.as_numpy().dtype == np.int64
+@pytest.mark.parametrize("array", [[[1, 2], [3, 4]], None, np.float32(1.0)])
+def test_only_a_numpy_array_makes_a_tensor_as_in_triton(array):
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        pb_utils.Tensor("T", array)
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        pb_utils.Tensor("", array)  # the array is looked at before the name
 
 
 def test_accessors():

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import socket
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,3 +229,39 @@ def test_a_cancel_frame_reaches_a_request_still_answered_by_its_sender(
     assert not streamed.HasField("response")
     daemon.send(cancel=wpb.CancelRequests(request_ids=[1]))  # finished: nothing to cancel
     assert not first.is_cancelled()
+
+
+TWO_ANSWERS = textwrap.dedent(
+    """
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            x = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
+            sender = requests[0].get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))  # raises
+    """
+)
+
+
+def test_a_default_mode_request_answered_twice_sends_both_answers(
+    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its sender's response (kept: no final flag), then execute() raising: the response goes,
+    then Triton's "got 2" as the last; the daemon's edges pick (ModelInfer the error, a
+    stream the response)."""
+    (tmp_path / "two" / "1").mkdir(parents=True)
+    (tmp_path / "two" / "1" / "model.py").write_text(TWO_ANSWERS)
+    # A worker imports its one model as module "1.model": another test's is cached here.
+    for name in ("1", "1.model"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert not daemon.initialize(tmp_path / "two", {"name": "two"}).HasField("error")
+    daemon.execute(1, [5.0])
+    first, last, result = (daemon.read() for _ in range(3))
+    assert (first.streamed.request_id, first.streamed.flags) == (1, 0)
+    assert daemon.output(first.streamed.response.outputs[0]) == [5.0]
+    assert last.streamed.flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    assert last.streamed.response.error.message == "expected a single response, got 2"
+    assert [(r.request_id, r.streamed) for r in result.result.responses] == [(1, True)]

@@ -63,6 +63,22 @@ class DaemonLink:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
+    def forget_after_fork(self) -> None:
+        """In a process the model forked: the connection is the worker's, not ours. Close
+        our copy of its descriptor (no shutdown: that would cut the worker's connection too)
+        and start over with fresh locks (the copies may be held by threads that are not
+        here); sending then fails at once instead of mixing our frames with the worker's."""
+        sock, self.sock, self.reader = self.sock, None, None
+        if sock is not None:
+            sock.close()
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._replied = threading.Condition()
+        self._deferred.clear()
+        self._backlog.clear()
+        self._replies.clear()
+        self.woke = None
+
     def send(self, *messages: wpb.WorkerToDaemon) -> None:
         """Send ``messages`` (nothing: only the buffered metric updates) in one write."""
         with self._send_lock:

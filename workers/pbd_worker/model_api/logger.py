@@ -29,9 +29,14 @@ _TO_LOGGING = {
 }
 
 
-def _emit(level: LogLevel, message: object) -> None:
+def _emit(level: LogLevel, message: str) -> None:
+    # Triton's binding takes a str and a Logger.LogLevel (not an int, None or a name).
+    if not isinstance(message, str):
+        raise TypeError(f"the log message must be a str, got {type(message).__name__}")
+    if not isinstance(level, LogLevel):
+        raise TypeError(f"the log level must be a pb_utils.Logger level, got {level!r}")
     # stacklevel 3: skip _emit and the Logger method, and name the model's line.
-    _log.log(_TO_LOGGING[LogLevel(level)], "%s", message, stacklevel=3)
+    _log.log(_TO_LOGGING[level], "%s", message, stacklevel=3)
 
 
 class Logger:
@@ -43,21 +48,21 @@ class Logger:
     VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(message: object, level: LogLevel = LogLevel.INFO) -> None:
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
         _emit(level, message)
 
     @staticmethod
-    def log_info(message: object) -> None:
+    def log_info(message: str) -> None:
         _emit(LogLevel.INFO, message)
 
     @staticmethod
-    def log_warn(message: object) -> None:
+    def log_warn(message: str) -> None:
         _emit(LogLevel.WARNING, message)
 
     @staticmethod
-    def log_error(message: object) -> None:
+    def log_error(message: str) -> None:
         _emit(LogLevel.ERROR, message)
 
     @staticmethod
-    def log_verbose(message: object) -> None:
+    def log_verbose(message: str) -> None:
         _emit(LogLevel.VERBOSE, message)

@@ -87,9 +87,30 @@ def _correlation_id(value: object) -> int | str:
 def _tensors(inputs: Iterable[Any]) -> list[Tensor]:
     tensors = list(inputs)
     for tensor in tensors:
+        if tensor is None:  # Triton's stub checks each input (TritonModelException)
+            raise TritonModelException("Input tensor cannot be None.")
         if not isinstance(tensor, Tensor):
             raise TypeError(f"inputs must be pb_utils.Tensor objects, got {type(tensor).__name__}")
     return tensors
+
+
+class _Required:
+    """The default of an argument Triton's binding requires: leaving it out is a TypeError."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _given(value: Any, name: str) -> Any:
+    """``value`` unless it was left out or is None: Triton's binding refuses both."""
+    if value is _REQUIRED:
+        raise TypeError(f"InferenceRequest() missing required argument '{name}'")
+    if value is None:
+        raise TypeError(f"InferenceRequest() argument '{name}' must not be None")
+    return value
 
 
 def _text(value: object, what: str) -> str:
@@ -125,9 +146,9 @@ class InferenceRequest:
         self,
         request_id: str | bytes = "",
         correlation_id: int | str = 0,
-        inputs: Iterable[Tensor] | None = None,
-        requested_output_names: Iterable[str] | None = None,
-        model_name: str | bytes | None = None,
+        inputs: Iterable[Tensor] = _REQUIRED,
+        requested_output_names: Iterable[str] = _REQUIRED,
+        model_name: str | bytes = _REQUIRED,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -135,19 +156,22 @@ class InferenceRequest:
         trace: InferenceTrace | None = None,
         parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
-        if model_name is None:
-            raise TypeError("InferenceRequest() missing required argument 'model_name'")
-        model_name = _text(model_name, "model_name")
+        # Triton's binding: inputs, requested_output_names and model_name have no default,
+        # and only parameters (and here preferred_memory and trace) may be None.
+        model_name = _text(_given(model_name, "model_name"), "model_name")
+        inputs = _given(inputs, "inputs")
+        requested_output_names = _given(requested_output_names, "requested_output_names")
+        correlation_id = _given(correlation_id, "correlation_id")
         request_id = _text(request_id, "request_id")
         if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
             raise TypeError("preferred_memory must be a pb_utils.PreferredMemory")
         if trace is not None and not isinstance(trace, InferenceTrace):
             raise TypeError("trace must be a pb_utils.InferenceTrace")
         self._init(
-            inputs=_tensors(inputs or []),
+            inputs=_tensors(inputs),
             request_id=request_id,
             correlation_id=_correlation_id(correlation_id),
-            requested_output_names=_names(requested_output_names or []),
+            requested_output_names=_names(requested_output_names),
             flags=_int(flags, "flags", 0, 2**32),
             timeout=_int(timeout, "timeout", 0, _UINT64_LIMIT),
             parameters_json=parameters_to_json(parameters),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pbd_worker.model_api.errors import TritonError
+from pbd_worker.model_api.errors import TritonError, TritonModelException
 from pbd_worker.model_api.parameters import parameters_to_json
 from pbd_worker.model_api.tensor import Tensor
 
@@ -17,18 +17,18 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor] = (),
         error: TritonError | None = None,
         parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
-        if output_tensors is None:
-            output_tensors = []
-        if not isinstance(output_tensors, list | tuple):
+        if not isinstance(output_tensors, list | tuple):  # None too, as Triton's binding
             raise TypeError(
                 f"output_tensors must be a list of pb_utils.Tensor, got "
                 f"{type(output_tensors).__name__}"
             )
         for tensor in output_tensors:
+            if tensor is None:  # Triton's stub checks each tensor (TritonModelException)
+                raise TritonModelException("Output tensor cannot be None.")
             if not isinstance(tensor, Tensor):
                 raise TypeError(
                     f"output_tensors must hold pb_utils.Tensor objects, got {type(tensor).__name__}"

@@ -50,8 +50,15 @@ class Tensor:
     _device_id: int
 
     def __init__(self, name: str, numpy_array: Any) -> None:
+        # Triton's binding takes a numpy.ndarray and nothing else (a list, None, a numpy
+        # scalar): TypeError, before the name is looked at.
+        if not isinstance(name, str) or not isinstance(numpy_array, np.ndarray):
+            raise TypeError(
+                "Tensor(name, numpy_array) takes a str and a numpy.ndarray, got "
+                f"{type(name).__name__} and {type(numpy_array).__name__}"
+            )
         _check_name(name)
-        array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
+        array = numpy_array
         dt = dtypes.from_numpy(array.dtype)
         if dt is None:
             raise TritonModelException("NumPy dtype is not supported.")

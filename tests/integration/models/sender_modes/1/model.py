@@ -82,6 +82,12 @@ class TritonPythonModel:
         elif mode == "two":
             sender.send(reply("first of two"))
             sender.send(reply("second of two"))
+        elif mode == "two_then_final":  # Triton's QA test_non_decoupled_two_response_pre_return
+            self.send_all(
+                (sender, (reply("first of two"),), {}),
+                (sender, (reply("second of two"),), {}),
+                (sender, (), {"flags": FINAL}),
+            )
         elif mode == "final_first":
             sender.send(flags=FINAL)
         elif mode == "send_and_return":

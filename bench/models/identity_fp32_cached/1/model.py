@@ -1,0 +1,1 @@
+../../identity_fp32_x2/1/model.py

@@ -1,0 +1,1 @@
+../../counter/1/model.py
