@@ -62,8 +62,8 @@ class Settings:
     allow_cpu_metrics: bool = _opt(True, "export CPU utilization and memory (nv_cpu_*)")
     metrics_counter_latencies: bool = _opt(
         True,
-        "export the nv_inference_*_duration_us latency counters (Triton's --metrics-config "
-        "counter_latencies)",
+        "export the nv_inference_*_duration_us latency counters and the nv_cache_*_per_model "
+        "ones (Triton's --metrics-config counter_latencies)",
     )
     metrics_address: str = _opt("127.0.0.1", "address the metrics server binds")
     metrics_port: int = _opt(8002, "metrics port (0 picks a free one)")

@@ -9,7 +9,7 @@ same name is simply that setting's flag. The others are here, each one of:
   ``--server-id``);
 - a translation onto settings (``--strict-model-config=true`` is
   ``--disable-auto-complete-config``, ``--trace-level=X`` is ``--trace-config level=X``,
-  ``--metrics-config`` and ``--backend-config`` set the settings they name);
+  ``--metrics-config``, ``--backend-config`` and ``--cache-config`` set the settings they name);
 - a flag pbd accepts without effect: it is checked as Triton checks it, and a one-line log says
   why it changes nothing (INFO when its value asks for what pbd does anyway, WARNING when it
   asks for something pbd does not do);
@@ -67,7 +67,7 @@ _KEEPALIVE_WHY = (
 )
 _SAGEMAKER_WHY = "pbd serves the KServe v2 protocol only (no SageMaker endpoints)"
 _VERTEX_WHY = "pbd serves the KServe v2 protocol only (no Vertex AI endpoint)"
-_CACHE_WHY = "pbd has no response cache: every request executes"
+_CACHE_DIRECTORY_WHY = "pbd's response cache is built in: there is no cache library to look for"
 _FORWARD_WHY = "pbd does not forward request headers to models as request parameters"
 _TRACE_FILE_WHY = (
     "pbd traces with OpenTelemetry only (--trace-config opentelemetry,url=...), not to files"
@@ -162,8 +162,8 @@ def _off(value: Any) -> bool:
 
 
 def _metrics_config(values: list[str], args: argparse.Namespace, notes: list[Note]) -> None:
-    """``<setting>=<value>`` each: counter_latencies is honoured; Triton's summaries and
-    histograms are not exported by pbd."""
+    """``<setting>=<value>`` each: counter_latencies and histogram_latencies are honoured;
+    Triton's summaries are not exported by pbd."""
     for value in values:
         _metrics_setting(value, args, notes)
 
@@ -176,14 +176,106 @@ def _metrics_setting(value: str, args: argparse.Namespace, notes: list[Note]) ->
         # Triton turns them off for "false" only; any other value leaves them on.
         args.metrics_counter_latencies = text != "false"
         return
+    if setting == "histogram_latencies":
+        # Triton turns its histograms on for "true" only (pbd's one histogram: the time to
+        # the first response, which Triton has from 2.52 on).
+        args.metrics_histogram_latencies = text == "true"
+        return
     why = {
         "summary_latencies": "pbd exports no latency summaries",
         "summary_quantiles": "pbd exports no latency summaries",
-        "histogram_latencies": "pbd exports no latency histograms",
     }.get(setting, "not a setting Triton 2.51 knows")
     inert = setting == "summary_latencies" and text == "false"
     line = f"--metrics-config={value} has no effect in pbd: {why}"
     notes.append((INFO if inert else WARNING, line))
+
+
+# --- --cache-config, --response-cache-byte-size ----------------------------------------------
+
+LOCAL_CACHE = "local"  # Triton's cache of a fixed size in the server's memory: pbd's cache
+_OTHER_CACHE_WHY = (
+    "pbd's response cache is Triton's 'local' one (--cache-config=local,size=N); models with "
+    "response_cache run every request unless it is set"
+)
+# The deprecated flag's dest (add_triton_arguments), read to refuse the two flags together.
+_RESPONSE_CACHE_DEST = "triton_response_cache_byte_size"
+
+
+def parse_cache_config(value: str) -> tuple[str, str, str]:
+    """``<cache>,<setting>=<value>`` as (cache, setting, value); ValueError in Triton's words."""
+    name, comma, rest = value.partition(",")
+    if not comma or not name:
+        raise ValueError(
+            "No cache specified. --cache-config option format is <cache name>,<setting>=<value>. "
+            f"Got {value}"
+        )
+    return (name, *_setting("cache-config", "cache", rest, value))
+
+
+def _setting(flag: str, owner: str, rest: str, value: str) -> tuple[str, str]:
+    """(setting, value) of ``rest``, the ``<setting>=<value>`` of a ``--<flag>`` value (of a
+    backend or a cache: ``owner``); ValueError in Triton's words when it is not one."""
+    setting, eq, text = rest.partition("=")
+    if not eq or not setting or not text:
+        raise ValueError(
+            f"--{flag} option format is '<{owner} name>,<setting>=<value>'. Got {value}"
+        )
+    return setting, text
+
+
+def _cache_configs(values: list[str], args: argparse.Namespace, notes: list[Note]) -> None:
+    """The local cache's ``size`` is ``--cache-local-size-bytes`` (the last one counts, as in
+    Triton); other caches and settings change nothing. An explicit pbd flag wins."""
+    if getattr(args, _RESPONSE_CACHE_DEST, None):
+        raise ValueError(
+            "Incompatible flags --response-cache-byte-size and --cache-config both provided. "
+            "Please provide one or the other."
+        )
+    local = False
+    size = ""
+    for value in values:
+        name, setting, text = parse_cache_config(value)
+        if name != LOCAL_CACHE:
+            notes.append(
+                (WARNING, f"--cache-config={value} has no effect in pbd: {_OTHER_CACHE_WHY}")
+            )
+            continue
+        local = True
+        if setting == "size":
+            size = text
+        else:  # Triton's local cache reads its size and nothing else
+            notes.append((INFO, f"--cache-config={value} has no effect in pbd: the local cache "
+                                "has one setting, size"))  # fmt: skip
+    if local and not size:
+        raise ValueError(
+            "--cache-config: Failed to initialize LocalCache: config didn't contain a valid "
+            "'size' field."
+        )
+    if size:
+        _cache_size(f"--cache-config={LOCAL_CACHE},size={size}", size, args)
+
+
+def _response_cache_byte_size(
+    values: list[int], args: argparse.Namespace, notes: list[Note]
+) -> None:
+    """Triton's deprecated spelling of ``--cache-config=local,size=N``."""
+    shown = _shown("response-cache-byte-size", values[-1])
+    notes.append((WARNING, f"{shown} is deprecated (as in Triton): it is "
+                           f"--cache-config={LOCAL_CACHE},size={values[-1]}"))  # fmt: skip
+    _cache_size(shown, str(values[-1]), args)
+
+
+def _cache_size(shown: str, text: str, args: argparse.Namespace) -> None:
+    try:
+        size = int(text)
+    except ValueError:
+        raise ValueError(f"{shown}: the local cache's size is a number of bytes") from None
+    if size <= 0:
+        # Triton 2.51 does not start either ("Failed to initialize LocalCache").
+        raise ValueError(f"{shown}: a local cache of {size} bytes cannot hold anything; leave "
+                         "the flag out for no cache")  # fmt: skip
+    if getattr(args, "cache_local_size_bytes", None) is None:
+        args.cache_local_size_bytes = size
 
 
 # --- --backend-config -------------------------------------------------------------------------
@@ -217,12 +309,7 @@ def parse_backend_config(value: str) -> tuple[str, str, str]:
             "No backend specified. --backend-config option format is <backend name>,"
             f"<setting>=<value> or <setting>=<value>. Got {value}"
         )
-    setting, eq, text = rest.partition("=")
-    if not eq or not setting or not text:
-        raise ValueError(
-            f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {value}"
-        )
-    return name, setting, text
+    return (name, *_setting("backend-config", "backend", rest, value))
 
 
 def _backend_configs(values: list[str], args: argparse.Namespace, notes: list[Note]) -> None:
@@ -297,9 +384,7 @@ def _flags() -> list[TritonFlag]:
         ("metrics-interval-ms", "float", "pbd reads its metrics when they are scraped", None),
         ("trace-file", "str", _TRACE_FILE_WHY, None),
         ("repoagent-directory", "str", "pbd runs no repository agents", None),
-        ("cache-config", "str", _CACHE_WHY, None),
-        ("cache-directory", "str", _CACHE_WHY, None),
-        ("response-cache-byte-size", "int", _CACHE_WHY, lambda v: v == 0),
+        ("cache-directory", "str", _CACHE_DIRECTORY_WHY, lambda v: True),
         ("rate-limit", "str", "pbd has no rate limiter: an instance takes work once it is free",
          lambda v: v == "off"),
         ("rate-limit-resource", "str", "pbd has no rate limiter", None),
@@ -316,7 +401,6 @@ def _flags() -> list[TritonFlag]:
         ("model-load-gpu-limit", "str", "pbd does not measure GPU memory at load", None),
     ]  # fmt: skip
     repeatable = {
-        "cache-config",
         "rate-limit-resource",
         "cuda-virtual-address-size",
         "host-policy",
@@ -340,8 +424,12 @@ def _flags() -> list[TritonFlag]:
         f("trace-log-frequency", "int", _append("trace_config", lambda v: f"log-frequency={v}"),
           "= --trace-config log-frequency=..."),
         f("metrics-config", "str", _metrics_config,
-          "counter_latencies=false drops the latency counters; summaries and histograms: no "
-          "effect", repeat=True),
+          "counter_latencies=false drops the latency counters; histogram_latencies=true "
+          "exports the time to first response; summaries: no effect", repeat=True),
+        f("cache-config", "str", _cache_configs,
+          "local,size=N = --cache-local-size-bytes=N; other caches: no effect", repeat=True),
+        f("response-cache-byte-size", "int", _response_cache_byte_size,
+          "= --cache-config=local,size=N (deprecated in Triton)"),
         f("backend-config", "str", _backend_configs,
           "the python backend's (and global) shm-default-byte-size, shm-growth-byte-size, "
           "stub-timeout-seconds, shm-region-prefix-name; others: no effect", repeat=True),

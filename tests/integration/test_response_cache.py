@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from pbd_harness import Daemon, DaemonFactory, infer_input, make_repository
@@ -150,3 +151,31 @@ def test_without_a_cache_on_the_server_every_request_runs(
     # As Triton: the model's families are there (zero), the cache-wide ones are not.
     assert samples[("nv_cache_num_hits_per_model", labels(model="counter", version="1"))] == 0
     assert "nv_cache_util" not in text
+
+
+@pytest.mark.parametrize(
+    "cache_flag",
+    [f"--cache-config=local,size={CACHE_BYTES}", f"--response-cache-byte-size={CACHE_BYTES}"],
+)
+def test_tritons_cache_and_metrics_flags(
+    start_daemon: DaemonFactory, tmp_path: Path, cache_flag: str
+) -> None:
+    """Triton's spellings: the local cache's size is the server's cache; with
+    counter_latencies=false the per-model cache families go, as in Triton 2.51 (its latency
+    counters); histogram_latencies=true serves the first-response histogram."""
+    daemon = start_daemon(
+        repository(tmp_path),
+        cache_flag,
+        "--metrics-config=counter_latencies=false",
+        "--metrics-config=histogram_latencies=true",
+        settle=["counter"],
+    )
+    client = daemon.client()
+    x = np.arange(4, dtype=np.float32)
+    assert [counter(client, x)["Y"][0] for _ in range(3)] == [1, 1, 1]  # ran once
+    text, samples = scrape(daemon.metrics_url)
+    assert samples[("nv_cache_num_hits", ())] == 2
+    assert 0 < samples[("nv_cache_util", ())] < 1  # of CACHE_BYTES
+    assert "nv_cache_num_hits_per_model" not in text and "_duration_us" not in text
+    model = labels(model="counter", version="1")
+    assert samples[("nv_inference_first_response_histogram_ms_count", model)] == 3

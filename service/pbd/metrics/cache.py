@@ -2,8 +2,10 @@
 
 Per model version (only those whose config enables the cache, as Triton lists them, with or
 without a cache on the server): hits, misses and their durations, from the statistics
-counters. Cache-wide gauges, only when the daemon has a cache: its fill, entries, lookups,
-hits, misses, evictions and the time spent looking up and inserting.
+counters; Triton counts them among its latency counters, so ``--metrics-config
+counter_latencies=false`` (``--metrics-counter-latencies=false``) drops all four. Cache-wide
+gauges, only when the daemon has a cache: its fill, entries, lookups, hits, misses, evictions
+and the time spent looking up and inserting.
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ _CACHE_WIDE: tuple[tuple[str, str, Callable[[ResponseCache], float]], ...] = (
 
 
 def cache_families(
-    runtimes: Iterable[tuple[dict[str, str], VersionRuntime]], cache: ResponseCache | None
+    runtimes: Iterable[tuple[dict[str, str], VersionRuntime]],
+    cache: ResponseCache | None,
+    per_model: bool = True,
 ) -> Iterator[Metric]:
-    caching = [(labels, rt) for labels, rt in runtimes if rt.config.response_cache]
+    """``per_model``: the latency counters are exported (Triton's counter_latencies)."""
+    caching = [(labels, rt) for labels, rt in runtimes if per_model and rt.config.response_cache]
     if caching:
         for name, help_text, read in _PER_MODEL:
             family = Metric(name, help_text, "counter")

@@ -103,7 +103,7 @@ class PbdCollector:
             for labels, runtime in runtimes:
                 family.add_sample(name, labels, read(runtime.stats))
             yield family
-        yield from cache_families(runtimes, self.dp.cache)
+        yield from cache_families(runtimes, self.dp.cache, per_model=latencies)
         failure = _family(
             _FAILURE, "Number of failed inference requests, all batch sizes", "counter"
         )

@@ -23,6 +23,7 @@ from pbd.triton_flags import (
     apply_triton_arguments,
     apply_triton_defaults,
     parse_backend_config,
+    parse_cache_config,
     pbd_flags,
 )
 
@@ -67,6 +68,7 @@ VALUES = {
     "trace-level": "TIMESTAMPS",
     "metrics-config": "summary_latencies=false",
     "backend-config": "python,shm-default-byte-size=2097152",
+    "cache-config": "local,size=1048576",
     "cuda-memory-pool-byte-size": "0:1024",
     "grpc-restricted-protocol": "health:k=v",
     "rate-limit": "off",
@@ -188,6 +190,81 @@ def test_metrics_config_as_triton_reads_it() -> None:
     assert "pbd exports no latency summaries" in notes[0][1]
     with pytest.raises(ValueError, match="--metrics-config option format is <setting>=<value>"):
         _parse(["--metrics-config=counter_latencies"])
+
+
+def test_metrics_config_histogram_latencies_serves_the_first_response_histogram() -> None:
+    """Triton turns its latency histograms on for "true" only (any other value: off)."""
+    assert _parse([])[0].metrics_histogram_latencies is False
+    settings, notes = _parse(["--metrics-config=histogram_latencies=true"])
+    assert settings.metrics_histogram_latencies is True and notes == []
+    for text in ("false", "TRUE", "1"):
+        settings, notes = _parse([f"--metrics-config=histogram_latencies={text}"])
+        assert settings.metrics_histogram_latencies is False and notes == []
+
+
+def test_cache_config_local_size_is_the_response_cache() -> None:
+    assert _parse([])[0].cache_local_size_bytes == 0
+    settings, notes = _parse(["--cache-config=local,size=1048576"])
+    assert settings.cache_local_size_bytes == 1048576 and notes == []
+    # The last size counts; the local cache's other settings and other caches change nothing.
+    settings, notes = _parse(
+        [
+            "--cache-config", "local,size=4096",
+            "--cache-config", "local,size=8192",
+            "--cache-config", "local,foo=1",
+            "--cache-config", "redis,host=localhost",
+            "--cache-directory", "/opt/tritonserver/caches",
+        ]
+    )  # fmt: skip
+    assert settings.cache_local_size_bytes == 8192
+    assert [level for level, _ in notes] == [logging.INFO, logging.WARNING, logging.INFO]
+    assert notes[1][1].startswith("--cache-config=redis,host=localhost has no effect in pbd")
+    settings, notes = _parse(["--cache-config=redis,host=localhost"])
+    assert settings.cache_local_size_bytes == 0 and len(notes) == 1
+
+
+def test_response_cache_byte_size_is_tritons_deprecated_cache_config() -> None:
+    settings, notes = _parse(["--response-cache-byte-size=4096"])
+    assert settings.cache_local_size_bytes == 4096
+    assert notes == [
+        (logging.WARNING, "--response-cache-byte-size=4096 is deprecated (as in Triton): it is "
+                          "--cache-config=local,size=4096"),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="Incompatible flags --response-cache-byte-size and "
+                                         "--cache-config both provided"):  # fmt: skip
+        _parse(["--response-cache-byte-size=4096", "--cache-config=local,size=4096"])
+
+
+def test_an_explicit_pbd_flag_wins_over_the_cache_flags() -> None:
+    for flag in ("--cache-config=local,size=4096", "--response-cache-byte-size=4096"):
+        settings, _ = _parse(["--cache-local-size-bytes=100", flag])
+        assert settings.cache_local_size_bytes == 100
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("local", "No cache specified. --cache-config option format is <cache name>,"),
+        (",size=1", "No cache specified."),
+        ("local,size", "--cache-config option format is '<cache name>,<setting>=<value>'"),
+        ("local,size=", "--cache-config option format is"),
+        ("local,foo=1", "Failed to initialize LocalCache: config didn't contain a valid 'size'"),
+        ("local,size=abc", "the local cache's size is a number of bytes"),
+        ("local,size=0", "a local cache of 0 bytes cannot hold anything"),
+    ],
+)
+def test_cache_config_errors(value: str, message: str) -> None:
+    """Triton 2.51 refuses each of these too (the format at parsing, the size at start)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _parse([f"--cache-config={value}"])
+    if value == "local,size=0":
+        with pytest.raises(ValueError, match="cannot hold anything"):
+            _parse(["--response-cache-byte-size=0"])
+
+
+def test_cache_config_parsing() -> None:
+    assert parse_cache_config("local,size=1") == ("local", "size", "1")
+    assert parse_cache_config("redis,host=a,b") == ("redis", "host", "a,b")
 
 
 def test_backend_config_the_python_backends_settings() -> None:
