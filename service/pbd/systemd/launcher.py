@@ -34,7 +34,11 @@ log = logging.getLogger("pbd.systemd")
 _CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
 # Results that mean "systemd will not restart this unit on its own".
 _FINAL_SUBSTATES = {"failed", "dead", "exited"}
-STOP_JOB_TIMEOUT_S = 90.0
+# A unit that has not stopped this long after its stop job began (SIGTERM: the worker
+# finalizes and exits) is SIGKILLed; the unit's own TimeoutStopSec (1 min) is not waited for.
+STOP_KILL_AFTER_S = 5.0
+# After the SIGKILL: systemd only has to reap it.
+STOP_REAP_S = 5.0
 
 
 @dataclass
@@ -277,6 +281,21 @@ class SystemdLauncher:
             log.info("reset failed instance unit(s): %s", ", ".join(failed))
 
     async def stop_unit(self, unit: str) -> None:
-        result = await self.bus.run_job("StopUnit", unit, STOP_JOB_TIMEOUT_S)
+        """Stop ``unit`` now, in at most STOP_KILL_AFTER_S + STOP_REAP_S seconds.
+
+        ``ignore-dependencies``: the instance units are ordered ``Before=pbd.service`` (so a
+        system shutdown stops the daemon first); a plain stop job for one while pbd.service's
+        own stop job runs would wait for that job to finish, which waits for us: a deadlock
+        until systemd SIGKILLs the daemon (issue #31). A worker that ignores SIGTERM (hung in
+        native code) is SIGKILLed instead of being given the unit's TimeoutStopSec."""
+        (job,) = await self.bus.manager("StopUnit", "ss", unit, "ignore-dependencies")
+        result = await self.bus.job_result(str(job), STOP_KILL_AFTER_S)
+        if result == "timeout":
+            log.warning("%s did not stop in %gs; killing it (SIGKILL)", unit, STOP_KILL_AFTER_S)
+            try:
+                await self.bus.manager("KillUnit", "ssi", unit, "all", signal.SIGKILL)
+            except PbdError as exc:
+                log.warning("could not kill %s: %s", unit, exc.message)
+            result = await self.bus.job_result(str(job), STOP_REAP_S)
         if result != "done":
             log.warning("stop job of %s: %s", unit, result)
