@@ -14,6 +14,7 @@ from private_systemd import PrivateSystemd, unavailable_reason
 
 HERE = Path(__file__).resolve().parent
 INTEGRATION_MODELS = HERE.parent / "integration" / "models"
+EXAMPLE_MODELS = HERE.parent.parent / "examples" / "models"
 MODELS = HERE / "models"
 
 _reason = unavailable_reason()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import INTEGRATION_MODELS, MODELS, make_repository, shm_prefix
+from conftest import EXAMPLE_MODELS, INTEGRATION_MODELS, MODELS, make_repository, shm_prefix
 from pbd_units import PbdUnits, wait_until
 from private_systemd import PrivateSystemd
 
@@ -19,6 +19,19 @@ EXIT_TIMEOUT_S = 3.0
 # 15 s. systemd's own limit (TimeoutStopSec of pbd.service) is 2 min.
 STOP_BOUND_S = EXIT_TIMEOUT_S + 15.0
 HUNG_UNIT = "pbd-worker@init_hang-1-init_hang_0_0.service"
+
+
+STORM_MODELS = {
+    "counted": MODELS / "counted",
+    "sleepy": INTEGRATION_MODELS / "sleepy",
+    "add_sub": EXAMPLE_MODELS / "add_sub",
+    "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
+}
+# sleepy runs 2 instances: 5 units.
+STORM_UNITS = 5
+READY_BOUND_S = 15.0
+# A refused worker connection is logged once per instance (then counted): a handful at most.
+MAX_REFUSAL_LINES = 10
 
 
 def _journal(systemd: PrivateSystemd) -> str:
@@ -66,5 +79,46 @@ def test_stop_while_start_waits_on_a_hung_initialize(
         assert "stopping the instances of init_hang: still loading after 3s" in log, log
         if hold == "ignore SIGTERM":
             assert f"{HUNG_UNIT} did not stop in 5s; killing it (SIGKILL)" in log, log
+    finally:
+        pbd.close()
+
+
+def test_restart_storm_then_start(private_systemd: PrivateSystemd) -> None:
+    """Quick restarts until systemd's start limit refuses pbd.service: it fails, /run/pbd
+    (the socket, the instances' EnvironmentFiles and tokens) is removed, the instance units
+    keep running. The next start must serve every model soon, without a flood of refusals."""
+    systemd = private_systemd
+    make_repository(systemd.shared, STORM_MODELS, {"sleepy": ("count: 1", "count: 2")})
+    pbd = PbdUnits(systemd, shm_prefix())
+    try:
+        pbd.install()
+        systemd.systemctl("start", "pbd.service")
+        assert len(pbd.worker_units()) == STORM_UNITS
+        for _ in range(9):
+            systemd.systemctl("restart", "pbd.service", check=False)
+            if systemd.show("pbd.service", "Result")["Result"] == "start-limit-hit":
+                break
+        shown = systemd.show("pbd.service", "ActiveState", "Result")
+        assert shown == {"ActiveState": "failed", "Result": "start-limit-hit"}, shown
+        assert systemd.run("test", "-e", "/run/pbd", check=False).returncode != 0
+        assert len(pbd.worker_units()) == STORM_UNITS  # orphans, waiting for a daemon
+        time.sleep(2.0)  # the orphans try to reconnect meanwhile
+        systemd.systemctl("reset-failed", "pbd.service")
+        began = time.monotonic()
+        systemd.systemctl("start", "pbd.service")
+        took = time.monotonic() - began
+        assert took < READY_BOUND_S, (took, _journal(systemd))
+        client = pbd.client()
+        for model in STORM_MODELS:
+            assert client.is_model_ready(model), (model, _journal(systemd))
+        status = systemd.show("pbd.service", "StatusText")["StatusText"]
+        assert f"{STORM_UNITS}/{STORM_UNITS} instances ready" in status, status
+        assert len(pbd.worker_units()) == STORM_UNITS
+        log = systemd.journal("-u", "pbd*")
+        refusals = log.count("refused a worker connection")
+        assert refusals <= MAX_REFUSAL_LINES, (refusals, _journal(systemd))
+        systemd.systemctl("stop", "pbd.service")
+        assert pbd.worker_units("active,activating,deactivating,failed") == []
+        assert pbd.shm_segments() == []
     finally:
         pbd.close()

@@ -22,6 +22,7 @@ import contextlib
 import gc
 import logging
 import os
+import random
 import resource
 import threading
 import time
@@ -63,6 +64,12 @@ EXIT_INIT_FAILED = 3
 EXIT_STALE = 75
 # The model ran out of memory (a MemoryError under the instance's memory limit); restartable.
 EXIT_OUT_OF_MEMORY = 71
+# Reconnecting to the daemon: the first wait, and the longest. Each connection the daemon did
+# not take (refused, or it was not expecting this instance yet) doubles the wait, with jitter
+# (+-50%) so that the workers of many instances do not call in step; a conversation the daemon
+# took (an Initialize) starts over at the first.
+RECONNECT_FIRST_S = 0.05
+RECONNECT_LONGEST_S = 1.0
 
 
 class WorkerRuntime:
@@ -89,6 +96,11 @@ class WorkerRuntime:
         self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
         self.finalizing = False  # finalize() started: a SIGTERM now must not run it again
+        # The daemon on the other end took this worker (answered its Initialize): only then
+        # may the heartbeat thread send. A heartbeat between a reconnect and the Initialized
+        # reply would reach the new daemon ahead of Hello or of Initialized, which it refuses.
+        self.attached = threading.Event()
+        self._reconnect_wait = RECONNECT_FIRST_S
         self.metrics = MetricsChannel(self.link.send, self.link.ask)
         state.metrics_channel = self.metrics
         self.bls = BlsClient(self.link, SHM_DIR, self.aio.reply, self.loop)
@@ -103,6 +115,8 @@ class WorkerRuntime:
         period = min(interval_s, watchdog) if watchdog else interval_s
         while not self._stop.wait(period):
             self.notify.watchdog()
+            if not self.attached.is_set():
+                continue  # reconnecting: the daemon hears from us once it took us
             try:
                 self.send(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat(executed=self.executed)))
             except OSError:
@@ -157,6 +171,7 @@ class WorkerRuntime:
             log.exception("reading from the daemon failed; dropping the connection")
             return
         finally:
+            self.attached.clear()
             self.link.disconnect()
 
     def handle(self, message: wpb.DaemonToWorker) -> None:
@@ -207,6 +222,8 @@ class WorkerRuntime:
                 if self.model is None and self.reconnect_s:  # in a systemd unit
                     report_init_failure(self.notify, reply.error)
             else:
+                self._reconnect_wait = RECONNECT_FIRST_S
+                self.attached.set()
                 self.notify.ready(self._status())
         elif kind == "finalize":
             self.notify.stopping("finalizing")
@@ -266,16 +283,24 @@ class WorkerRuntime:
                 log.info("removed %d shared-memory segment(s) of the daemon", len(removed))
 
     def _reconnect(self) -> bool:
+        """Connect again within ``reconnect_s``, waiting longer after each connection the
+        daemon did not take (see RECONNECT_FIRST_S): a worker the daemon refuses, or does not
+        expect yet, calls about once a second, never in a tight loop."""
         deadline = time.monotonic() + self.reconnect_s
-        delay = 0.05
-        while time.monotonic() < deadline:
+        while True:
+            time.sleep(min(self._next_wait(), max(deadline - time.monotonic(), 0.0)))
+            if time.monotonic() >= deadline:
+                return False
             try:
                 self.link.connect()
                 return True
             except OSError:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        return False
+                continue
+
+    def _next_wait(self) -> float:
+        wait = self._reconnect_wait * random.uniform(0.5, 1.5)
+        self._reconnect_wait = min(self._reconnect_wait * 2, RECONNECT_LONGEST_S)
+        return wait
 
     # -- initialize / adopt / finalize -----------------------------------------------------------
 

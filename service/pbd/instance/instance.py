@@ -51,6 +51,8 @@ from pbd_wire.shm import Block
 log = logging.getLogger("pbd.instances")
 # The worker-to-daemon messages that are BLS: an instance hands these to its ``bls`` sink.
 BLS_KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
+# What a worker may send ahead of its Initialized reply.
+_BEFORE_INITIALIZED = frozenset({"metrics", "heartbeat", "spans"})
 
 
 class BlsSink(Protocol):
@@ -246,11 +248,17 @@ class Instance:
                 raise unavailable(
                     f"worker for {self.describe()} {await self.exit_text()} during initialize()"
                 )
-            if reply.WhichOneof("kind") != "metrics":
+            kind = reply.WhichOneof("kind")
+            if kind not in _BEFORE_INITIALIZED:
                 break
-            self.on_metrics(reply.metrics)
+            # A worker that re-attaches may still send what it had for the previous daemon
+            # (spans, a heartbeat); they are no reply, so they are taken as they would be later.
+            self.on_message(reply)
         if reply.WhichOneof("kind") != "initialized":
-            raise PbdError(Code.INTERNAL, f"{self.describe()}: unexpected first reply")
+            raise PbdError(
+                Code.INTERNAL,
+                f"{self.describe()}: unexpected first reply ({reply.WhichOneof('kind')})",
+            )
         return reply.initialized
 
     async def _warm_up(self, samples: list[WarmupSample]) -> None:

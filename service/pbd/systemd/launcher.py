@@ -101,6 +101,8 @@ class SystemdLauncher:
         self.unit_dir = Path(settings.systemd_unit_dir)
         self.detaching = False
         self._tokens: dict[str, str] = {}
+        # Instances whose token this daemon made up: no EnvironmentFile had one.
+        self._new_tokens: set[str] = set()
 
     async def connect(self) -> None:
         await self.bus.connect()
@@ -117,7 +119,9 @@ class SystemdLauncher:
         token = self._tokens.get(instance_id)
         if token is None:
             token = units.read_env_file(self._env_path(instance_id)).get(TOKEN_ENV, "")
-            token = token or secrets.token_hex(16)
+            if not token:
+                token = secrets.token_hex(16)
+                self._new_tokens.add(instance_id)
             self._tokens[instance_id] = token
         return token
 
@@ -150,6 +154,16 @@ class SystemdLauncher:
             await self.bus.manager("Reload")
         state = await self.bus.get(path, UNIT, "ActiveState")
         handle = UnitHandle(unit, path)
+        if spec.instance_id in self._new_tokens and state in ("active", "reloading", "activating"):
+            # Running, but its EnvironmentFile was gone (pbd.service failed, e.g. on its start
+            # limit, and systemd removed /run/pbd): its worker holds a token no daemon knows
+            # and could never re-attach. Replace it, once, rather than refuse it forever.
+            log.warning(
+                "%s is running but its EnvironmentFile (and token) was gone; restarting it", unit
+            )
+            await self.stop_unit(unit)
+            state = await self.bus.get(path, UNIT, "ActiveState")
+        self._new_tokens.discard(spec.instance_id)
         if state in ("active", "reloading"):
             # Running already: a worker from before a daemon restart. It reconnects by itself.
             handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))

@@ -22,6 +22,10 @@ from pbd_wire.framing import socket_address
 
 log = logging.getLogger("pbd.instances")
 HELLO_TIMEOUT_S = 10.0
+# A refused worker calls again (backing off, about once a second at most): its first refusal
+# is a WARNING, then one line per this many, so a worker the daemon cannot take (a stale
+# token) is visible without flooding the journal.
+REFUSALS_PER_LINE = 100
 
 
 class WorkerHub:
@@ -29,6 +33,7 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerLink]]] = {}
+        self._refusals: dict[str, int] = {}  # refusals so far, by what was wrong
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -97,8 +102,19 @@ class WorkerHub:
             link.hello, link.pid = hello, hello.pid
             future.set_result(link)
         except Exception as exc:  # noqa: BLE001 - a stranger on the socket must not hurt us
-            log.warning("refused a worker connection: %s", exc or type(exc).__name__)
+            self._refused(str(exc) or type(exc).__name__)
             link.close()
+
+    def _refused(self, why: str) -> None:
+        if len(self._refusals) > 1024:  # strangers naming ever new instances: start over
+            self._refusals.clear()
+        count = self._refusals[why] = self._refusals.get(why, 0) + 1
+        if count == 1:
+            log.warning("refused a worker connection: %s", why)
+        elif count % REFUSALS_PER_LINE == 0:
+            log.warning("refused %d worker connections so far: %s", count, why)
+        else:
+            log.debug("refused a worker connection (%d times): %s", count, why)
 
 
 def _peer_allowed(transport: asyncio.BaseTransport) -> bool:
