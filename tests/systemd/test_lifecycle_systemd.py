@@ -7,6 +7,7 @@ systemctl and tritonclient; the finalizer kills that PID 1, pass or fail.
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -32,6 +33,10 @@ STORM_UNITS = 5
 READY_BOUND_S = 15.0
 # A refused worker connection is logged once per instance (then counted): a handful at most.
 MAX_REFUSAL_LINES = 10
+
+
+def _initialize_count(systemd: PrivateSystemd) -> int:
+    return systemd.journal("-u", "pbd-worker@counted*").count("counted: initialize() ran")
 
 
 def _journal(systemd: PrivateSystemd) -> str:
@@ -120,5 +125,72 @@ def test_restart_storm_then_start(private_systemd: PrivateSystemd) -> None:
         systemd.systemctl("stop", "pbd.service")
         assert pbd.worker_units("active,activating,deactivating,failed") == []
         assert pbd.shm_segments() == []
+    finally:
+        pbd.close()
+
+
+ADDED_MODELS = {
+    "add_sub": EXAMPLE_MODELS / "add_sub",
+    "add_sub_int32": EXAMPLE_MODELS / "add_sub_int32",
+    "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
+}
+
+
+# Each restart re-attaches 7 workers, each sending a heartbeat every 10 ms.
+RESTARTS = 5
+
+
+def test_restart_after_adding_models(private_systemd: PrivateSystemd) -> None:
+    """Models added by the repository poll, then `systemctl restart pbd`: every worker
+    re-attaches without re-initializing. Heartbeats every 10 ms: a worker that sent one
+    between its Hello and its Initialized reply was refused ("unexpected first reply"), its
+    unit stopped and its model UNAVAILABLE."""
+    systemd = private_systemd
+    repository = make_repository(systemd.shared, {"counted": MODELS / "counted"})
+    pbd = PbdUnits(
+        systemd,
+        shm_prefix(),
+        "model_control_mode=poll",
+        "repository_poll_secs=0.5",
+        "worker_heartbeat_ms=10",
+    )
+    try:
+        pbd.install()
+        # More restarts than systemd's default start limit of pbd.service lets through.
+        systemd.run("mkdir", "-p", "/run/systemd/system/pbd.service.d")
+        systemd.run(
+            "sh",
+            "-c",
+            "cat > /run/systemd/system/pbd.service.d/90-test.conf",
+            input="[Unit]\nStartLimitIntervalSec=0\n",
+        )
+        systemd.systemctl("daemon-reload")
+        systemd.systemctl("start", "pbd.service")
+        client = pbd.client()
+        for name, source in ADDED_MODELS.items():
+            shutil.copytree(source, repository / name)
+            config = repository / name / "config.pbtxt"
+            text = config.read_text().replace("kind: KIND_CPU", "count: 2, kind: KIND_CPU")
+            config.write_text(text.replace("count: 1, count: 2,", "count: 2,"))
+        wait_until(
+            lambda: all(client.is_model_ready(m) for m in ADDED_MODELS),
+            60,
+            "the added models ready",
+        )
+        units = pbd.worker_units()
+        assert len(units) == 1 + 2 * len(ADDED_MODELS), units
+        pids = {unit: pbd.main_pid(unit) for unit in units}
+        for _ in range(RESTARTS):
+            systemd.systemctl("restart", "pbd.service")
+            for model in ["counted", *ADDED_MODELS]:
+                assert client.is_model_ready(model), (model, _journal(systemd))
+            assert {unit: pbd.main_pid(unit) for unit in pbd.worker_units()} == pids, _journal(
+                systemd
+            )
+        log = pbd.daemon_log()
+        assert "unexpected first reply" not in log, log
+        assert "refused a worker connection" not in log, log
+        assert log.count("re-attached without re-initializing") == RESTARTS * len(pids), log
+        assert _initialize_count(systemd) == 1
     finally:
         pbd.close()

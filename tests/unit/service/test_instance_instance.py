@@ -118,6 +118,24 @@ def test_an_initialize_that_raises_fails_the_start(tmp_path: Path) -> None:
     run(tmp_path, test, FakeLauncher(init_error="boom"), start=False)
 
 
+def test_a_heartbeat_ahead_of_initialized_is_no_reply(tmp_path: Path) -> None:
+    """A worker re-attaching to a new daemon may send a heartbeat (or spans) between its Hello
+    and its Initialized; the start waits for Initialized (it failed with "unexpected first
+    reply", and the model stayed UNAVAILABLE, issue #31)."""
+
+    def heartbeat_first(worker: FakeWorker, message: wpb.DaemonToWorker) -> None:
+        if message.WhichOneof("kind") == "initialize":
+            worker.send(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat(executed=7)))
+            worker.send(wpb.WorkerToDaemon(spans=wpb.SpanBatch()))
+        worker.answer(message)
+
+    async def test(instance: Instance, launcher: FakeLauncher, room: Room) -> None:
+        await asyncio.wait_for(instance.start(), WAIT_S)
+        assert instance.state is State.READY and instance.executed == 7
+
+    run(tmp_path, test, FakeLauncher(on_frame=heartbeat_first), start=False)
+
+
 def test_a_lone_request_is_answered_where_its_result_is_read(tmp_path: Path) -> None:
     async def test(instance: Instance, launcher: FakeLauncher, room: Room) -> None:
         answered: list[InferResult] = []

@@ -5,13 +5,14 @@ first frame that is no hello is dropped; closing the hub fails who still waits."
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
 from worker_samples import hub_address
 
 from pbd.errors import Code, PbdError
-from pbd.worker.hub import WorkerHub
+from pbd.worker.hub import REFUSALS_PER_LINE, WorkerHub
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import HEADER, decode_length, encode_frame, socket_address
 
@@ -94,3 +95,26 @@ def test_closing_the_hub_fails_who_still_waits() -> None:
         assert caught.value.message == "daemon is shutting down"
 
     run(test)
+
+
+def test_a_worker_refused_again_and_again_is_logged_once_then_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker with a stale token calls back (backing off): its refusals must not flood the
+    journal (issue #31 saw ~100,000 lines)."""
+
+    async def test(hub: WorkerHub) -> None:
+        hub.expect("m/1/m_0", "secret")
+        for _ in range(REFUSALS_PER_LINE + 1):
+            reader, writer = await connect(hub, hello("m/1/m_0", "stale"))
+            assert await reader.read() == b""
+            writer.close()
+            await writer.wait_closed()
+        hub.forget("m/1/m_0")
+
+    with caplog.at_level(logging.INFO, logger="pbd.instances"):
+        run(test)
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a worker connection: bad token for 'm/1/m_0'",
+        f"refused {REFUSALS_PER_LINE} worker connections so far: bad token for 'm/1/m_0'",
+    ]

@@ -24,7 +24,12 @@ from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import SocketFrameReader
 from pbd_wire.shm import Arena, SegmentMap
 from pbd_worker.model_api import state
-from pbd_worker.runtime import EXIT_INIT_FAILED, WorkerRuntime
+from pbd_worker.runtime import (
+    EXIT_INIT_FAILED,
+    RECONNECT_FIRST_S,
+    RECONNECT_LONGEST_S,
+    WorkerRuntime,
+)
 
 WAIT_S = 30.0  # a bound on a read that went wrong, never reached when it passes
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
@@ -82,7 +87,9 @@ class Daemon:
         assert frame is not None, "the worker closed the connection"
         return wpb.WorkerToDaemon.FromString(frame)
 
-    def initialize(self, model_dir: Path, config: dict[str, object]) -> wpb.Initialized:
+    def initialize(
+        self, model_dir: Path, config: dict[str, object], heartbeat_ms: int = 3_600_000
+    ) -> wpb.Initialized:
         self.send(
             initialize=wpb.Initialize(
                 args={
@@ -96,7 +103,7 @@ class Daemon:
                 version="1",
                 output_region_prefix="pbdtest-out-",
                 output_region_bytes=1 << 16,
-                heartbeat_interval_ms=3_600_000,  # none during a test
+                heartbeat_interval_ms=heartbeat_ms,  # by default none during a test
                 shm_dir=self.shm_dir,
             )
         )
@@ -208,6 +215,40 @@ def test_an_initialize_that_raises_is_reported_and_the_worker_is_to_exit(
     assert reply.error.message.startswith("initialize() failed: ValueError: no weights\n")
     assert "model.py" in reply.error.traceback
     assert daemon.runtime.exit_code == EXIT_INIT_FAILED
+
+
+def test_heartbeats_go_only_while_a_daemon_has_taken_the_worker(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """A re-attaching worker is silent until the new daemon answered its Hello with Initialize
+    and got Initialized: a heartbeat ahead of either was refused (issue #31)."""
+    runtime = daemon.runtime
+    assert not daemon.initialize(model_dir, {"name": "m"}, heartbeat_ms=10).HasField("error")
+    assert runtime.attached.is_set()
+    assert daemon.read().WhichOneof("kind") == "heartbeat"
+    runtime.attached.clear()  # what a lost connection leaves until the next Initialized
+    daemon.conn.settimeout(0.3)  # 30 heartbeat intervals
+    late: list[str] = []
+    with pytest.raises(TimeoutError):
+        for _ in range(3):
+            late.append(str(daemon.read().WhichOneof("kind")))
+    assert late in ([], ["heartbeat"])  # at most one was already on its way
+    daemon.conn.settimeout(WAIT_S)
+    reply = daemon.initialize(model_dir, {"name": "m"}, heartbeat_ms=10)  # the same model
+    assert reply.adopted and runtime.attached.is_set()
+    assert daemon.read().WhichOneof("kind") == "heartbeat"
+
+
+def test_reconnect_waits_double_with_jitter_and_start_over_once_taken(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    runtime = daemon.runtime
+    bases = [RECONNECT_FIRST_S * 2**i for i in range(8)]
+    for base in bases:
+        expected = min(base, RECONNECT_LONGEST_S)
+        assert 0.5 * expected <= runtime._next_wait() <= 1.5 * expected
+    assert not daemon.initialize(model_dir, {"name": "m"}).HasField("error")
+    assert runtime._next_wait() <= 1.5 * RECONNECT_FIRST_S
 
 
 def test_a_cancel_frame_reaches_a_request_still_answered_by_its_sender(
