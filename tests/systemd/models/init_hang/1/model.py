@@ -15,10 +15,9 @@ HOLD_S = 3600.0
 class TritonPythonModel:
     def initialize(self, args):
         hold = os.path.join(args["model_repository"], "hold_initialize")
-        with contextlib.suppress(OSError):
-            with open(hold) as f:
-                if f.read().strip() == "ignore SIGTERM":
-                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(OSError), open(hold) as f:
+            if f.read().strip() == "ignore SIGTERM":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
         deadline = time.monotonic() + HOLD_S
         while os.path.exists(hold) and time.monotonic() < deadline:
             time.sleep(0.05)
