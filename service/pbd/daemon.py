@@ -16,6 +16,7 @@ import gc
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 from pbd import status_line
 from pbd.bls.service import BlsService
@@ -114,6 +115,9 @@ class Daemon:
         )
         self.port = 0
         self._stop = asyncio.Event()
+        self._forced = asyncio.Event()  # a second SIGTERM/SIGINT: stop without waiting
+        self._stop_deadline = 0.0  # loop time by which loads and requests had their time
+        self._startup_loads: asyncio.Future[list[str]] | None = None
 
     def _make_runtime(self, config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
         """A version of a model the repository loads (never while the daemon is being built)."""
@@ -135,7 +139,28 @@ class Daemon:
             instance.forget_cuda_region(region.generation)
 
     def request_stop(self) -> None:
-        self._stop.set()
+        """SIGTERM/SIGINT: shut down in order, loads still running and requests in flight
+        getting --exit-timeout-secs. A second one: now, without waiting for either (Ctrl-C
+        twice)."""
+        if not self._stop.is_set():
+            loop = asyncio.get_running_loop()
+            self._stop_deadline = loop.time() + self.settings.exit_timeout_secs
+            self._stop.set()
+        elif not self._forced.is_set():
+            log.warning("asked again to stop: not waiting for loads or requests any longer")
+            self._forced.set()
+
+    def _time_left(self) -> float:
+        """What is left of --exit-timeout-secs since the stop was asked for (0 once forced)."""
+        if self._forced.is_set():
+            return 0.0
+        return max(self._stop_deadline - asyncio.get_running_loop().time(), 0.0)
+
+    async def _until_forced(self, task: asyncio.Future[Any], timeout: float) -> None:
+        """Wait for ``task`` up to ``timeout`` seconds, or until a second stop signal."""
+        forced = asyncio.ensure_future(self._forced.wait())
+        await asyncio.wait({task, forced}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        forced.cancel()
 
     def status_text(self) -> str:
         return status_line.status_text(self.repository)
@@ -147,7 +172,7 @@ class Daemon:
         ours = {
             worker_unit(instance.id)
             for entry in self.repository.entries.values()
-            for runtime in entry.versions.values()
+            for runtime in [*entry.versions.values(), *entry.loading.values()]
             for instance in runtime.instances()
         }
         for unit in await self.systemd.running_units():
@@ -180,35 +205,58 @@ class Daemon:
         return sorted(name for name, e in self.repository.entries.items() if e.loading)
 
     async def _load_unless_stopped(self) -> list[str] | None:
-        """The startup models that failed to load, or None when a stop came first: loads
-        still running then get --exit-timeout-secs to finish, and are cancelled after that
-        (an instance cancelled in initialize() has its worker killed)."""
-        loading = asyncio.ensure_future(self._load_startup_models())
+        """The startup models that failed to load, or None when a stop came first.
+
+        Loads still running after --startup-wait-secs go on in the background: start-up
+        reports ready without them (READY=1; STATUS= and the ready line name them), so one
+        hung initialize() does not hold `systemctl start pbd` while the others serve."""
+        loading = self._startup_loads = asyncio.ensure_future(self._load_startup_models())
         stopped = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        wait = self.settings.startup_wait_secs
+        await asyncio.wait(
+            {loading, stopped}, timeout=wait or None, return_when=asyncio.FIRST_COMPLETED
+        )
         stopped.cancel()
-        if not self._stop.is_set():
+        if self._stop.is_set():
+            await self._finish_startup_loads()
+            return None
+        if loading.done():
             return loading.result()
-        timeout = self.settings.exit_timeout_secs
+        log.warning(
+            "still loading after %gs (--startup-wait-secs): %s; reporting ready, they serve "
+            "once loaded",
+            wait,
+            ", ".join(self._still_loading()),
+        )
+        return []
+
+    async def _finish_startup_loads(self) -> None:
+        """On shutdown: startup loads still running get what is left of --exit-timeout-secs
+        to finish, and are cancelled after that (an instance cancelled in initialize() has
+        its worker stopped)."""
+        loading = self._startup_loads
+        if loading is None or loading.done():
+            return
+        timeout = self._time_left()
         log.warning(
             "shutting down while models are still loading (%s): they get %gs to finish, "
             "then their instances are stopped",
             ", ".join(self._still_loading()),
             timeout,
         )
-        await asyncio.wait({loading}, timeout=timeout)
+        await self._until_forced(loading, timeout)
         if not loading.done():
             log.warning(
-                "stopping the instances of %s: still loading after %gs",
+                "stopping the instances of %s: still loading",
                 ", ".join(self._still_loading()),
-                timeout,
             )
         loading.cancel()  # nothing to cancel when it finished in time
         with contextlib.suppress(asyncio.CancelledError):
             await loading
-        return None
 
     async def _poll(self) -> None:
+        if self._startup_loads is not None:  # not while startup loads still run
+            await asyncio.shield(self._startup_loads)
         while True:
             await asyncio.sleep(self.settings.repository_poll_secs)
             try:
@@ -220,19 +268,28 @@ class Daemon:
         """Every accepted request gets an answer before the listeners close: its result if it
         finishes within ``timeout``, else UNAVAILABLE (queued ones are not started; running
         ones end with their instance)."""
-        if await self.dataplane.drain(timeout):
+        draining = asyncio.ensure_future(self.dataplane.drain(timeout))
+        await self._until_forced(draining, timeout)
+        if draining.done() and draining.result():
             return
+        draining.cancel()
+        limit = self.settings.exit_timeout_secs
+        after, why = (
+            ("a second stop signal", "; a second stop signal came")
+            if self._forced.is_set()
+            else (f"--exit-timeout-secs ({limit:g}s)", f"; --exit-timeout-secs {limit:g}s passed")
+        )
         refusal = unavailable(
-            "the server is shutting down: the request was still queued after "
-            f"--exit-timeout-secs ({timeout:g}s) and was not executed"
+            f"the server is shutting down: the request was still queued after {after} and "
+            "was not executed"
         )
         refusal.failure = "OTHER"
         rejected = self.repository.reject_waiting(refusal)
-        log.warning("shutdown: %d queued request(s) refused after %gs", rejected, timeout)
+        log.warning("shutdown: %d queued request(s) refused", rejected)
         # No grace: nothing new may start, and what still executes fails now.
         await self.repository.unload_all(
             grace=0.0,
-            why=f" (the server is shutting down; --exit-timeout-secs {timeout:g}s passed)",
+            why=f" (the server is shutting down{why})",
         )
         # Let the handlers send those answers before the server stops.
         await self.dataplane.drain(SHUTDOWN_ANSWER_S)
@@ -352,6 +409,7 @@ class Daemon:
             self.notifier.ready()
             await self._stop.wait()
             log.info("shutting down")
+            await self._finish_startup_loads()
         await self._decide_detach()
         await self.notifier.stopping(
             "restarting; instances keep running"
@@ -360,7 +418,7 @@ class Daemon:
         )
         if poller is not None:
             poller.cancel()
-        await self._drain(settings.exit_timeout_secs)
+        await self._drain(self._time_left() if self._stop.is_set() else settings.exit_timeout_secs)
         return code
 
     async def _reset_failed_units(self) -> None:
@@ -374,7 +432,7 @@ async def serve(settings: Settings) -> int:
     daemon = Daemon(settings)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, daemon.request_stop)
+        loop.add_signal_handler(signum, daemon.request_stop)  # twice: stop now
     try:
         return await daemon.run()
     finally:

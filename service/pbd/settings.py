@@ -176,6 +176,11 @@ class Settings:
         60.0, "time a worker has to connect after it is started"
     )
     model_init_timeout_secs: float = _opt(600.0, "time a model's initialize() may take")
+    startup_wait_secs: float = _opt(
+        120.0,
+        "longest start-up waits for startup models still loading before it reports ready "
+        "(READY=1) with them named; they go on loading (0: wait for all)",
+    )
     model_finalize_timeout_secs: float = _opt(
         30.0, "time a model's finalize() may take at unload; then its worker is killed"
     )

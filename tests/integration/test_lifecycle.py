@@ -6,7 +6,9 @@ test_faults.py."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,3 +189,57 @@ def test_a_hung_execute_is_killed_and_replaced(
     assert int(client.infer("sleepy", sleepy_inputs(0)).as_numpy("SLEPT_MS")[0]) == 0
     assert old_pid not in daemon.workers_of("sleepy")
     add_sub_works(client)
+
+
+def test_a_long_initialize_logs_how_long_it_runs(tmp_path: Path) -> None:
+    """A hung initialize() is not silent: the log says how long it has run (after 10 s, 30 s,
+    60 s, then every minute) and RepositoryIndex (`pbd status`) says for how long it loads."""
+    repo = make_repository(
+        tmp_path, {"gated": TEST_MODELS / "gated", "add_sub": EXAMPLE_MODELS / "add_sub"}
+    )
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    with running_daemon(repo, tmp_path, "--startup-wait-secs", "0") as daemon:
+        line = re.compile(
+            r"still loading instance 'gated_0_0' of model 'gated' version 1: initialize\(\) "
+            r"running for 1\d s \(pid \d+; --model-init-timeout-secs 600\)"
+        )
+        try:
+            wait_until(lambda: line.search(daemon.log()), 30, "the first progress line")
+            reason = daemon.index()[("gated", "1")].reason
+            assert re.fullmatch(r"loading: initialize\(\) of 1 instance\(s\), 1\d s", reason)
+        finally:
+            hold.unlink()
+        daemon.wait_settled(["gated", "add_sub"])
+        assert daemon.index()[("gated", "1")].state == "READY"
+        assert len(line.findall(daemon.log())) == 1
+
+
+def test_a_second_sigint_stops_at_once(tmp_path: Path) -> None:
+    """Ctrl-C while a model loads gives the load --exit-timeout-secs to finish; Ctrl-C again
+    stops now: the loading instance's worker is stopped and the daemon exits cleanly."""
+    repo = make_repository(
+        tmp_path, {"gated": TEST_MODELS / "gated", "add_sub": EXAMPLE_MODELS / "add_sub"}
+    )
+    (repo / "gated" / "hold_initialize").write_text("")
+    daemon = Daemon(repo, tmp_path, ("--exit-timeout-secs", "300"))
+    try:
+        daemon.start()
+        wait_until(lambda: daemon.index()[("add_sub", "1")].state == "READY", 60, "add_sub")
+        wait_until(lambda: "gated/1/gated_0_0" in daemon.workers().values(), 60, "gated's worker")
+        os.kill(daemon.pid, signal.SIGINT)
+        wait_until(
+            lambda: "shutting down while models are still loading (gated)" in daemon.log(),
+            30,
+            "the first SIGINT to be taken",
+        )
+        began = time.monotonic()
+        os.kill(daemon.pid, signal.SIGINT)
+        assert daemon.process is not None
+        daemon.process.wait(timeout=30)
+        took = time.monotonic() - began
+        assert took < 10.0, (took, daemon.log_tail())
+        assert "asked again to stop: not waiting for loads or requests any longer" in daemon.log()
+    finally:
+        daemon.stop()
+    daemon.assert_clean_exit()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from pbd_harness import (
+    EXAMPLE_MODELS,
     ROOT,
     TEST_MODELS,
     DaemonFactory,
@@ -148,6 +149,35 @@ def test_status_while_loading_says_what_each_model_does(tmp_path: Path) -> None:
                 hold.unlink()
             ready = _notified(sock, lambda m: "READY=1" in m and "model version(s)" in m, 120)
             assert "STATUS=1 model version(s) ready, 1/1 instances ready" in ready, ready
+
+
+def test_ready_comes_after_the_startup_wait_with_a_model_still_loading(tmp_path: Path) -> None:
+    """A hung initialize() does not hold READY=1 (`systemctl start pbd`) for
+    --model-init-timeout-secs: after --startup-wait-secs the daemon reports ready, STATUS=
+    naming what still loads and for how long, and serves the models that loaded."""
+    repo = make_repository(
+        tmp_path, {"gated": TEST_MODELS / "gated", "add_sub": EXAMPLE_MODELS / "add_sub"}
+    )
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "notify.sock"))
+        env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")}
+        with running_daemon(repo, tmp_path, "--startup-wait-secs", "2", env=env) as daemon:
+            try:
+                ready = _notified(sock, lambda m: "READY=1" in m and "model version(s)" in m, 60)
+                assert re.search(
+                    r"STATUS=loading 1 model version\(s\): gated \(initialize\(\) of 1 "
+                    r"instance\(s\), \d+ s\); 1 model version\(s\) ready",
+                    ready,
+                ), ready
+                assert daemon.index()[("gated", "1")].state == "LOADING"
+                assert daemon.control().is_model_ready("add_sub")
+                assert "still loading after 2s (--startup-wait-secs): gated" in daemon.log()
+            finally:
+                hold.unlink()
+            daemon.wait_settled(["gated"])
+            assert daemon.control().is_model_ready("gated")
 
 
 def test_two_workers_printing_at_once_write_whole_prefixed_lines(

@@ -16,9 +16,10 @@ reads them in place. Outputs are read in place from the worker's segments by the
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +54,13 @@ log = logging.getLogger("pbd.instances")
 BLS_KINDS = frozenset({"bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc"})
 # What a worker may send ahead of its Initialized reply.
 _BEFORE_INITIALIZED = frozenset({"metrics", "heartbeat", "spans"})
+
+
+def progress_marks() -> Iterator[float]:
+    """Seconds into a long initialize() at which its progress is logged: after 10 s, 30 s,
+    60 s, then every minute."""
+    yield from (10.0, 30.0)
+    yield from itertools.count(60.0, 60.0)
 
 
 class BlsSink(Protocol):
@@ -236,14 +244,30 @@ class Instance:
         )
         conn.send(wpb.DaemonToWorker(initialize=init))
         limit = self.settings.model_init_timeout_secs
-        deadline = self._loop.time() + limit
+        began = self._loop.time()
+        deadline = began + limit
+        marks = progress_marks()
+        mark = began + next(marks)
         while True:
             try:
-                reply = await asyncio.wait_for(conn.recv(), max(deadline - self._loop.time(), 0.0))
+                reply = await asyncio.wait_for(
+                    conn.recv(), max(min(deadline, mark) - self._loop.time(), 0.0)
+                )
             except TimeoutError:
-                raise unavailable(
-                    f"{self.describe()}: initialize() did not finish in {limit:g}s"
-                ) from None
+                if self._loop.time() >= deadline:
+                    raise unavailable(
+                        f"{self.describe()}: initialize() did not finish in {limit:g}s"
+                    ) from None
+                log.info(
+                    "still loading %s: initialize() running for %.0f s (pid %s; "
+                    "--model-init-timeout-secs %g)",
+                    self.describe(),
+                    self._loop.time() - began,
+                    conn.pid,
+                    limit,
+                )
+                mark = began + next(marks)
+                continue
             if reply is None:
                 raise unavailable(
                     f"worker for {self.describe()} {await self.exit_text()} during initialize()"

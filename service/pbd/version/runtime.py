@@ -53,7 +53,8 @@ class VersionRuntime:
         self.services = services
         self.settings = settings = services.settings
         self.state = VersionState.LOADING
-        self.reason = ""
+        self._reason = ""
+        self._load_began = 0.0  # time.monotonic() when load() began
         self.queue: Scheduler[Instance] = make_scheduler(
             config, f"model '{config.name}' version {version}", settings.max_queue_size
         )
@@ -108,6 +109,19 @@ class VersionRuntime:
     def instances(self) -> list[Instance]:
         return self.supervisor.instances()
 
+    @property
+    def reason(self) -> str:
+        """Why the version is not READY; while it loads, the step and for how long so far
+        (``loading: initialize() of 1 instance(s), 42 s``: RepositoryIndex, `pbd status`,
+        systemd's STATUS=)."""
+        if self.state is VersionState.LOADING and self._reason.startswith("loading: "):
+            return f"{self._reason}, {time.monotonic() - self._load_began:.0f} s"
+        return self._reason
+
+    @reason.setter
+    def reason(self, text: str) -> None:
+        self._reason = text
+
     def _loading(self, step: str) -> None:
         """What loading does now (shown in the index and in systemd's STATUS)."""
         self.reason = f"loading: {step}"
@@ -115,6 +129,7 @@ class VersionRuntime:
     async def load(self) -> None:
         """Start every instance; on any failure stop the rest and raise the first error."""
         source = str(self.model_dir / "config.pbtxt")
+        self._load_began = time.monotonic()
         try:
             plans = plan_instances(self.config, self.services.gpus)
             limits = version_limits(self.config, self.settings, source)
