@@ -173,7 +173,7 @@ class Daemon:
             worker_unit(instance.id)
             for entry in self.repository.entries.values()
             for runtime in [*entry.versions.values(), *entry.loading.values()]
-            for instance in runtime.instances()
+            for instance in runtime.supervisor.with_starting()
         }
         for unit in await self.systemd.running_units():
             if unit not in ours:

@@ -194,3 +194,38 @@ def test_restart_after_adding_models(private_systemd: PrivateSystemd) -> None:
         assert _initialize_count(systemd) == 1
     finally:
         pbd.close()
+
+
+def test_start_returns_after_the_startup_wait_with_a_hung_initialize(
+    private_systemd: PrivateSystemd,
+) -> None:
+    """`systemctl start pbd` is not held for --model-init-timeout-secs by one hung model:
+    READY=1 after --startup-wait-secs, STATUS= naming it; its unit keeps loading (it is no
+    orphan) and serves once initialize() returns."""
+    systemd = private_systemd
+    repository = make_repository(
+        systemd.shared, {"counted": MODELS / "counted", "init_hang": MODELS / "init_hang"}
+    )
+    hold = repository / "init_hang" / "hold_initialize"
+    hold.write_text("hold\n")
+    pbd = PbdUnits(systemd, shm_prefix(), "startup_wait_secs=2")
+    try:
+        pbd.install()
+        began = time.monotonic()
+        systemd.systemctl("start", "pbd.service")
+        assert time.monotonic() - began < 15.0, _journal(systemd)
+        shown = systemd.show("pbd.service", "ActiveState", "StatusText")
+        assert shown["ActiveState"] == "active", shown
+        assert shown["StatusText"].startswith(
+            "loading 1 model version(s): init_hang (initialize() of 1 instance(s), "
+        ), shown
+        assert systemd.show(HUNG_UNIT, "ActiveState")["ActiveState"] == "activating"
+        client = pbd.client()
+        assert client.is_model_ready("counted") and not client.is_model_ready("init_hang")
+        hold.unlink()
+        wait_until(lambda: client.is_model_ready("init_hang"), 60, "init_hang ready")
+        assert systemd.show(HUNG_UNIT, "ActiveState")["ActiveState"] == "active"
+        systemd.systemctl("stop", "pbd.service")
+        assert pbd.worker_units("active,activating,deactivating,failed") == []
+    finally:
+        pbd.close()

@@ -64,11 +64,17 @@ class Supervisor:
         self.stopping = False
         self._murderer: asyncio.Task[None] | None = None
         self._changes: set[asyncio.Task[Any]] = set()  # instances being started or retired
+        self._starting: list[Instance] = []  # spawn_all's, until they all started
 
     # -- what the version and its dispatch read -----------------------------------------------
 
     def instances(self) -> list[Instance]:
         return [s.instance for s in self.slots]
+
+    def with_starting(self) -> list[Instance]:
+        """The instances, and those of a load still starting (their workers run already:
+        under systemd their units are this version's, no orphans)."""
+        return [*self._starting, *self.instances()]
 
     def instance_names(self) -> list[str]:
         """Instances that run or will run again."""
@@ -87,12 +93,14 @@ class Supervisor:
     async def spawn_all(self, plans: list[InstancePlan]) -> None:
         """Start an instance for each plan, then watch them; on any failure stop the others
         and raise the first error."""
-        instances = [self.new_instance(p) for p in plans]
+        instances = self._starting = [self.new_instance(p) for p in plans]
         try:
             outcomes = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
         except asyncio.CancelledError:  # shutdown during loading: those that started go too
             await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
             raise
+        finally:
+            self._starting = []
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         if failures:
             await asyncio.gather(*(i.stop(1.0) for i in instances), return_exceptions=True)
