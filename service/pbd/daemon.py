@@ -242,7 +242,7 @@ class Daemon:
             "shutting down while models are still loading (%s): they get %gs to finish, "
             "then their instances are stopped",
             ", ".join(self._still_loading()),
-            timeout,
+            round(timeout, 1),
         )
         await self._until_forced(loading, timeout)
         if not loading.done():

@@ -60,14 +60,12 @@ class PbdUnits:
             args += ["--setting", item]
         self.systemd.run(*args)
         # Test models write marker files: let the (read-only) units write that one directory.
-        dropin = "[Service]\nReadWritePaths=/run/pbd-test/markers\n"
-        self.systemd.run("mkdir", "-p", "/run/systemd/system/pbd-worker@.service.d")
-        self.systemd.run(
-            "sh",
-            "-c",
-            "cat > /run/systemd/system/pbd-worker@.service.d/90-test.conf",
-            input=dropin,
-        )
+        self.dropin("pbd-worker@.service", "[Service]\nReadWritePaths=/run/pbd-test/markers\n")
+
+    def dropin(self, unit: str, text: str) -> None:
+        """A test's drop-in for ``unit`` (90-test.conf), and systemd reloaded to see it."""
+        self.systemd.run("mkdir", "-p", f"/run/systemd/system/{unit}.d")
+        self.systemd.run("sh", "-c", f"cat > /run/systemd/system/{unit}.d/90-test.conf", input=text)
         self.systemd.systemctl("daemon-reload")
 
     def client(self) -> grpcclient.InferenceServerClient:

@@ -256,14 +256,7 @@ def test_wedged_daemon_is_restarted_by_the_watchdog(private_systemd: PrivateSyst
     pbd = PbdUnits(systemd, shm_prefix())
     try:
         pbd.install()
-        systemd.run("mkdir", "-p", "/run/systemd/system/pbd.service.d")
-        systemd.run(
-            "sh",
-            "-c",
-            "cat > /run/systemd/system/pbd.service.d/90-test.conf",
-            input="[Service]\nWatchdogSec=3\nRestartSec=0.5\n",
-        )
-        systemd.systemctl("daemon-reload")
+        pbd.dropin("pbd.service", "[Service]\nWatchdogSec=3\nRestartSec=0.5\n")
         systemd.systemctl("start", "pbd.service")
         worker_pid = pbd.main_pid(COUNTED_UNIT)
         daemon_pid = pbd.main_pid("pbd.service")
