@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from pbd_harness import (
     EXAMPLE_MODELS,
     SETTLE_TIMEOUT_S,
@@ -223,3 +224,37 @@ def test_model_added_to_the_repository_can_be_loaded(
     a = np.array([1.0, 2.0], dtype=np.float32)
     result = client.infer("optional_add", [infer_input("A", a, "FP32")])
     np.testing.assert_array_equal(result.as_numpy("SUM"), a)
+
+
+@pytest.mark.parametrize(
+    ("model", "grpc_status", "http_status", "message"),
+    [
+        # A version whose model.py does not compile: Triton's "load failed" answer.
+        ("syntax_error", "StatusCode.INVALID_ARGUMENT", "400", "SyntaxError"),
+        # A config.pbtxt Triton cannot read: its code (it answers "failed to poll from model
+        # repository"), pbd's message naming the line.
+        ("bad_config", "StatusCode.INTERNAL", "500", "config.pbtxt: invalid model configuration"),
+    ],
+)
+def test_load_failures_answer_tritons_codes_over_both_protocols(
+    client: grpcclient.InferenceServerClient,
+    daemon: Daemon,
+    model: str,
+    grpc_status: str,
+    http_status: str,
+    message: str,
+) -> None:
+    """Checked against Triton 2.51 (docs/triton-compat.md, "Load failures")."""
+    if not (daemon.repository / model).exists():
+        shutil.copytree(TEST_MODELS / model, daemon.repository / model)
+    error = error_of(lambda: client.load_model(model))
+    assert error.status() == grpc_status, error
+    assert message in error.message()
+    http = httpclient.InferenceServerClient(daemon.http_url)
+    try:
+        error = error_of(lambda: http.load_model(model))
+    finally:
+        http.close()
+    assert error.status() == http_status, error
+    assert message in error.message()
+    assert daemon.index()[(model, "1" if model == "syntax_error" else "")].state == "UNAVAILABLE"
