@@ -251,7 +251,12 @@ class ModelRepository:
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
             self._serve_from(entry, None)
-            log.info("unloaded model '%s'", name)
+            if all(r.detached for r in runtimes):
+                log.info(
+                    "detached model '%s': its instances keep running for the next daemon", name
+                )
+            else:
+                log.info("unloaded model '%s'", name)
 
     def _dependents(self, name: str) -> list[str]:
         """The models with a loaded version that runs its requests on ``name``."""

@@ -54,6 +54,7 @@ class VersionRuntime:
         self.settings = settings = services.settings
         self.state = VersionState.LOADING
         self.reason = ""
+        self.detached = False  # unloaded by letting its instances run on (see unload)
         self.queue: Scheduler[Instance] = make_scheduler(
             config, f"model '{config.name}' version {version}", settings.max_queue_size
         )
@@ -204,3 +205,6 @@ class VersionRuntime:
         )
         self.state = VersionState.UNAVAILABLE
         self.reason = "unloaded"
+        # Restarting under systemd: the instances were let go, still running, for the next
+        # daemon to re-attach (Instance.stop), not finalized.
+        self.detached = self.services.launcher.detaching

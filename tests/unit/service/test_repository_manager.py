@@ -47,6 +47,7 @@ class FakeRuntime:
         self.config, self.version, self.model_dir = config, version, model_dir
         self.state, self.reason, self.scaler = VersionState.LOADING, "", None
         self.unloaded = False
+        self.detached = False
 
     @property
     def serving(self) -> bool:
