@@ -41,6 +41,7 @@ from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.lifecycle import (
     ask_ready,
     auto_complete,
+    declared_outputs,
     decoupled,
     init_fingerprint,
     report_init_failure,
@@ -325,6 +326,7 @@ class WorkerRuntime:
             live=self.live,
             gpu_inputs=on_gpu,
             cuda=self.bls.cuda,
+            declared_outputs=declared_outputs(args),
         )
         self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.
