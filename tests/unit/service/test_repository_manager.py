@@ -148,10 +148,16 @@ class GatedRuntime(FakeRuntime):
         await super().load()
 
 
-def test_a_clients_load_goes_on_when_the_client_stops_waiting(tmp_path: Path) -> None:
+def _gated_repository(tmp_path: Path) -> ModelRepository:
+    """A repository of one model, "m", whose load waits for ``GatedRuntime.gate``."""
     (tmp_path / "repo").mkdir()
     repo = ModelRepository(tmp_path / "repo", GatedRuntime, 0.0)  # type: ignore[arg-type]
     _model(repo.root, "m")
+    return repo
+
+
+def test_a_clients_load_goes_on_when_the_client_stops_waiting(tmp_path: Path) -> None:
+    repo = _gated_repository(tmp_path)
 
     async def scenario() -> None:
         GatedRuntime.gate = asyncio.Event()
@@ -173,9 +179,7 @@ def test_a_clients_load_goes_on_when_the_client_stops_waiting(tmp_path: Path) ->
 
 
 def test_a_cancelled_load_leaves_its_versions_listed_with_why(tmp_path: Path) -> None:
-    (tmp_path / "repo").mkdir()
-    repo = ModelRepository(tmp_path / "repo", GatedRuntime, 0.0)  # type: ignore[arg-type]
-    _model(repo.root, "m")
+    repo = _gated_repository(tmp_path)
 
     async def scenario() -> None:
         GatedRuntime.gate = asyncio.Event()
