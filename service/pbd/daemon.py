@@ -31,7 +31,7 @@ from pbd.instance.instance import InstanceServices
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
-from pbd.memory.segments import new_daemon_id, remove_segments, segment_namer
+from pbd.memory.segments import SegmentClaim, new_daemon_id, segment_namer
 from pbd.metrics.collector import PbdCollector
 from pbd.metrics.cpu import CpuMetrics
 from pbd.metrics.server import MetricsServer
@@ -303,8 +303,13 @@ class Daemon:
             log.error("model repository '%s' is not a directory", settings.model_repository)
             return 2
         tune_malloc()
-        remove_segments(settings.shm_prefix, shm_dir=str(settings.shm_dir))
+        try:
+            claim = SegmentClaim(settings.shm_prefix, self.daemon_id, str(settings.shm_dir))
+        except OSError as exc:
+            log.error("cannot claim shared memory in --shm-dir '%s': %s", settings.shm_dir, exc)
+            return 2
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(claim.release)  # last out: after all that used the segments stopped
             if not await self._start(stack):
                 return 2
             code = await self._serve()
@@ -326,12 +331,6 @@ class Daemon:
                 log.error("--launcher systemd: %s", exc.message)
                 return False
             stack.callback(self.systemd.close)
-        stack.callback(
-            remove_segments,
-            settings.shm_prefix,
-            daemon_id=self.daemon_id,
-            shm_dir=str(settings.shm_dir),
-        )
         stack.callback(self.cuda_pools.close)
         stack.callback(self.dataplane.shm.close)
         await self.hub.start()

@@ -360,7 +360,7 @@ class DataPlane:
                 f"failed to load '{name}', failed to poll from model repository: "
                 "'file:' parameters need a 'config' parameter (the uploaded model's config)",
             )
-        await self.repository.load(name, override, files)
+        await self.repository.load_for_client(name, override, files)
 
     async def unload_model(
         self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]

@@ -299,6 +299,23 @@ class StoreOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def shown_default(value: Any) -> str:
+    """A default as ``--help`` and the README's flag table write it: ``true``, ``15``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _help(text: str, env: str, default: Any) -> str:
+    """A flag's help: what it does, its variable, and its default. An empty default ("",
+    unset) is not shown: what it means is in the text ("default: the daemon's"), once."""
+    if default in ("", None):
+        return f"{text} [env {env}]"
+    return f"{text} [env {env}] (default: {shown_default(default)})"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Settings):
         env = ENV_PREFIX + f.name.upper()
@@ -315,7 +332,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             type=_converter(f.type),
             choices=f.metadata["choices"],
             metavar="BOOL" if f.type == "bool" else None,
-            help=f"{help_text} (default: {default})",
+            help=_help(f.metadata["help"], env, default),
             **({"action": StoreOnce, "why": f.metadata["once"]} if f.metadata["once"] else {}),
             **bare,
         )

@@ -26,6 +26,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from pbd_wire.shm_owner import OWNER_SUFFIX
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_MODELS = ROOT / "examples" / "models"
 TEST_MODELS = Path(__file__).resolve().parent / "models"
@@ -333,8 +335,13 @@ class Daemon:
 
     def segment_owners(self) -> set[str]:
         """The instances (daemon id and sequence number) that have segments in /dev/shm; a
-        replaced instance's segments must be gone, so this is never more than the live ones."""
-        return {name.rsplit("-", 1)[0] for name in self.shm_segments()}
+        replaced instance's segments must be gone, so this is never more than the live ones.
+        The daemons' owner records (``.owner``) are not segments."""
+        return {
+            name.rsplit("-", 1)[0]
+            for name in self.shm_segments()
+            if not name.endswith(OWNER_SUFFIX)
+        }
 
     def log(self) -> str:
         try:

@@ -6,11 +6,13 @@ import json
 import shutil
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from pbd_harness import (
     EXAMPLE_MODELS,
     SETTLE_TIMEOUT_S,
@@ -223,3 +225,83 @@ def test_model_added_to_the_repository_can_be_loaded(
     a = np.array([1.0, 2.0], dtype=np.float32)
     result = client.infer("optional_add", [infer_input("A", a, "FP32")])
     np.testing.assert_array_equal(result.as_numpy("SUM"), a)
+
+
+@pytest.mark.parametrize(
+    ("model", "grpc_status", "http_status", "message"),
+    [
+        # A version whose model.py does not compile: Triton's "load failed" answer.
+        ("syntax_error", "StatusCode.INVALID_ARGUMENT", "400", "SyntaxError"),
+        # A config.pbtxt Triton cannot read: its code (it answers "failed to poll from model
+        # repository"), pbd's message naming the line.
+        ("bad_config", "StatusCode.INTERNAL", "500", "config.pbtxt: invalid model configuration"),
+    ],
+)
+def test_load_failures_answer_tritons_codes_over_both_protocols(
+    client: grpcclient.InferenceServerClient,
+    daemon: Daemon,
+    model: str,
+    grpc_status: str,
+    http_status: str,
+    message: str,
+) -> None:
+    """Checked against Triton 2.51 (docs/models.md, "Loads")."""
+    if not (daemon.repository / model).exists():
+        shutil.copytree(TEST_MODELS / model, daemon.repository / model)
+    error = error_of(lambda: client.load_model(model))
+    assert error.status() == grpc_status, error
+    assert message in error.message()
+    http = httpclient.InferenceServerClient(daemon.http_url)
+    try:
+        error = error_of(lambda: http.load_model(model))
+    finally:
+        http.close()
+    assert error.status() == http_status, error
+    assert message in error.message()
+    assert daemon.index()[(model, "1" if model == "syntax_error" else "")].state == "UNAVAILABLE"
+
+
+def test_an_unload_during_a_load_waits_for_it_and_the_model_stays_listed(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    """As Triton 2.51: a load goes on when its client stops waiting; an unload asked meanwhile
+    answers once the load has ended and the model is unloaded. The model stays in the index
+    (UNAVAILABLE "unloaded"), and both steps are logged. pbd used to drop the load with its
+    client, and the unload then made the model vanish from the index, silently."""
+    model_dir = daemon.repository / "gated"
+    if not model_dir.exists():
+        shutil.copytree(TEST_MODELS / "gated", model_dir)
+    hold = model_dir / "hold_initialize"  # the model's initialize() waits while it exists
+    hold.write_text("")
+    try:
+        error = error_of(lambda: client.load_model("gated", client_timeout=1.0))
+        assert error.status() == "StatusCode.DEADLINE_EXCEEDED"
+        assert daemon.index()[("gated", "1")].state == "LOADING"
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            unloaded = pool.submit(client.unload_model, "gated")
+            wait_until(
+                lambda: "unloading model 'gated' once its load in progress ends" in daemon.log(),
+                SETTLE_TIMEOUT_S,
+                "the unload to wait",
+            )
+            assert not unloaded.done()
+            hold.unlink()
+            unloaded.result(timeout=SETTLE_TIMEOUT_S)
+    finally:
+        hold.unlink(missing_ok=True)
+    entry = daemon.index()[("gated", "1")]
+    assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
+    assert "loaded model 'gated' versions [1]" in daemon.log()
+    assert "unloaded model 'gated'" in daemon.log()
+    wait_no_workers(daemon, "gated")
+
+
+def test_shutdown_cancels_a_load_its_client_left(tmp_path: Path) -> None:
+    repository = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    (repository / "gated" / "hold_initialize").write_text("")
+    with running_daemon(repository, tmp_path, "--model-control-mode", "explicit") as daemon:
+        client = daemon.client()
+        error_of(lambda: client.load_model("gated", client_timeout=1.0))
+        assert daemon.index()[("gated", "1")].state == "LOADING"
+        assert daemon.stop() == 0
+    assert "loading model 'gated' was cancelled" in daemon.log()

@@ -140,6 +140,10 @@ def test_lifecycle_under_systemd(private_systemd: PrivateSystemd) -> None:
         assert after == pids, systemd.journal("-u", "pbd*", "-o", "short-monotonic")[-20000:]
         assert _initialize_count(systemd) == 1
         assert pbd.daemon_log().count("without re-initializing") == 3, pbd.daemon_log()
+        # The old daemon said so: its models' instances were let go, not unloaded.
+        log = pbd.daemon_log()
+        assert "unloaded model" not in log, log
+        assert "its instances keep running for the next daemon" in log, log
         np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
         for _ in range(4):
             assert client.infer("sleepy", _sleepy_inputs(1, None)).as_numpy(

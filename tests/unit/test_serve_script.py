@@ -39,3 +39,17 @@ def test_serve_installs_what_the_example_clients_import() -> None:
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top in installed, (client, top)
+
+
+def test_the_docs_commands_run_from_the_venv() -> None:
+    """pbd and the example clients are installed in .venv (scripts/bootstrap.sh), not in the
+    system Python: a shell block's `python ...`, `python -m pbd` or `pbd ...` would not find
+    them."""
+    pages = [ROOT / "README.md", ROOT / "examples" / "README.md", *(ROOT / "docs").glob("*.md")]
+    bare = []
+    for page in pages:
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                if re.match(r"\s*(python3?|pip3?|pbd)\s", line):
+                    bare.append(f"{page.relative_to(ROOT)}: {line.strip()}")
+    assert bare == []

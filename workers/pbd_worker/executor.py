@@ -75,8 +75,13 @@ class BatchExecutor:
         live: LiveRequests | None = None,
         gpu_inputs: bool = False,
         cuda: CudaRegions | None = None,
+        declared_outputs: frozenset[str] | None = None,
     ) -> None:
         self.model = model
+        # What a response may carry when the client names no outputs: as Triton, whose core
+        # requests every declared output, outputs the config does not declare are dropped.
+        self.declared_outputs = declared_outputs
+        self._undeclared_seen: set[str] = set()
         self.instance_name = instance_name
         self.model_name = model_name
         self.model_version = model_version
@@ -331,12 +336,15 @@ class BatchExecutor:
         if params and params != "{}":
             out.parameters_json = params
         names = request._requested_output_names
-        requested = set(names) if names else None
+        requested = set(names) if names else self.declared_outputs
         targets = {t.name: t for t in msg.output_targets} if msg.output_targets else None
         try:
             for tensor in response.output_tensors():
                 if requested is not None and tensor.name() not in requested:
-                    continue  # Triton prunes outputs the client did not ask for
+                    # Triton prunes outputs the client did not ask for, and undeclared ones.
+                    if not names:
+                        self._undeclared(tensor.name())
+                    continue
                 target = targets.get(tensor.name()) if targets is not None else None
                 if target is not None:
                     out.outputs.append(to_client(tensor, target, self.inputs, self.cuda))
@@ -356,6 +364,15 @@ class BatchExecutor:
             text, tb = describe_exception(exc)
             out.error.CopyFrom(_error("INTERNAL", f"invalid output from model: {text}", tb))
         return out
+
+    def _undeclared(self, name: str) -> None:
+        if name not in self._undeclared_seen:  # once per name: it comes with every response
+            self._undeclared_seen.add(name)
+            log.debug(
+                "%s: dropped output '%s': the model's config does not declare it (as Triton)",
+                self.instance_name,
+                name,
+            )
 
     def _cuda_input(self, ref: wpb.TensorRef) -> Tensor:
         """An input in a client's CUDA region: on the GPU for a model that takes GPU inputs,

@@ -106,6 +106,17 @@ def init_fingerprint(init: wpb.Initialize) -> str:
     return digest.hexdigest()
 
 
+def declared_outputs(args: dict[str, str]) -> frozenset[str] | None:
+    """The output names the model's config declares (None: it declares none, or cannot be
+    read: nothing is pruned)."""
+    try:
+        config = json.loads(args.get("model_config") or "{}")
+        names = frozenset(str(output["name"]) for output in config.get("output", []))
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return None
+    return names or None
+
+
 def decoupled(args: dict[str, str]) -> bool:
     """``model_transaction_policy { decoupled: true }`` in the model's config."""
     try:

@@ -2,10 +2,11 @@
 
 ``LogConfig`` holds the LogSettings extension's values (log_info, log_warning, log_error,
 log_verbose_level, log_format); ``apply`` makes the root logger follow them: one stderr handler
-whose filter drops the disabled severities, DEBUG records only when verbose > 0, and the
-timestamp style of ``log_format`` ("default" or "ISO8601", UTC); under systemd, when stderr
-is the journal, no timestamp but a ``<N>`` priority prefix (see ``journal``). Applying again
-(a LogSettings update, pushed to workers too) replaces the handler.
+whose filter drops the disabled severities, DEBUG records only when verbose > 0 (asyncio's
+below WARNING only from verbose 2), and the timestamp style of ``log_format`` ("default" or
+"ISO8601", UTC); under systemd, when stderr is the journal, no timestamp but a ``<N>``
+priority prefix (see ``journal``). Applying again (a LogSettings update, pushed to workers
+too) replaces the handler.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from dataclasses import dataclass
 from pbd_worker import journal
 
 LOG_FORMATS = ("default", "ISO8601")
+# Libraries whose DEBUG and INFO lines say nothing about serving ("Using selector:
+# EpollSelector"): shown from verbose level 2, their warnings always.
+LIBRARY_LOGGERS = ("asyncio",)
+LIBRARY_VERBOSE_LEVEL = 2
 
 
 @dataclass
@@ -74,3 +79,6 @@ def apply(config: LogConfig, prefix: str = "") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if config.verbose > 0 else logging.INFO)
+    quiet = config.verbose < LIBRARY_VERBOSE_LEVEL
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)

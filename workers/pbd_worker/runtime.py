@@ -33,6 +33,7 @@ from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.cuda import gpu_inputs
 from pbd_wire.shm import OUTPUT_ARENA, SHM_DIR, Arena, SegmentMap, remove_instance_segments
+from pbd_wire.shm_owner import remove_orphaned_record
 from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
@@ -41,6 +42,7 @@ from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.lifecycle import (
     ask_ready,
     auto_complete,
+    declared_outputs,
     decoupled,
     init_fingerprint,
     report_init_failure,
@@ -278,6 +280,7 @@ class WorkerRuntime:
         with the same prefix sweeps what a killed worker could not."""
         if self.segments is not None:
             removed = remove_instance_segments(*self.segments)
+            remove_orphaned_record(*self.segments)  # the last worker out removes it
             self.segments = None
             if removed:
                 log.info("removed %d shared-memory segment(s) of the daemon", len(removed))
@@ -348,6 +351,7 @@ class WorkerRuntime:
             live=self.live,
             gpu_inputs=on_gpu,
             cuda=self.bls.cuda,
+            declared_outputs=declared_outputs(args),
         )
         self.bls.bind(self.inputs, self.outputs)
         # The model and its imports live as long as the process: out of the collector's way.

@@ -40,10 +40,16 @@ _IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
 
 
 class ConfigError(PbdError):
-    """A model configuration that cannot be served; the message names the file and field."""
+    """A model configuration that cannot be served; the message names the file and field.
 
-    def __init__(self, message: str) -> None:
-        super().__init__(Code.INVALID_ARG, message)
+    The code is the one Triton 2.51's clients see: INVALID_ARGUMENT for a configuration that
+    was read but breaks a rule, INTERNAL (``unreadable``) for one Triton cannot even read (a
+    text or JSON syntax error, a name that is not the directory's): Triton finds those while
+    polling the repository and answers "failed to poll from model repository" (pbd keeps its
+    precise message)."""
+
+    def __init__(self, message: str, *, unreadable: bool = False) -> None:
+        super().__init__(Code.INTERNAL if unreadable else Code.INVALID_ARG, message)
 
 
 def load_model_config(model_dir: Path, *, override_json: str | None = None) -> ModelConfig:
@@ -70,7 +76,7 @@ def read_model_config(
             return mc.ModelConfig(), f"{model_dir} (no {CONFIG_FILE})"
         raise ConfigError(f"{model_dir}: missing {CONFIG_FILE}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+        raise ConfigError(f"{path}: cannot read: {exc}", unreadable=True) from None
     return _message_from_text(text, str(path)), str(path)
 
 
@@ -95,7 +101,9 @@ def _message_from_text(text: str, source: str) -> mc.ModelConfig:
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
         # protobuf's message starts with "line:column : ".
-        raise ConfigError(f"{source}: invalid model configuration: {_triton_names(exc)}") from None
+        raise ConfigError(
+            f"{source}: invalid model configuration: {_triton_names(exc)}", unreadable=True
+        ) from None
     return message
 
 
@@ -103,15 +111,19 @@ def _message_from_json(text: str, source: str) -> mc.ModelConfig:
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: deep nesting
-        raise ConfigError(f"{source}: invalid model configuration JSON: {exc}") from None
+        raise ConfigError(
+            f"{source}: invalid model configuration JSON: {exc}", unreadable=True
+        ) from None
     if not isinstance(document, dict):
-        raise ConfigError(f"{source}: the model configuration JSON must be an object")
+        raise ConfigError(
+            f"{source}: the model configuration JSON must be an object", unreadable=True
+        )
     message = mc.ModelConfig()
     try:
         json_format.ParseDict(document, message)
     except json_format.ParseError as exc:
         raise ConfigError(
-            f"{source}: invalid model configuration JSON: {_triton_names(exc)}"
+            f"{source}: invalid model configuration JSON: {_triton_names(exc)}", unreadable=True
         ) from None
     return message
 
@@ -192,7 +204,8 @@ def _check_model(msg: mc.ModelConfig, model_name: str, src: str) -> None:
         # Triton's wording (model_repository_manager.cc).
         raise ConfigError(
             f"{src}: unexpected directory name '{model_name}' for model '{msg.name}', "
-            "directory name must equal model name"
+            "directory name must equal model name",
+            unreadable=True,
         )
     if msg.max_batch_size < 0:
         raise ConfigError(f"{src}: max_batch_size must be >= 0, got {msg.max_batch_size}")

@@ -81,6 +81,9 @@ class ModelRepository:
         self.make_runtime = make_runtime
         self.unload_grace = unload_grace
         self.entries: dict[str, ModelEntry] = {}
+        # Loads clients asked for, going on after the client stopped waiting (Triton's way);
+        # shutdown cancels them.
+        self._client_loads: set[asyncio.Task[None]] = set()
 
     def model_names(self) -> list[str]:
         try:
@@ -125,6 +128,22 @@ class ModelRepository:
                 if self.uploads is not None and entry.model_dir != model_dir:
                     self.uploads.remove(model_dir)  # an upload that did not load
 
+    async def load_for_client(
+        self,
+        name: str,
+        override_json: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """``load`` for a client's request (RepositoryModelLoad): it goes on when the client
+        stops waiting (a deadline, a disconnect), as in Triton, so the model ends loaded or
+        failed, never half-way; an unload asked meanwhile waits for it. Shutdown cancels it
+        (``unload_all``)."""
+        task = asyncio.create_task(self.load(name, override_json, files), name=f"load {name}")
+        self._client_loads.add(task)
+        task.add_done_callback(_settled)
+        task.add_done_callback(self._client_loads.discard)
+        await asyncio.shield(task)
+
     async def _load_locked(self, entry: ModelEntry, model_dir: Path, override: str | None) -> None:
         name = entry.name
         signature = model_signature(model_dir)
@@ -159,6 +178,15 @@ class ModelRepository:
             results = await asyncio.gather(
                 *(r.load() for r in fresh.values()), return_exceptions=True
             )
+        except asyncio.CancelledError:
+            # Stopped half-way (shutdown): the versions it was loading are listed with why.
+            for version in fresh:
+                if version not in entry.versions:
+                    entry.dead[version] = "loading was cancelled (the server is shutting down)"
+            log.warning(
+                "loading model '%s' was cancelled after %.2fs", name, time.monotonic() - began
+            )
+            raise
         finally:
             entry.loading = {}
         failures = [
@@ -211,6 +239,9 @@ class ModelRepository:
         grace = self.unload_grace if grace is None else grace
         for dependent in self._dependents(name):  # an ensemble goes before its steps (Triton)
             await self.unload(dependent, grace, why)
+        if entry.loading:
+            # As Triton: the unload takes effect once the load in progress has ended.
+            log.info("unloading model '%s' once its load in progress ends", name)
         async with entry.lock:
             runtimes = list(entry.versions.values())
             if not runtimes:
@@ -220,7 +251,12 @@ class ModelRepository:
             for runtime in runtimes:
                 entry.dead[runtime.version] = "unloaded"
             self._serve_from(entry, None)
-            log.info("unloaded model '%s'", name)
+            if all(r.detached for r in runtimes):
+                log.info(
+                    "detached model '%s': its instances keep running for the next daemon", name
+                )
+            else:
+                log.info("unloaded model '%s'", name)
 
     def _dependents(self, name: str) -> list[str]:
         """The models with a loaded version that runs its requests on ``name``."""
@@ -231,7 +267,12 @@ class ModelRepository:
         )
 
     async def unload_all(self, grace: float | None = None, why: str = "") -> None:
-        """Unload every model; ``why`` ends the message of requests still executing."""
+        """Cancel the loads clients asked for, then unload every model; ``why`` ends the
+        message of requests still executing."""
+        loads = list(self._client_loads)
+        for task in loads:
+            task.cancel()
+        await asyncio.gather(*loads, return_exceptions=True)
         await asyncio.gather(
             *(self.unload(n, grace, why) for n in list(self.entries)), return_exceptions=True
         )
@@ -299,6 +340,8 @@ class ModelRepository:
                 rows.setdefault(version, IndexEntry(name, str(version), "LOADING", runtime.reason))
             if entry.error and not entry.versions:
                 rows.setdefault(-1, IndexEntry(name, "", "UNAVAILABLE", entry.error))
+            if not rows and not ready_only:
+                rows[-1] = IndexEntry(name)  # known, nothing loaded: as a model never loaded
             for version in sorted(rows):
                 row = rows[version]
                 if not ready_only or row.state == "READY":
@@ -369,3 +412,9 @@ def parse_version(text: str) -> int:
             "invalid literal), version should be an integral value > 0"
         )
     return value
+
+
+def _settled(task: asyncio.Task[None]) -> None:
+    """A client's load that nobody awaits any more: its failure was logged by ``load``."""
+    if not task.cancelled():
+        task.exception()

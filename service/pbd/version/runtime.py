@@ -55,6 +55,7 @@ class VersionRuntime:
         self.state = VersionState.LOADING
         self._reason = ""
         self._load_began = 0.0  # time.monotonic() when load() began
+        self.detached = False  # unloaded by letting its instances run on (see unload)
         self.queue: Scheduler[Instance] = make_scheduler(
             config, f"model '{config.name}' version {version}", settings.max_queue_size
         )
@@ -219,3 +220,6 @@ class VersionRuntime:
         )
         self.state = VersionState.UNAVAILABLE
         self.reason = "unloaded"
+        # Restarting under systemd: the instances were let go, still running, for the next
+        # daemon to re-attach (Instance.stop), not finalized.
+        self.detached = self.services.launcher.detaching

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from config_samples import SRC
 from config_samples import parse as _parse
@@ -17,6 +19,25 @@ def test_errors_are_invalid_arg_pbd_errors() -> None:
     assert isinstance(info.value, ConfigError)
     assert info.value.code is Code.INVALID_ARG
     assert str(info.value) == info.value.message
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda: _parse("max_batch_size: ["),
+        lambda: _parse('name: "other"'),
+        lambda: model_config_from_json("{", model_name="m", source="m (override)"),
+        lambda: model_config_from_json("[1]", model_name="m", source="m (override)"),
+        lambda: model_config_from_json('{"bogus": 1}', model_name="m", source="m (override)"),
+    ],
+    ids=["text syntax", "other name", "json syntax", "json not an object", "json field"],
+)
+def test_a_config_triton_cannot_read_is_internal(read: Any) -> None:
+    """Triton 2.51 finds these while polling the repository: INTERNAL ("failed to poll from
+    model repository"), whatever the client; pbd keeps its message and uses Triton's code."""
+    with pytest.raises(ConfigError) as info:
+        read()
+    assert info.value.code is Code.INTERNAL
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ class FakeRuntime:
         self.config, self.version, self.model_dir = config, version, model_dir
         self.state, self.reason, self.scaler = VersionState.LOADING, "", None
         self.unloaded = False
+        self.detached = False
 
     @property
     def serving(self) -> bool:
@@ -135,3 +136,60 @@ def test_every_load_checks_the_name(tmp_path: Path) -> None:
     with pytest.raises(PbdError, match="Invalid stub name: contains invalid characters"):
         asyncio.run(repo.load("a;b"))
     assert "a;b" not in repo.entries
+
+
+class GatedRuntime(FakeRuntime):
+    """Loads once ``gate`` is set."""
+
+    gate: asyncio.Event
+
+    async def load(self) -> None:
+        await self.gate.wait()
+        await super().load()
+
+
+def _gated_repository(tmp_path: Path) -> ModelRepository:
+    """A repository of one model, "m", whose load waits for ``GatedRuntime.gate``."""
+    (tmp_path / "repo").mkdir()
+    repo = ModelRepository(tmp_path / "repo", GatedRuntime, 0.0)  # type: ignore[arg-type]
+    _model(repo.root, "m")
+    return repo
+
+
+def test_a_clients_load_goes_on_when_the_client_stops_waiting(tmp_path: Path) -> None:
+    repo = _gated_repository(tmp_path)
+
+    async def scenario() -> None:
+        GatedRuntime.gate = asyncio.Event()
+        client = asyncio.create_task(repo.load_for_client("m"))
+        await asyncio.sleep(0.01)
+        client.cancel()  # a deadline, a disconnect
+        await asyncio.sleep(0.01)
+        assert [(e.version, e.state) for e in repo.index()] == [("1", "LOADING")]
+        unload = asyncio.create_task(repo.unload("m"))
+        await asyncio.sleep(0.01)
+        assert not unload.done()  # it waits for the load
+        GatedRuntime.gate.set()
+        await unload
+
+    asyncio.run(scenario())
+    assert [(e.version, e.state, e.reason) for e in repo.index()] == [
+        ("1", "UNAVAILABLE", "unloaded")
+    ]
+
+
+def test_a_cancelled_load_leaves_its_versions_listed_with_why(tmp_path: Path) -> None:
+    repo = _gated_repository(tmp_path)
+
+    async def scenario() -> None:
+        GatedRuntime.gate = asyncio.Event()
+        load = asyncio.create_task(repo.load_for_client("m"))
+        await asyncio.sleep(0.01)
+        await repo.unload_all()  # shutdown
+        with pytest.raises(asyncio.CancelledError):
+            await load
+
+    asyncio.run(scenario())
+    assert [(e.version, e.state, e.reason) for e in repo.index()] == [
+        ("1", "UNAVAILABLE", "loading was cancelled (the server is shutting down)")
+    ]
