@@ -16,7 +16,8 @@ mkdir -p "$out/service" "$out/workers"
   --python_out="$out/service" --pyi_out="$out/service" \
   "$protos"/pbd/_proto/model_config.proto \
   "$protos"/pbd/_proto/grpc_service.proto \
-  "$protos"/pbd/_proto/health.proto
+  "$protos"/pbd/_proto/health.proto \
+  "$protos"/pbd/_proto/front.proto
 "$python" -m grpc_tools.protoc -I "$protos" \
   --python_out="$out/workers" --pyi_out="$out/workers" \
   "$protos"/pbd_wire/worker.proto

@@ -15,6 +15,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,14 @@ from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.ensemble.runtime import EnsembleRuntime, Ensembles
 from pbd.errors import PbdError, unavailable
+from pbd.fronts.supervisor import Fronts
 from pbd.gpus import visible_gpus
-from pbd.grpc.server import build_server
+from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.server import build_server, tls_context
 from pbd.http.server import HttpFrontend
 from pbd.instance.custom_metrics import CustomMetrics
 from pbd.instance.instance import InstanceServices
+from pbd.listeners import grpc_sockets, http_sockets, tcp_port
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
@@ -73,6 +77,10 @@ class Daemon:
         self.notifier = DaemonNotifier(self.status_text)
         self.gpus = visible_gpus()
         self.custom_metrics = CustomMetrics()
+        shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
+        count = settings.front_count()
+        # Front-end processes serve the ports (``--frontends``); they follow the dataplane.
+        self.fronts = Fronts(count, settings, self.daemon_id, shm_name) if count > 1 else None
         self.repository = ModelRepository(
             settings.model_repository.resolve(),
             self._make_runtime,
@@ -97,6 +105,7 @@ class Daemon:
                 on_cuda_removed=self._cuda_region_removed,
             ),
             self.tracing,
+            follower=self.fronts,
         )
         self.ensembles = Ensembles(self.repository, self.dataplane)
         self.cuda_pools = CudaPools(pool_sizes(settings.cuda_memory_pool_byte_size, self.gpus))
@@ -107,7 +116,7 @@ class Daemon:
             settings=settings,
             launcher=self.launcher,
             hub=self.hub,
-            shm_name=segment_namer(settings.shm_prefix, self.daemon_id),
+            shm_name=shm_name,
             gpus=self.gpus,
             custom_metrics=self.custom_metrics,
             tracing=self.tracing,
@@ -261,6 +270,7 @@ class Daemon:
             await asyncio.sleep(self.settings.repository_poll_secs)
             try:
                 await self.repository.poll()
+                await self.dataplane.announce_models()
             except Exception:  # noqa: BLE001 - a bad scan must not end polling
                 log.exception("repository poll failed")
 
@@ -340,26 +350,11 @@ class Daemon:
             stack.callback(self.repository.uploads.close)
         stack.push_async_callback(self.repository.unload_all)
         stack.push_async_callback(self.bls.close)
-        if settings.allow_grpc:
-            try:
-                server = build_server(self.dataplane, settings)
-                self.port = await server.start()
-            except (OSError, ValueError) as exc:
-                log.error("%s", exc)
-                return False
-            stack.push_async_callback(server.stop, 1.0)
-            where = (
-                settings.grpc_address
-                if settings.grpc_address.startswith("unix:")
-                else f"{settings.grpc_address}:{self.port}"
-            )
-            tls = " (TLS)" if settings.grpc_use_ssl else ""
-            log.info("gRPC server listening on %s%s", where, tls)
-        if settings.allow_http:
-            http = HttpFrontend(self.dataplane, settings)
-            await http.start()
-            stack.push_async_callback(http.stop)
-            log.info("HTTP server listening on %s:%d", settings.http_address, http.port)
+        try:
+            await self._serve_edges(stack)
+        except (OSError, ValueError) as exc:
+            log.error("%s", exc)
+            return False
         if settings.allow_metrics:
             cpu = [CpuMetrics()] if settings.allow_cpu_metrics else []
             metrics = MetricsServer(
@@ -381,6 +376,46 @@ class Daemon:
             log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
         return True
 
+    async def _serve_edges(self, stack: contextlib.AsyncExitStack) -> None:
+        """Listen on the public ports: here, or (``--frontends`` over 1) in front-end
+        processes, on sockets bound here. OSError or ValueError when that cannot be done."""
+        settings = self.settings
+        fronts = self.fronts
+        http_port = 0
+        if fronts is None:
+            if settings.allow_grpc:
+                server = build_server(self.dataplane, settings)
+                self.port = await server.start()
+                stack.push_async_callback(server.stop, 1.0)
+            if settings.allow_http:
+                http = HttpFrontend(self.dataplane, settings)
+                await http.start()
+                stack.push_async_callback(http.stop)
+                http_port = http.port
+        else:
+            tls_context(settings)  # a bad certificate, key or restriction: refused here, once
+            parse_restrictions(settings.grpc_restricted_protocol)
+            grpc = grpc_sockets(settings) if settings.allow_grpc else []
+            stack.callback(_close_all, grpc)
+            http_socks = http_sockets(settings) if settings.allow_http else []
+            stack.callback(_close_all, http_socks)
+            self.port, http_port = tcp_port(grpc), tcp_port(http_socks)
+            await fronts.start(self.dataplane, grpc, http_socks)
+            stack.push_async_callback(fronts.close)
+        by = f" by {fronts.count} front-end processes" if fronts is not None else ""
+        if settings.allow_grpc:
+            where = (
+                settings.grpc_address
+                if settings.grpc_address.startswith("unix:")
+                else f"{settings.grpc_address}:{self.port}"
+            )
+            tls = " (TLS)" if settings.grpc_use_ssl else ""
+            log.info("gRPC server listening on %s%s%s", where, tls, by)
+        if settings.allow_http:
+            log.info("HTTP server listening on %s:%d%s", settings.http_address, http_port, by)
+        if fronts is not None and not await fronts.connected():
+            log.warning("not every front end came up within 30s; serving with those that did")
+
     async def _serve(self) -> int:
         """Load the startup models, serve until asked to stop, then let the requests in flight
         finish (``_drain``); the exit code."""
@@ -388,6 +423,7 @@ class Daemon:
         self.notifier.start()  # STATUS= says what is loading meanwhile
         failed = await self._load_unless_stopped()
         self.dataplane.started = True
+        await self.dataplane.announce_models()
         # What start-up made lives as long as the daemon: out of the collector's way, so its
         # full collections under load walk only what serving allocates.
         gc.collect()
@@ -417,7 +453,14 @@ class Daemon:
         )
         if poller is not None:
             poller.cancel()
-        await self._drain(self._time_left() if self._stop.is_set() else settings.exit_timeout_secs)
+        timeout = self._time_left() if self._stop.is_set() else settings.exit_timeout_secs
+        if self.fronts is None:
+            await self._drain(timeout)
+        else:  # the front ends stop taking calls and finish theirs as the daemon drains
+            # Their grace outlasts the drain (its refusals go out within SHUTDOWN_ANSWER_S of
+            # the timeout): a front end cuts no call the daemon is still answering.
+            grace = timeout + SHUTDOWN_ANSWER_S + 2.0
+            await asyncio.gather(self._drain(timeout), self.fronts.stop(grace))
         return code
 
     async def _reset_failed_units(self) -> None:
@@ -425,6 +468,12 @@ class Daemon:
         next daemon."""
         if self.systemd is not None and not self.launcher.detaching:
             await self.systemd.reset_failed()
+
+
+def _close_all(sockets: list[socket.socket]) -> None:
+    """The daemon's copies of the public sockets (front ends hold their own)."""
+    for sock in sockets:
+        sock.close()
 
 
 async def serve(settings: Settings) -> int:

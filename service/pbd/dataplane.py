@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pbd import __version__
 from pbd.admission import ByteBudget
@@ -43,6 +43,17 @@ EXTENSIONS = (
 )
 
 
+class Follower(Protocol):
+    """What follows the daemon's state from elsewhere (``pbd.fronts.supervisor.Fronts``: the
+    front-end processes)."""
+
+    async def models_changed(self, decoupled: list[str]) -> None:
+        """The loaded models changed (``decoupled`` are those of them that are decoupled);
+        return once every follower knows."""
+
+    def log_settings_changed(self) -> None: ...
+
+
 class DataPlane:
     def __init__(
         self,
@@ -50,6 +61,7 @@ class DataPlane:
         settings: Settings,
         shm: ClientShmRegistry,
         tracing: Tracing | None = None,
+        follower: Follower | None = None,
     ) -> None:
         self.repository = repository
         self.settings = settings
@@ -63,6 +75,9 @@ class DataPlane:
         self.cache = ResponseCache(size) if size > 0 else None
         self._idle = asyncio.Event()
         self._idle.set()
+        # Front-end processes (``pbd serve --frontends``) follow the daemon's state: they hear
+        # of model changes before the RPC that made them answers, and of new log flags.
+        self.follower = follower
 
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
@@ -182,6 +197,19 @@ class DataPlane:
         if self.settings.metrics_histogram_latencies:
             runtime.stats.responded_first(time.perf_counter_ns() - began, runtime.config.as_dict)
 
+    def decoupled_models(self) -> list[str]:
+        """The loaded models whose transaction policy is decoupled."""
+        return sorted(
+            name
+            for name, entry in self.repository.entries.items()
+            if any(runtime.config.decoupled for runtime in entry.versions.values())
+        )
+
+    async def announce_models(self) -> None:
+        """Whatever follows the loaded models (the front ends) hears of them now."""
+        if self.follower is not None:
+            await self.follower.models_changed(self.decoupled_models())
+
     def is_decoupled(self, request: InferRequest) -> bool:
         """Whether ``request`` goes to a decoupled model (False when it names no model)."""
         try:
@@ -292,6 +320,8 @@ class DataPlane:
             finally:  # an error leaves the keys before it applied: the workers follow those too
                 for instance in self.all_instances():
                     instance.push_runtime_settings()
+                if self.follower is not None:
+                    self.follower.log_settings_changed()
         return log_settings_answer(self.settings)
 
     # -- client shared memory --------------------------------------------------------------------
@@ -360,7 +390,10 @@ class DataPlane:
                 f"failed to load '{name}', failed to poll from model repository: "
                 "'file:' parameters need a 'config' parameter (the uploaded model's config)",
             )
-        await self.repository.load_for_client(name, override, files)
+        try:
+            await self.repository.load_for_client(name, override, files)
+        finally:
+            await self.announce_models()
 
     async def unload_model(
         self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]
@@ -375,7 +408,10 @@ class DataPlane:
                     )
             else:
                 raise invalid_arg(f"unrecognized unload parameter '{key}'.")
-        await self.repository.unload(name)
+        try:
+            await self.repository.unload(name)
+        finally:
+            await self.announce_models()
 
 
 def _check_repository_name(name: str) -> None:

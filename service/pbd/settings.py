@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +20,7 @@ ENV_PREFIX = "PBD_"
 MIB = 1024 * 1024
 
 
-def _opt(
-    default: Any, help: str, *, choices: Sequence[str] | None = None, once: str = ""
-) -> Any:
+def _opt(default: Any, help: str, *, choices: Sequence[str] | None = None, once: str = "") -> Any:
     """A field; ``once``: its flag may be given only once, and this says why (a second value
     is an error, not a replacement)."""
     meta = {"help": help, "choices": choices, "once": once}
@@ -33,7 +32,8 @@ def _opt(
 @dataclass
 class Settings:
     model_repository: Path = _opt(
-        Path("models"), "model repository directory (Triton layout)",
+        Path("models"),
+        "model repository directory (Triton layout)",
         once="pbd serves one model repository",
     )
     server_id: str = _opt("pbd", "the server name ServerMetadata answers (Triton's --id)")
@@ -98,9 +98,7 @@ class Settings:
     exit_on_error: bool = _opt(
         False, "exit at start if a model fails to load (Triton's default is true)"
     )
-    log_file: str = _opt(
-        "", "append the log to this file instead of stderr (the workers' log too)"
-    )
+    log_file: str = _opt("", "append the log to this file instead of stderr (the workers' log too)")
     log_verbose: int = _opt(0, "verbose logging level (0 = off)")
     log_info: bool = _opt(True, "log INFO lines")
     log_warning: bool = _opt(True, "log WARNING lines")
@@ -255,10 +253,34 @@ class Settings:
         "bytes of the response cache, for models whose config says response_cache { enable: "
         "true } (Triton's --cache-config local,size=N; 0: no cache)",
     )
+    frontends: int = _opt(
+        0,
+        "processes serving the gRPC and HTTP ports (0: one per 4 usable CPUs, 1 to 8; "
+        "1: the daemon serves them itself)",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
+
+    def to_json(self) -> str:
+        """Every field, for a process of the daemon's that needs the same settings."""
+        return json.dumps(dataclasses.asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        values = json.loads(text)
+        for f in dataclasses.fields(cls):
+            if f.type == "Path" and f.name in values:
+                values[f.name] = Path(values[f.name])
+        return cls(**values)
+
+    def front_count(self) -> int:
+        """How many front-end processes serve the ports: ``frontends``, or for 0 one per four
+        usable CPUs, between 1 and 8 (the workers and the daemon need the others)."""
+        if self.frontends > 0:
+            return self.frontends
+        return max(1, min(8, len(os.sched_getaffinity(0)) // 4))
 
 
 def _flag(name: str) -> str:

@@ -54,6 +54,42 @@ class InputTensor:
     parameters: dict[str, ParamValue] = field(default_factory=dict)
     # In device memory instead (a BLS call's GPU input in a CUDA pool block): data is None.
     device: ShmSlice | None = None
+    # The bytes lie in a front end's arena (``pbd serve --frontends``), ``data`` is a view of
+    # them: the worker maps that region instead of getting a copy.
+    placed: ShmSlice | None = None
+
+
+class LentInputs:
+    """The arena blocks a front end lent for one request's inputs (``placed`` tensors).
+
+    Each Execute that describes them holds them (``hold``) until the instance frees that
+    batch's blocks (``give_back``); ``on_free`` runs once the request is over (``end``) and
+    no hold is left: no worker reads those bytes any more, and the front end may reuse them."""
+
+    __slots__ = ("on_free", "holds", "over")
+
+    def __init__(self, on_free: Callable[[], None]) -> None:
+        self.on_free: Callable[[], None] | None = on_free
+        self.holds = 0
+        self.over = False
+
+    def hold(self) -> None:
+        self.holds += 1
+
+    def give_back(self) -> None:
+        self.holds -= 1
+        if self.over and not self.holds:
+            self._free()
+
+    def end(self) -> None:
+        self.over = True
+        if not self.holds:
+            self._free()
+
+    def _free(self) -> None:
+        on_free, self.on_free = self.on_free, None
+        if on_free is not None:
+            on_free()
 
 
 @dataclass
@@ -85,6 +121,8 @@ class InferRequest:
     # and answered it twice is answered with the first response, as Triton's stream does
     # (ModelInfer answers Triton's "expected a single response, got 2").
     first_answer: bool = False
+    # Inputs lent by a front end (``InputTensor.placed``): held while a worker may read them.
+    lent: LentInputs | None = None
 
     @property
     def log_id(self) -> str:
@@ -97,6 +135,10 @@ class OutputTensor:
     datatype: str
     shape: tuple[int, ...]
     data: memoryview
+    # The shared-memory segment and offset ``data`` lies at ("" when it lies in none: a
+    # client's region, or bytes the daemon made): what a front end maps to read it.
+    region: str = ""
+    offset: int = 0
 
 
 @dataclass
@@ -119,6 +161,12 @@ class InferResult:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+    def take_release(self) -> Callable[[], None] | None:
+        """Hand the memory back later, elsewhere: the caller now owns what ``release`` would
+        have done (a front end's answer, released when the front end has encoded it)."""
+        release, self._release = self._release, None
+        return release
 
     def __enter__(self) -> InferResult:
         return self

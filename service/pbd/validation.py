@@ -43,6 +43,7 @@ _IMPLICIT_BATCH_NOTE = (
     "configuration docs for more info on max_batch_size."
 )
 
+
 def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -269,7 +270,11 @@ def _prepare_tensors(
         elif tensor.device is not None:  # a BLS call's GPU input, in a CUDA pool block
             slice_ = tensor.device
         else:
-            inputs.append(_prepare_input(request, tensor, cfg, config))
+            checked = _prepare_input(request, tensor, cfg, config)
+            # Bytes a front end placed in its arena: described, not copied (data stays, for
+            # --max-queued-bytes and BYTES checks, as a view of that arena).
+            checked.shm = tensor.placed
+            inputs.append(checked)
             continue
         placeholder = InputTensor(tensor.name, tensor.datatype, tensor.shape, _NO_BYTES)
         checked = _prepare_input(request, placeholder, cfg, config, nbytes=slice_.byte_size)

@@ -191,7 +191,7 @@ class Daemon:
 
     def command(self) -> list[str]:
         """The daemon's command line (a subclass may start it another way)."""
-        return [
+        command = [
             sys.executable, "-m", "pbd", "serve",
             "--model-repository", str(self.repository),
             "--grpc-address", "127.0.0.1",
@@ -201,6 +201,11 @@ class Daemon:
             "--shm-prefix", self.shm_prefix,
             *self.args,
         ]  # fmt: skip
+        # PBD_TEST_FRONTENDS=N runs every daemon of the suite with N front-end processes.
+        fronts = os.environ.get("PBD_TEST_FRONTENDS", "")
+        if fronts and "--frontends" not in self.args:
+            command += ["--frontends", fronts]
+        return command
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PBD_")}
@@ -332,6 +337,14 @@ class Daemon:
 
     def shm_segments(self) -> list[str]:
         return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))
+
+    def front_ends(self) -> int:
+        """Front-end processes it runs (``--frontends`` over 1), each with its own arena."""
+        command = self.command()
+        if "--frontends" not in command:
+            return 0
+        count = int(command[command.index("--frontends") + 1])
+        return count if count > 1 else 0
 
     def segment_owners(self) -> set[str]:
         """The instances (daemon id and sequence number) that have segments in /dev/shm; a

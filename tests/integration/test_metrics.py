@@ -85,7 +85,8 @@ def test_counters_equal_the_traffic(start_daemon: DaemonFactory, tmp_path: Path)
     assert samples[("pbd_model_ready", model)] == 1
     instance = dict(model, instance="add_sub_0_0")  # Triton: <group>_<n>, group <model>_<i>
     arena = samples[("pbd_shm_arena_bytes", labels(**instance, side="daemon"))]
-    assert arena > 0
+    # With front-end processes the inputs come in their arenas: the daemon's stays empty.
+    assert arena > 0 or daemon.front_ends()
     assert samples[("pbd_shm_arena_used_bytes", labels(**instance))] == 0  # nothing in flight
     assert samples[("pbd_inflight_requests", ())] == 0
 

@@ -101,8 +101,8 @@ def assert_no_orphan(pid: int) -> None:
 
 
 def assert_no_stale_segments(daemon: Daemon) -> None:
-    """Only live instances own segments (a replaced one's are gone)."""
-    live = len(daemon.workers())
+    """Only live instances (and front ends) own segments (a replaced one's are gone)."""
+    live = len(daemon.workers()) + daemon.front_ends()
     wait_until(
         lambda: len(daemon.segment_owners()) <= live,
         SETTLE_TIMEOUT_S,

@@ -27,14 +27,21 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd_wire",),
     ("pbd_worker",),
     # Records and leaves: anyone may import them.
-    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2", "pbd.histogram"),
+    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2", "pbd.histogram", "pbd.peercred"),
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),
-    ("pbd.responses", "pbd.tracing", "pbd.execenv", "pbd.admission", "pbd.validation",
-     "pbd.scheduling", "pbd.cache"),  # fmt: skip
-    ("pbd.settings",),
-    # Settings as the daemon's log and Triton's command line put them.
-    ("pbd.logsettings", "pbd.triton_flags"),
+    (
+        "pbd.responses",
+        "pbd.tracing",
+        "pbd.execenv",
+        "pbd.admission",
+        "pbd.validation",
+        "pbd.scheduling",
+        "pbd.cache",
+    ),  # fmt: skip
+    ("pbd.settings", "pbd.inference_plane"),
+    # Settings as the daemon's log and Triton's command line put them; the sockets they name.
+    ("pbd.logsettings", "pbd.triton_flags", "pbd.listeners"),
     # A worker process (launched, connected); one model instance in it; one model version
     # (its instances, queue and dispatch); then the repository of models over them.
     ("pbd.worker",),
@@ -48,6 +55,9 @@ LAYERS: list[tuple[str, ...]] = [
     # The edges: they answer requests through the dataplane (``pbd.answer``: how).
     ("pbd.answer",),
     ("pbd.grpc", "pbd.http"),
+    # Front-end processes (--frontends): the edges in processes of their own, and the
+    # daemon's side of them.
+    ("pbd.fronts",),
     ("pbd.daemon",),
     ("pbd.cli",),
     ("pbd.__main__",),
@@ -115,6 +125,8 @@ EDGES_MAY_IMPORT = (
     "pbd.tracing",
     "pbd.answer",
     "pbd.dataplane",
+    "pbd.inference_plane",  # what the inference routes need of the daemon, wherever it is
+    "pbd.listeners",  # the public sockets, bound once
     "pbd_wire",
 )
 
@@ -217,9 +229,7 @@ def test_the_edges_reach_the_daemon_only_through_the_dataplane() -> None:
         for target in sorted(targets)
         if layer_of(target)[0] not in EDGES_MAY_IMPORT
     ]
-    assert not found, "edge imports past the dataplane (see EDGES_MAY_IMPORT):\n" + "\n".join(
-        found
-    )
+    assert not found, "edge imports past the dataplane (see EDGES_MAY_IMPORT):\n" + "\n".join(found)
 
 
 def test_no_import_cycle() -> None:

@@ -38,6 +38,7 @@ from pbd.bls.pool import BlsPool
 from pbd.bls.wait_graph import Waiter, WaitGraph
 from pbd.errors import Code, PbdError
 from pbd.instance.memory import locate
+from pbd.memory import lent
 from pbd.memory.cuda_pool import CudaPools
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput
 from pbd_wire import worker_pb2 as wpb
@@ -369,7 +370,8 @@ class BlsService:
 
 
 def _caller_view(caller: Instance, ref: wpb.TensorRef) -> memoryview:
-    """The bytes of a BLS input, in the caller's own segments or the daemon's for it."""
+    """The bytes of a BLS input, in the caller's own segments, the daemon's for it, or (an
+    input it was given, passed on) a front end's arena."""
     if not ref.nbytes:
         return memoryview(b"")
     memory = caller.memory
@@ -377,6 +379,9 @@ def _caller_view(caller: Instance, ref: wpb.TensorRef) -> memoryview:
     if own is not None:
         return own.view(ref.offset, ref.nbytes)
     try:
+        lent_data = lent.view(ref.region, ref.offset, ref.nbytes)
+        if lent_data is not None:
+            return lent_data
         return memory.worker_segments.view(ref.region, ref.offset, ref.nbytes)
     except (ValueError, OSError) as exc:
         raise PbdError(Code.INVALID_ARG, f"BLS input '{ref.name}': {exc}") from None

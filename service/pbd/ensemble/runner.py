@@ -144,7 +144,11 @@ class EnsembleRequest:
         for name in wanted:
             tensor = tensors[name]
             assert isinstance(tensor, OutputTensor)  # spec: every output is a step's
-            outputs.append(OutputTensor(name, tensor.datatype, tensor.shape, tensor.data))
+            outputs.append(
+                OutputTensor(
+                    name, tensor.datatype, tensor.shape, tensor.data, tensor.region, tensor.offset
+                )
+            )
         self._users += 1
         self._on_answer(
             InferResult(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import resource
+import socket
 import ssl
 import time
 
@@ -22,6 +22,7 @@ from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.h2.connection import Connection, Refused, Shared
 from pbd.h2.limits import Limits
+from pbd.listeners import grpc_sockets, tcp_port
 from pbd.settings import Settings
 
 log = logging.getLogger("pbd.grpc")
@@ -56,7 +57,7 @@ def max_connections(settings: Settings) -> int:
     return max(1, min(AUTO_MAX_CONNECTIONS, int(soft * AUTO_CONNECTION_SHARE)))
 
 
-def _tls(settings: Settings) -> ssl.SSLContext | None:
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
     """TLS as Triton's ``--grpc-use-ssl*`` flags describe it; None for plaintext."""
     if not settings.grpc_use_ssl:
         return None
@@ -85,7 +86,7 @@ class GrpcServer:
         self.max_connections = max_connections(settings)
         self.refusing = False
         self.connections: set[Connection] = set()
-        self.listener: asyncio.Server | None = None
+        self.listeners: list[asyncio.Server] = []
 
     def _connection(self) -> Connection | Refused:
         if len(self.connections) >= self.max_connections:
@@ -102,33 +103,24 @@ class GrpcServer:
         self.connections.add(connection)
         return connection
 
-    async def start(self) -> int:
-        """Listen; the TCP port bound (0 for a Unix socket). OSError when it cannot bind."""
+    async def start(self, sockets: list[socket.socket] | None = None) -> int:
+        """Listen, on ``sockets`` or on sockets bound now as the settings say; the TCP port
+        (0 for a Unix socket). OSError when it cannot bind."""
         loop = asyncio.get_running_loop()
-        address = self.settings.grpc_address
-        if address.startswith("unix:"):
-            path = address.removeprefix("unix:")
-            if os.path.exists(path) and not os.path.isdir(path):
-                os.unlink(path)  # a stale socket from an earlier run, as grpc core does
-            self.listener = await loop.create_unix_server(
-                self._connection, path, ssl=self.tls, ssl_handshake_timeout=self._tls_timeout()
-            )
-            os.chmod(path, int(self.settings.grpc_socket_mode, 8))
-            return 0
-        host = address.strip("[]")
-        try:
-            self.listener = await loop.create_server(
-                self._connection,
-                host,
-                self.settings.grpc_port,
-                ssl=self.tls,
-                reuse_address=True,
-                ssl_handshake_timeout=self._tls_timeout(),
-            )
-        except OSError as exc:
-            raise OSError(f"cannot bind gRPC server to {address}:{self.settings.grpc_port}: "
-                          f"{exc.strerror or exc}") from None  # fmt: skip
-        return int(self.listener.sockets[0].getsockname()[1])
+        if sockets is None:
+            sockets = grpc_sockets(self.settings)
+        timeout = self._tls_timeout()
+        for sock in sockets:
+            if sock.family == socket.AF_UNIX:
+                listener = await loop.create_unix_server(
+                    self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=timeout
+                )
+            else:
+                listener = await loop.create_server(
+                    self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=timeout
+                )
+            self.listeners.append(listener)
+        return tcp_port(sockets)
 
     def _tls_timeout(self) -> float | None:
         timeout = self.settings.grpc_handshake_timeout_secs
@@ -137,8 +129,8 @@ class GrpcServer:
     async def stop(self, grace: float | None) -> None:
         """Refuse new calls, let running ones finish for ``grace`` seconds, then cancel them."""
         self.calls.accepting = False
-        if self.listener is not None:
-            self.listener.close()
+        for listener in self.listeners:
+            listener.close()
         for connection in list(self.connections):
             connection.go_away()
         deadline = time.monotonic() + (grace or 0.0)
@@ -157,4 +149,4 @@ def build_server(dataplane: DataPlane, settings: Settings) -> GrpcServer:
         MAX_MESSAGE_BYTES,
         settings.grpc_max_concurrent_rpcs or None,
     )
-    return GrpcServer(calls, settings, _tls(settings))
+    return GrpcServer(calls, settings, tls_context(settings))

@@ -27,12 +27,15 @@ from pbd.grpc.protocol import Buffer, Context
 from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.stream_infer import StreamSession
+from pbd.inference_plane import InferencePlane
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"
 # ModelStreamInfer metadata (Triton 24.08+): "true" makes a model's error end the stream.
 GRPC_ERROR_KEY = "triton_grpc_error"
 HEALTH_SERVICE = "grpc.health.v1.Health"
+# What a front-end process serves itself (``InferenceRpcs``); it passes the rest on.
+INFERENCE_RPCS = frozenset({"ModelInfer", "ModelStreamInfer"})
 Handler = Callable[[Any, Context], Awaitable[Any]]
 _T = TypeVar("_T")
 
@@ -51,8 +54,82 @@ def _errors_to_status(fn: Handler) -> Handler:
     return wrapper
 
 
-class InferenceServicer:
+class InferenceRpcs:
+    """ModelInfer and ModelStreamInfer: what a front-end process serves itself."""
+
+    def __init__(self, plane: InferencePlane) -> None:
+        self.plane = plane
+
+    async def ModelInfer(self, request: Buffer, context: Context) -> bytes | None:
+        """The answer, or None when it went out already (``Context.answer``: as soon as the
+        worker's result was read)."""
+        began = time.time_ns()
+        infer_request = convert.infer_request_from_wire(request)
+        return await self._answer(
+            infer_request, "ModelInfer", began, context, self.plane.infer,
+            convert.infer_response_to_wire, context.answer,
+        )  # fmt: skip
+
+    async def _answer(
+        self,
+        request: Any,
+        method: str,
+        began: int,
+        context: Any,
+        infer: Callable[[Any], Awaitable[Any]],
+        to_wire: Callable[[Any], bytes],
+        answer: Callable[[bytes], None] | None = None,
+    ) -> bytes | None:
+        """Run ``request`` and encode its result; traced when the trace settings pick it."""
+        trace = self.plane.start_trace(request, method, began, lambda: _traceparent(context))
+        return await answer_request(request, trace, infer, to_wire, finishing, answer)
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[bytes]:
+        """See ``pbd.grpc.stream_infer``: in-band errors (or, with ``triton_grpc_error: true``, a
+        model's error ends the call with its status), request order for non-decoupled models,
+        decoupled responses as produced, OK once all is answered after the half-close."""
+        grpc_error = _metadata(context, GRPC_ERROR_KEY) == "true"
+        session = StreamSession(
+            self.plane,
+            lambda raw: self._stream_one(raw, context, grpc_error),
+            lambda request, began: self.plane.start_trace(
+                request, "ModelStreamInfer", began, lambda: _traceparent(context)
+            ),
+            grpc_error,
+        )
+        try:
+            async for data in session.run(requests):
+                yield data
+        except PbdError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
+
+    async def _stream_one(self, raw: bytes, context: Any, grpc_error: bool = False) -> bytes:
+        began = time.time_ns()
+        request = None
+        try:
+            request = convert.infer_request_from_wire(raw)
+            request.first_answer = True
+            response = await self._answer(
+                request, "ModelStreamInfer", began, context, self.plane.infer,
+                convert.stream_response_to_wire,
+            )  # fmt: skip
+            assert response is not None  # only an edge that answers itself gets None
+            return response
+        except PbdError as exc:
+            if grpc_error and not exc.before_model:
+                raise  # ends the call with its status (pbd.grpc.stream_infer)
+            return convert.stream_error_to_wire(request, exc.message)
+        except (ValueError, TypeError) as exc:
+            return convert.stream_error_to_wire(request, f"malformed request: {exc}")
+
+
+class InferenceServicer(InferenceRpcs):
+    """Every RPC, over the daemon's dataplane."""
+
     def __init__(self, dataplane: DataPlane) -> None:
+        super().__init__(dataplane)
         self.dp = dataplane
 
     async def ServerLive(
@@ -86,70 +163,6 @@ class InferenceServicer:
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> Any:
         config = self.dp.model_config(request.name, request.version)
         return pb.ModelConfigResponse(config=convert.model_config_to_pb(config.as_dict))
-
-    async def ModelInfer(self, request: Buffer, context: Context) -> bytes | None:
-        """The answer, or None when it went out already (``Context.answer``: as soon as the
-        worker's result was read)."""
-        began = time.time_ns()
-        infer_request = convert.infer_request_from_wire(request)
-        return await self._answer(
-            infer_request, "ModelInfer", began, context, self.dp.infer,
-            convert.infer_response_to_wire, context.answer,
-        )  # fmt: skip
-
-    async def _answer(
-        self,
-        request: Any,
-        method: str,
-        began: int,
-        context: Any,
-        infer: Callable[[Any], Awaitable[Any]],
-        to_wire: Callable[[Any], bytes],
-        answer: Callable[[bytes], None] | None = None,
-    ) -> bytes | None:
-        """Run ``request`` and encode its result; traced when the trace settings pick it."""
-        trace = self.dp.start_trace(request, method, began, lambda: _traceparent(context))
-        return await answer_request(request, trace, infer, to_wire, finishing, answer)
-
-    async def ModelStreamInfer(
-        self, requests: AsyncIterator[bytes], context: Any
-    ) -> AsyncIterator[bytes]:
-        """See ``pbd.grpc.stream_infer``: in-band errors (or, with ``triton_grpc_error: true``, a
-        model's error ends the call with its status), request order for non-decoupled models,
-        decoupled responses as produced, OK once all is answered after the half-close."""
-        grpc_error = _metadata(context, GRPC_ERROR_KEY) == "true"
-        session = StreamSession(
-            self.dp,
-            lambda raw: self._stream_one(raw, context, grpc_error),
-            lambda request, began: self.dp.start_trace(
-                request, "ModelStreamInfer", began, lambda: _traceparent(context)
-            ),
-            grpc_error,
-        )
-        try:
-            async for data in session.run(requests):
-                yield data
-        except PbdError as exc:
-            await context.abort(GRPC_STATUS[exc.code], exc.message)
-
-    async def _stream_one(self, raw: bytes, context: Any, grpc_error: bool = False) -> bytes:
-        began = time.time_ns()
-        request = None
-        try:
-            request = convert.infer_request_from_wire(raw)
-            request.first_answer = True
-            response = await self._answer(
-                request, "ModelStreamInfer", began, context, self.dp.infer,
-                convert.stream_response_to_wire,
-            )  # fmt: skip
-            assert response is not None  # only an edge that answers itself gets None
-            return response
-        except PbdError as exc:
-            if grpc_error and not exc.before_model:
-                raise  # ends the call with its status (pbd.grpc.stream_infer)
-            return convert.stream_error_to_wire(request, exc.message)
-        except (ValueError, TypeError) as exc:
-            return convert.stream_error_to_wire(request, f"malformed request: {exc}")
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> Any:
         entries = self.dp.repository_index(request.repository_name, request.ready)
@@ -290,22 +303,36 @@ def _method(handler: Handler, request_type: Any, response_type: Any) -> Method:
 
 
 def methods(
-    servicer: InferenceServicer, restrictions: dict[str, Restriction] | None = None
+    servicer: InferenceRpcs,
+    restrictions: dict[str, Restriction] | None = None,
+    proxy: Callable[[str, Buffer, Context], Awaitable[bytes]] | None = None,
 ) -> dict[bytes, Method]:
-    """Every RPC pbd serves, by its HTTP/2 ``:path``."""
+    """Every RPC pbd serves, by its HTTP/2 ``:path``. With ``proxy`` (a front-end process,
+    whose servicer runs only the inference RPCs), every other RPC is handed to ``proxy`` as
+    its :path, request bytes and context: the daemon runs it (and its restrictions) itself."""
     rules = restrictions or {}
 
     def unary(name: str) -> Handler:
         method = getattr(servicer, name)
         return guard_unary(method, rules[name]) if name in rules else method
 
-    table = {
-        f"/{SERVICE}/{name}".encode(): _method(unary(name), req, resp)
-        for name, (req, resp) in _UNARY.items()
-    }
-    table[f"/{HEALTH_SERVICE}/Check".encode()] = _method(
-        unary("Check"), health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
-    )
+    def passed_on(path: str) -> Method:
+        assert proxy is not None
+
+        async def handler(request: Buffer, context: Context) -> bytes:
+            return await proxy(path, request, context)
+
+        return Method(streaming=False, handler=handler, deserialize=_identity, serialize=_identity)
+
+    types = {**_UNARY, "Check": (health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse)}
+    table: dict[bytes, Method] = {}
+    for name, (req, resp) in types.items():
+        service = HEALTH_SERVICE if name == "Check" else SERVICE
+        path = f"/{service}/{name}"
+        if proxy is not None and name not in INFERENCE_RPCS:
+            table[path.encode()] = passed_on(path)
+        else:
+            table[path.encode()] = _method(unary(name), req, resp)
     stream = servicer.ModelStreamInfer
     if "ModelStreamInfer" in rules:
         stream = guard_stream(stream, rules["ModelStreamInfer"])

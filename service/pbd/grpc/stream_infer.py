@@ -24,10 +24,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from pbd.dataplane import DataPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.status import finishing
+from pbd.inference_plane import InferencePlane
 from pbd.responses import StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
@@ -42,7 +42,7 @@ StartTrace = Callable[[InferRequest, int], RequestTrace | None]
 class StreamSession:
     def __init__(
         self,
-        dataplane: DataPlane,
+        dataplane: InferencePlane,
         answer_ordered: OrderedAnswer,
         start_trace: StartTrace = lambda request, began: None,
         grpc_error: bool = False,

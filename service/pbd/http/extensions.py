@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.logsettings import HTTP
+
+if TYPE_CHECKING:
+    from pbd.dataplane import DataPlane
 
 Respond = Callable[[Any, web.Request], web.Response]
 _UINT32 = 2**32

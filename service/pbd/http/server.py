@@ -15,15 +15,15 @@ import asyncio
 import base64
 import binascii
 import json
+import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from pbd.answer import answer_request
-from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.http import extensions, generate
 from pbd.http.encoding import check_content_encoding, compress
@@ -35,8 +35,13 @@ from pbd.http.tensors import (
     parse_infer_request,
     unique_keys,
 )
+from pbd.inference_plane import InferencePlane
+from pbd.listeners import http_sockets, tcp_port
 from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
+
+if TYPE_CHECKING:
+    from pbd.dataplane import DataPlane
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -48,15 +53,38 @@ def _json(value: Any, request: web.Request) -> web.Response:
 
 
 class HttpFrontend:
-    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
-        self.dp = dataplane
+    """The routes over the daemon's dataplane; or, in a front-end process (``front``), the
+    inference routes over its ``InferencePlane`` and every other request passed to ``proxy``
+    (which has the daemon answer it)."""
+
+    def __init__(
+        self,
+        dataplane: DataPlane | None,
+        settings: Settings,
+        plane: InferencePlane | None = None,
+        proxy: Handler | None = None,
+    ) -> None:
+        self._control = dataplane
+        plane = plane or dataplane
+        assert plane is not None, "an HttpFrontend needs a dataplane or an inference plane"
+        self.plane: InferencePlane = plane
         self.settings = settings
         self.app = web.Application(
             client_max_size=settings.http_max_body_bytes, middlewares=[self._errors]
         )
-        self._routes()
+        self._routes(proxy)
         self.runner: web.AppRunner | None = None
         self.port = 0
+
+    @classmethod
+    def front(cls, plane: InferencePlane, settings: Settings, proxy: Handler) -> HttpFrontend:
+        return cls(None, settings, plane, proxy)
+
+    @property
+    def dp(self) -> DataPlane:
+        """The daemon's dataplane: only the routes that need it are served where it is."""
+        assert self._control is not None, "a control route was served by a front end"
+        return self._control
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -86,8 +114,13 @@ class HttpFrontend:
                 return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}")
             raise
 
-    def _routes(self) -> None:
+    def _routes(self, proxy: Handler | None) -> None:
         r = self.app.router
+        if proxy is not None:
+            for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+                r.add_post(base + "/infer", self.infer)
+            r.add_route("*", "/{tail:.*}", proxy)
+            return
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/v2", self.server_metadata)
@@ -111,18 +144,20 @@ class HttpFrontend:
             r.add_post(f"/v2/{kind}/unregister", self.shm_unregister)
             r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
-    async def start(self) -> None:
+    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+        """Listen, on ``sockets`` or on sockets bound now as the settings say (OSError when
+        they cannot be bound)."""
         # A client that goes away cancels its handler, and with it its request (the model
         # sees is_cancelled(), as over gRPC); handlers whose work must finish shield it.
         self.runner = web.AppRunner(
             self.app, access_log=None, handle_signals=False, handler_cancellation=True
         )
+        if sockets is None:
+            sockets = http_sockets(self.settings)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.settings.http_address, self.settings.http_port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.http_port
+        for sock in sockets:
+            await web.SockSite(self.runner, sock).start()
+        self.port = tcp_port(sockets)
 
     async def stop(self) -> None:
         if self.runner is not None:
@@ -180,7 +215,7 @@ class HttpFrontend:
         parsed = parse_infer_request(
             body, request.headers.get(HEADER_LENGTH), *self._target(request)
         )
-        if self.dp.is_decoupled(parsed.request):
+        if self.plane.is_decoupled(parsed.request):
             # Triton's HTTP words; the dataplane's refusal names the gRPC RPC.
             raise PbdError(
                 Code.UNSUPPORTED,
@@ -188,13 +223,13 @@ class HttpFrontend:
             )
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path
-        trace = self.dp.start_trace(
+        trace = self.plane.start_trace(
             parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
         )
         answer = await answer_request(
             parsed.request,
             trace,
-            self.dp.infer,
+            self.plane.infer,
             lambda result: build_infer_response(result, parsed),
             finishing,
         )

@@ -26,7 +26,7 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, Rescheduled
 from pbd.instance.error_log import ErrorBucket, log_failed_batch
-from pbd.instance.memory import InstanceMemory
+from pbd.instance.memory import Held, InstanceMemory
 from pbd.instance.releases import PendingReleases
 from pbd.instance.requests import SentRequests, json_params
 from pbd.modelconfig.model import ModelConfig
@@ -34,13 +34,12 @@ from pbd.stats import ModelStats
 from pbd.tracing.request import batch_computed
 from pbd.types import InferResult, OutputTensor, PreparedRequest, batch_rows, request_batch_size
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.shm import Block
 
 
 @dataclass(slots=True)
 class InFlight:
     future: asyncio.Future[wpb.ExecuteResult]
-    blocks: list[Block]  # the inputs' blocks in the instance's arena
+    blocks: list[Held]  # the inputs' blocks in the instance's arena
     batch: list[PreparedRequest]
     request_ids: list[int]
     copy_ns: int  # building the Execute, inputs copied
@@ -51,7 +50,7 @@ class InFlight:
     def of(
         cls,
         future: asyncio.Future[wpb.ExecuteResult],
-        blocks: list[Block],
+        blocks: list[Held],
         batch: list[PreparedRequest],
         request_ids: list[int],
         copy_ns: int,
@@ -161,7 +160,7 @@ class InFlightBatches:
         self,
         batch: list[PreparedRequest],
         result: wpb.ExecuteResult,
-        blocks: list[Block],
+        blocks: list[Held],
         request_ids: list[int],
     ) -> list[Any]:
         """One entry per request: an InferResult, a PbdError, or (answered later by the
@@ -240,7 +239,7 @@ class InFlightBatches:
             log_failed_batch(self.error_bucket, self.description, failed)
         return results
 
-    def release(self, batch_id: int, blocks: list[Block], worker_holds: bool = True) -> None:
+    def release(self, batch_id: int, blocks: list[Held], worker_holds: bool = True) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment,
         unless it holds nothing for the batch (no output in its arena)."""
         self.memory.free(blocks)

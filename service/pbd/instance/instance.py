@@ -29,7 +29,7 @@ from pbd.execenv.prepare import WorkerEnv
 from pbd.instance.custom_metrics import CustomMetrics
 from pbd.instance.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instance.inflight import InFlight, InFlightBatches
-from pbd.instance.memory import InstanceMemory
+from pbd.instance.memory import Held, InstanceMemory
 from pbd.instance.messages import execute_message, initialize_message
 from pbd.instance.records import InstancePlan, NotSent, State
 from pbd.instance.releases import PendingReleases
@@ -47,7 +47,6 @@ from pbd.worker.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, desc
 from pbd.worker.link import WorkerLink
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.shm import Block
 
 log = logging.getLogger("pbd.instances")
 # The worker-to-daemon messages that are BLS: an instance hands these to its ``bls`` sink.
@@ -394,7 +393,7 @@ class Instance:
             batches.free_room()
             raise NotSent(Code.UNAVAILABLE, f"{self.describe()} is not ready")
         batch_id = batches.new_id()
-        blocks: list[Block] = []
+        blocks: list[Held] = []
         copy_began = time.perf_counter_ns()
         requests = self.requests
         request_ids = [requests.register(prepared) for prepared in batch]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pbd.memory import lent
 from pbd.settings import Settings
-from pbd.types import CudaSlice, OutputTensor, PreparedRequest
+from pbd.types import CudaSlice, LentInputs, OutputTensor, PreparedRequest
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.shm import (
@@ -24,6 +25,9 @@ from pbd_wire.shm import (
 )
 
 _EMPTY = memoryview(b"")
+# What a batch holds while its worker may read it: its inputs' blocks in the instance's arena,
+# and the inputs a front end lent (``LentInputs``: held once per batch).
+Held = Block | LentInputs
 # Every live instance's memory, by segment-name base: a tensor one instance holds may be passed
 # to another by name (a BLS reply, an ensemble step's input), and come back as its output.
 _LIVE: dict[str, InstanceMemory] = {}
@@ -57,7 +61,7 @@ class InstanceMemory:
         return self._cancel
 
     def request_message(
-        self, request_id: int, prepared: PreparedRequest, blocks: list[Block], msg: wpb.Request
+        self, request_id: int, prepared: PreparedRequest, blocks: list[Held], msg: wpb.Request
     ) -> None:
         """Fill ``msg``, the descriptor of one request, its inputs copied into the arena
         (blocks appended, so the caller frees them even when a later allocation fails)."""
@@ -85,6 +89,9 @@ class InstanceMemory:
             )
             if target.cuda is not None:
                 _cuda_ref(out.cuda, target.cuda)
+        if request.lent is not None:  # its placed inputs are read until this batch is freed
+            request.lent.hold()
+            blocks.append(request.lent)
         for tensor in prepared.inputs:
             ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             if tensor.shm is not None:  # the worker maps the client's region: no copy
@@ -109,20 +116,26 @@ class InstanceMemory:
         """A view of an output; it may point into our own arena (a model returning its input).
         Outputs the worker wrote into a client's region travel as shape and type only."""
         if ref.nbytes == 0 or in_client_shm:
-            data = _EMPTY
-        else:
-            own = self.arena.find(ref.region)
-            if own is not None:
-                data = own.view(ref.offset, ref.nbytes)
-            elif ref.region.startswith(self.output_prefix):
-                data = self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
-            else:  # an input given in another instance's segment (an ensemble's), returned
-                data = _peer_view(ref.region, ref.offset, ref.nbytes)
-        return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data)
+            return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), _EMPTY)
+        own = self.arena.find(ref.region)
+        if own is not None:
+            data = own.view(ref.offset, ref.nbytes)
+        elif ref.region.startswith(self.output_prefix):
+            data = self.worker_segments.view(ref.region, ref.offset, ref.nbytes)
+        else:  # an input in a front end's or another instance's segment, returned in place
+            lent_data = lent.view(ref.region, ref.offset, ref.nbytes)
+            data = (
+                lent_data
+                if lent_data is not None
+                else _peer_view(ref.region, ref.offset, ref.nbytes)
+            )
+        return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data, ref.region, ref.offset)
 
-    def free(self, blocks: list[Block]) -> None:
-        if self.arena.segments:
-            for block in blocks:
+    def free(self, blocks: list[Held]) -> None:
+        for block in blocks:
+            if isinstance(block, LentInputs):
+                block.give_back()
+            elif self.arena.segments:
                 self.arena.free(block)
         blocks.clear()
 

@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 
 from pbd.errors import Code, PbdError
-from pbd.instance.memory import InstanceMemory
+from pbd.instance.memory import Held, InstanceMemory
 from pbd.instance.records import InstancePlan
 from pbd.modelconfig.backends import model_file
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.types import PreparedRequest
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.shm import Block, ShmExhausted
+from pbd_wire.shm import ShmExhausted
 
 
 def execute_message(
@@ -23,7 +23,7 @@ def execute_message(
     batch_id: int,
     batch: list[PreparedRequest],
     request_ids: list[int],
-    blocks: list[Block],
+    blocks: list[Held],
 ) -> wpb.DaemonToWorker:
     """The frame carrying the Execute of ``batch`` (built in place: protobuf copies a
     message given to a constructor): inputs copied into the instance's arena (their blocks

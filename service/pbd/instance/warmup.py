@@ -108,8 +108,7 @@ def _input(name: str, spec: Mapping[str, Any], batching: bool, model_dir: Path) 
     dims = tuple(int(d) for d in spec.get("dims", []))
     if any(d < 0 for d in dims):
         raise invalid_arg(
-            "warmup setting expects all variable-size dimensions are specified for input "
-            f"'{name}'"
+            f"warmup setting expects all variable-size dimensions are specified for input '{name}'"
         )
     is_bytes = datatype is not None and datatype.is_bytes
     itemsize = 4 if datatype is None or is_bytes else datatype.itemsize  # BYTES: 4-byte lengths

@@ -13,10 +13,10 @@ import hmac
 import logging
 import os
 import socket
-import struct
 from typing import Any
 
 from pbd.errors import unavailable
+from pbd.peercred import peer_allowed
 from pbd.worker.link import WorkerLink
 from pbd_wire.framing import socket_address
 
@@ -74,7 +74,7 @@ class WorkerHub:
     def _on_connect(self, link: WorkerLink) -> None:
         """A worker connected: its first message must be a Hello with the right token."""
         assert link.transport is not None
-        if not _peer_allowed(link.transport):
+        if not peer_allowed(link.transport):
             log.warning("refused a worker connection: peer uid is neither ours nor root")
             link.close()
             return
@@ -115,12 +115,3 @@ class WorkerHub:
             log.warning("refused %d worker connections so far: %s", count, why)
         else:
             log.debug("refused a worker connection (%d times): %s", count, why)
-
-
-def _peer_allowed(transport: asyncio.BaseTransport) -> bool:
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid in (0, os.getuid())

@@ -1,0 +1,246 @@
+"""How the small-request rate grows with pbd's front ends, against Triton's in the same run.
+
+    python -m bench.cores [--frontends 1 2 4 8] [--instances 1 4] [--connections 16]
+                          [--streams 4] [--duration 5] [--triton-threads 0 16] [--json PATH]
+
+The load is h2load's (Debian's ``nghttp2-client``: C, one thread per ``--h2load-threads``), so
+the client costs little beside the servers it measures: ``--connections`` HTTP/2 connections,
+``--streams`` calls in flight on each, every call the same prebuilt gRPC ModelInfer (FP32
+[1,16]) to an identity model with ``--instances`` CPU instances, bounded by ``--duration``
+after a one-second warm-up. Each configuration is one server started fresh:
+
+- pbd with ``--frontends`` 1 (the daemon serves the ports itself), 2, 4, 8;
+- Triton 2.51 with its defaults, and with ``--grpc-infer-thread-count`` raised
+  (``--triton-threads``; 0 leaves Triton's default).
+
+Per configuration: calls answered per second, p50/p99 (h2load's per-request log), and the CPU
+of every thread of the server and of its children (front ends, workers, Triton's stubs) from
+``/proc/<pid>/task/*/stat``, per request: all of them together, and the busiest thread (the one
+that bounds the rate when cores are plenty). h2load counts an HTTP 200 as success, and a gRPC
+error is a 200 with a status trailer: each run also checks the model's statistics (the
+success count must have grown by the calls h2load says succeeded, and nothing failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+
+from bench import procstat
+from bench.cpu_split import ThreadSample, threads
+from bench.loadgen import build_request, percentile
+from bench.servers import ROOT, ServerProcess, start_pbd, start_triton
+from bench.vs_triton import install_triton
+
+MODEL = "identity"
+SOURCE = ROOT / "bench" / "models" / "identity_fp32_x2"
+RESULTS = ROOT / "bench" / "results"
+PATH = "/inference.GRPCInferenceService/ModelInfer"
+
+
+@dataclass
+class Result:
+    server: str  # "pbd" or "triton"
+    instances: int
+    fronts: int  # pbd: --frontends; Triton: --grpc-infer-thread-count (0: its default)
+    infer_per_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float  # every thread of the server and its children, per call
+    busiest_us: float  # the busiest thread, per call
+    busiest: str  # which thread that was
+    calls: int
+
+
+def repository(root: Path, instances: int) -> Path:
+    """The identity model with ``instances`` CPU instances."""
+    model = root / f"x{instances}" / MODEL
+    shutil.copytree(SOURCE / "1", model / "1")
+    config = (SOURCE / "config.pbtxt").read_text()
+    config = config.replace('name: "identity_fp32_x2"', f'name: "{MODEL}"')
+    config = re.sub(r"count: \d+", f"count: {instances}", config)
+    (model / "config.pbtxt").write_text(config)
+    return model.parent
+
+
+def grpc_body(path: Path) -> Path:
+    """A file holding one gRPC message: the length-prefixed ModelInferRequest."""
+    payload, _data = build_request(MODEL, [1, 16])
+    path.write_bytes(b"\0" + len(payload).to_bytes(4, "big") + payload)
+    return path
+
+
+def all_pids(root: int) -> list[int]:
+    """``root`` and every process under it (pbd: front ends and workers; Triton: stubs)."""
+    found, queue = [], [root]
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue += procstat.children(pid)
+    return found
+
+
+def cpu_by_thread(pids: list[int]) -> dict[tuple[int, int], ThreadSample]:
+    return {(pid, tid): sample for pid in pids for tid, sample in threads(pid).items()}
+
+
+def succeeded(target: str) -> tuple[int, int]:
+    with grpcclient.InferenceServerClient(target) as client:
+        stats = client.get_inference_statistics(MODEL).model_stats[0].inference_stats
+        return int(stats.success.count), int(stats.fail.count)
+
+
+def h2load(target: str, body: Path, log: Path, opts: argparse.Namespace) -> dict[str, float]:
+    """One bounded run; calls done and succeeded, and the latencies of the measured ones."""
+    argv = [
+        "h2load",
+        f"--threads={opts.h2load_threads}",
+        f"--clients={opts.connections}",
+        f"--max-concurrent-streams={opts.streams}",
+        f"--duration={opts.duration}",
+        "--warm-up-time=1",
+        f"--data={body}",
+        "--header=content-type: application/grpc",
+        "--header=te: trailers",
+        f"--log-file={log}",
+        f"http://{target}{PATH}",
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=opts.duration + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"h2load failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout)
+    rate = re.search(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s", out.stdout)
+    if done is None or rate is None:
+        raise RuntimeError(f"h2load's output was not understood:\n{out.stdout}")
+    latencies = sorted(
+        int(line.split()[2]) / 1000.0
+        for line in log.read_text().splitlines()
+        if len(line.split()) >= 3 and line.split()[1] == "200"
+    )
+    return {
+        "done": int(done.group(1)),
+        "succeeded": int(done.group(2)),
+        "rate": float(rate.group(3)),
+        "p50": percentile(latencies, 50) if latencies else math.nan,
+        "p99": percentile(latencies, 99) if latencies else math.nan,
+    }
+
+
+def measure(
+    server: ServerProcess, label: str, instances: int, fronts: int, work: Path,
+    opts: argparse.Namespace,
+) -> Result:  # fmt: skip
+    body = grpc_body(work / "body.grpc")
+    log = work / f"{label}-{instances}-{fronts}.h2load.log"
+    before_ok, before_failed = succeeded(server.target)
+    pids = all_pids(server.pid)
+    before = cpu_by_thread(pids)
+    run = h2load(server.target, body, log, opts)
+    after = cpu_by_thread(all_pids(server.pid))
+    after_ok, after_failed = succeeded(server.target)
+    answered = after_ok - before_ok
+    if after_failed != before_failed or answered < run["succeeded"]:
+        raise RuntimeError(
+            f"{label}: h2load counted {run['succeeded']} answers, the model's statistics "
+            f"{answered} successes and {after_failed - before_failed} failures"
+        )
+    # CPU over the whole run (warm-up included), per call the server answered in that time.
+    calls = max(answered, 1)
+    spent = {}
+    for key, sample in after.items():
+        old = before.get(key)
+        spent[key] = (sample.cpu_s - (old.cpu_s if old else 0.0), sample.name)
+    total = sum(cpu for cpu, _ in spent.values())
+    (busiest_cpu, busiest_name), busiest_key = max((v, k) for k, v in spent.items())
+    return Result(
+        server=label,
+        instances=instances,
+        fronts=fronts,
+        infer_per_s=run["rate"],
+        p50_ms=run["p50"],
+        p99_ms=run["p99"],
+        cpu_us=total * 1e6 / calls,
+        busiest_us=busiest_cpu * 1e6 / calls,
+        busiest=f"{busiest_name} ({'main' if busiest_key[0] == server.pid else 'child'})",
+        calls=answered,
+    )
+
+
+def table(results: list[Result]) -> str:
+    base = {r.instances: r.infer_per_s for r in results if r.server == "triton" and not r.fronts}
+    lines = [
+        "| server | instances | front ends / threads | infer/s | vs Triton | p50 ms | p99 ms "
+        "| CPU µs/call | busiest thread µs/call |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        ratio = r.infer_per_s / base[r.instances] if base.get(r.instances) else math.nan
+        fronts = str(r.fronts) if r.fronts or r.server == "pbd" else "default"
+        lines.append(
+            f"| {r.server} | {r.instances} | {fronts} | {r.infer_per_s:.0f} | {ratio:.2f} "
+            f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.cpu_us:.0f} "
+            f"| {r.busiest_us:.0f} {r.busiest} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cores", description=__doc__)
+    parser.add_argument("--frontends", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--instances", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--streams", type=int, default=4, help="calls in flight per connection")
+    parser.add_argument("--duration", type=int, default=5, help="seconds measured")
+    parser.add_argument("--h2load-threads", type=int, default=max(1, (os.cpu_count() or 2) // 8))
+    parser.add_argument("--triton-threads", type=int, nargs="*", default=[0, 16])
+    parser.add_argument("--tritonserver", default="", help="Triton's launcher (default: install)")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs pbd")
+    parser.add_argument("--json", type=Path, default=RESULTS / "cores.json")
+    opts = parser.parse_args(argv)
+    if shutil.which("h2load") is None:
+        print("bench.cores needs h2load: apt-get install nghttp2-client", file=sys.stderr)
+        return 2
+    tritonserver = opts.tritonserver or (install_triton() if opts.triton_threads else "")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="pbd-bench-cores-") as tmp:
+        work = Path(tmp)
+        for instances in opts.instances:
+            repo = repository(work, instances)
+            for threads_ in opts.triton_threads:
+                extra = [f"--grpc-infer-thread-count={threads_}"] if threads_ else []
+                server = start_triton(tritonserver, RESULTS, repo, MODEL, extra)
+                try:
+                    results.append(measure(server, "triton", instances, threads_, work, opts))
+                finally:
+                    server.stop()
+                print(table(results).splitlines()[-1], flush=True)
+            for fronts in opts.frontends:
+                server = start_pbd(
+                    opts.python, RESULTS, repo, MODEL, f"pbdcores{os.getpid()}",
+                    [f"--frontends={fronts}"],
+                )  # fmt: skip
+                try:
+                    results.append(measure(server, "pbd", instances, fronts, work, opts))
+                finally:
+                    server.stop()
+                print(table(results).splitlines()[-1], flush=True)
+    print()
+    print(table(results))
+    opts.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""A front-end process (``pbd serve --frontends N``, N > 1): ``python -m pbd.fronts.front``.
+
+It serves the public gRPC and HTTP ports on listening sockets the daemon bound and passed
+down, beside the other front ends (the kernel hands each new connection to one of them). It
+speaks the protocols itself: TLS, HTTP/2 and HPACK, gRPC framing, HTTP/1.1, the conversion of
+requests and the encoding of answers. Inference (ModelInfer, each request of ModelStreamInfer,
+HTTP infer) goes to the daemon over its link as descriptors, the bytes through shared memory
+(``pbd.fronts.remote_plane``); every other RPC is passed to the daemon whole, which answers it
+from the state that must be one (``RemotePlane.call``, ``pbd.fronts.http_proxy``).
+
+It stops when the daemon says so (``Stop``: stop accepting, let what is in flight finish
+within the grace, exit), on SIGTERM (the same, with --exit-timeout-secs), or when the daemon's
+link ends (the daemon is gone: nothing could be answered any more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import asdict, dataclass
+
+from pbd._proto import front_pb2 as fpb
+from pbd.fronts.http_proxy import HttpProxy
+from pbd.fronts.remote_plane import RemotePlane
+from pbd.grpc.calls import Calls
+from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.server import MAX_MESSAGE_BYTES, GrpcServer, tls_context
+from pbd.grpc.servicer import InferenceRpcs, methods
+from pbd.http.server import HttpFrontend
+from pbd.logsettings import log_config
+from pbd.settings import Settings
+from pbd_wire.framing import encode_frame, socket_address
+from pbd_wire.shm import Arena, SegmentMap
+from pbd_worker.logconfig import LogConfig, apply
+
+# What a signalled front end adds to --exit-timeout-secs before it cuts its calls.
+SIGNAL_GRACE_MARGIN_S = 10.0
+log = logging.getLogger("pbd.fronts")
+SPEC_ENV = "PBD_FRONT_SPEC"
+SWEEP_S = 5.0  # how often mappings of segments that are gone are let go
+
+
+@dataclass(frozen=True)
+class FrontSpec:
+    """What the daemon tells a front end it starts (in the environment, as JSON)."""
+
+    index: int
+    token: str
+    link: str  # the daemon's socket for front ends
+    arena_base: str  # this front end's segments are named <arena_base>-d<n>
+    segments_prefix: str  # the daemon's segments (workers' outputs) start with this
+    http_socket: str  # the daemon's own HTTP server, for what is passed on
+    grpc_fds: list[int]
+    http_fds: list[int]
+    settings: str  # Settings.to_json()
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> FrontSpec:
+        return cls(**json.loads(os.environ[SPEC_ENV]))
+
+
+async def serve(spec: FrontSpec, settings: Settings) -> int:
+    loop = asyncio.get_running_loop()
+    shm_dir = str(settings.shm_dir)
+    arena = Arena(
+        f"{spec.arena_base}-d",
+        settings.shm_default_byte_size,
+        settings.shm_growth_byte_size,
+        shm_dir=shm_dir,
+    )
+    plane = RemotePlane(arena, SegmentMap(shm_dir, allowed_prefix=spec.segments_prefix))
+    plane.on_log_levels = _apply_log_levels
+    try:
+        link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        link.setblocking(False)
+        await loop.sock_connect(link, socket_address(spec.link))
+        await loop.create_unix_connection(lambda: plane, sock=link)
+        hello = fpb.FrontToDaemon(
+            hello=fpb.Hello(token=spec.token, index=spec.index, pid=os.getpid())
+        )
+        assert plane.transport is not None
+        plane.transport.write(encode_frame(hello.SerializeToString()))
+        await asyncio.wait({asyncio.ensure_future(plane.ready()), plane.ended},
+                           return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if plane.ended.done():
+            log.error("front end %d: the daemon refused or dropped its link", spec.index)
+            return 1
+        calls = Calls(
+            methods(
+                InferenceRpcs(plane),
+                parse_restrictions(settings.grpc_restricted_protocol),
+                proxy=plane.call,
+            ),
+            MAX_MESSAGE_BYTES,
+            settings.grpc_max_concurrent_rpcs or None,
+        )
+        grpc_server = GrpcServer(calls, settings, tls_context(settings))
+        await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds])
+        proxy = HttpProxy(spec.http_socket)
+        http: HttpFrontend | None = None
+        if spec.http_fds:
+            http = HttpFrontend.front(plane, settings, proxy)
+            await http.start([socket.socket(fileno=fd) for fd in spec.http_fds])
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, _stop_on_signal, plane, settings)
+        log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
+        sweeping = asyncio.create_task(_sweep(plane))
+        await plane.ended
+        sweeping.cancel()
+        grace = plane.stop_grace if plane.stop_grace is not None else 0.0
+        await grpc_server.stop(grace)
+        if http is not None:
+            await http.stop()
+        await proxy.close()
+        return 0
+    finally:
+        plane.close()
+        arena.close()
+        plane.segments.close()
+
+
+async def _sweep(plane: RemotePlane) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_S)
+        plane.sweep()
+
+
+def _stop_on_signal(plane: RemotePlane, settings: Settings) -> None:
+    """A signal to the whole group (systemd's stop, Ctrl-C): the daemon orders the shutdown;
+    this front end stops taking new work and lets what it has finish meanwhile."""
+    if plane.stop_grace is None:
+        # Past the daemon's own drain (its Stop, if it comes first, says exactly): calls end
+        # when the daemon answers them, or when its link closes.
+        plane.stop_grace = settings.exit_timeout_secs + SIGNAL_GRACE_MARGIN_S
+    if not plane.ended.done():
+        plane.ended.set_result(None)
+
+
+def _apply_log_levels(levels: fpb.LogLevels) -> None:
+    apply(
+        LogConfig(
+            info=levels.info,
+            warning=levels.warning,
+            error=levels.error,
+            verbose=levels.verbose,
+            format=levels.format,
+        )
+    )
+
+
+def main() -> int:
+    spec = FrontSpec.from_env()
+    settings = Settings.from_json(spec.settings)
+    apply(log_config(settings))
+    return asyncio.run(serve(spec, settings))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

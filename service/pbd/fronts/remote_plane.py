@@ -1,0 +1,380 @@
+"""The daemon as a front-end process sees it: the ``InferencePlane`` its edges run requests on,
+over the link to the daemon (``protos/pbd/_proto/front.proto``).
+
+A request's input bytes are copied once, from the message the client sent into this process's
+arena (the one copy in: the worker reads them there), and the daemon gets their descriptors.
+Its answer names where the outputs lie (a worker's segments, mapped here once and kept); the
+edge encodes from there (the one copy out) and releases the result, which tells the daemon it
+may let the worker reuse them. The arena's blocks come back when the daemon says no worker
+reads them any more (``InputsFree``), never earlier: a cancelled request's inputs may still be
+in a worker's hands.
+
+An answer is handed on where its frame is read: a ModelInfer whose edge can answer it itself
+(``InferRequest.respond``) is encoded and sent in that read, before its task resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from pbd._proto import front_pb2 as fpb
+from pbd.errors import Code, PbdError, unavailable
+from pbd.fronts import wire
+from pbd.grpc.protocol import Abort, Buffer, Context
+from pbd.responses import ResponseStream, StreamResult
+from pbd.types import InferRequest, InferResult
+from pbd_wire.framing import HEADER, FrameError, decode_length, encode_frame
+from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
+
+log = logging.getLogger("pbd.fronts")
+
+
+class _Pending:
+    """One request sent to the daemon, until its input blocks may be reused: no worker reads
+    them any more (the final answer says so, or InputsFree for a request given up on), and no
+    result of it is still read (an output may be an input returned in place)."""
+
+    __slots__ = ("request", "blocks", "future", "stream", "gone", "final", "free", "results")
+
+    def __init__(
+        self,
+        request: InferRequest,
+        blocks: list[Block],
+        future: asyncio.Future[InferResult] | None,
+        stream: ResponseStream | None,
+    ) -> None:
+        self.request = request
+        self.blocks = blocks
+        self.future = future
+        self.stream = stream
+        self.gone = False  # the caller gave up: answers are let go at once
+        self.final = False  # the final answer came
+        self.free = False  # no worker reads the inputs any more
+        self.results = 0  # results handed on and not released yet
+
+    @property
+    def over(self) -> bool:
+        return self.free and not self.results and (self.final or self.gone)
+
+
+class RemotePlane(asyncio.Protocol):
+    def __init__(self, arena: Arena, segments: SegmentMap) -> None:
+        self.arena = arena
+        self.segments = segments  # the daemon's and its workers' segments, mapped on first use
+        self.transport: asyncio.Transport | None = None
+        self.decoupled: frozenset[str] = frozenset()
+        self.on_log_levels: Callable[[fpb.LogLevels], None] = lambda levels: None
+        self.stop_grace: float | None = None
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._buffer = bytearray()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._replies: dict[int, asyncio.Future[fpb.CallReply]] = {}
+        self._released: list[int] = []
+        self._flush: asyncio.Handle | None = None
+        self._models = asyncio.Event()  # the first model table came
+
+    async def ready(self) -> None:
+        """Until the daemon sent its first model table (it answers the Hello with it)."""
+        await self._models.wait()
+
+    # -- the InferencePlane ---------------------------------------------------------------------
+
+    def is_decoupled(self, request: InferRequest) -> bool:
+        return request.model_name in self.decoupled
+
+    def start_trace(
+        self,
+        request: InferRequest,
+        method: str,
+        start_ns: int,
+        traceparent: Callable[[], str | None],
+        system: str = "grpc",
+    ) -> None:
+        """None: the daemon traces (its settings and sampling are one for every front end);
+        what it needs rides on the request."""
+        request.trace = wire.TraceAsk(method, system, start_ns, traceparent() or "")
+
+    async def infer(self, request: InferRequest) -> InferResult:
+        future: asyncio.Future[InferResult] = self._loop.create_future()
+        call = self._submit(request, future, None)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._give_up(call)
+            raise
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResult]:
+        stream = ResponseStream()
+        call = self._submit(request, None, stream)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            if not stream.finished:
+                self._give_up(call)
+            stream.close()
+
+    # -- the other RPCs -------------------------------------------------------------------------
+
+    async def call(self, path: str, body: Buffer, context: Context) -> bytes:
+        """Have the daemon run the unary RPC at ``path`` (``pbd.grpc.servicer.methods``)."""
+        call = next(self._ids)
+        future: asyncio.Future[fpb.CallReply] = self._loop.create_future()
+        self._replies[call] = future
+        message = fpb.FrontToDaemon()
+        message.call.call, message.call.path, message.call.body = call, path, bytes(body)
+        for key, value in context.invocation_metadata():
+            raw = value if isinstance(value, bytes) else value.encode("latin-1")
+            message.call.metadata.add(key=key, value=raw)
+        self._write(encode_frame(message.SerializeToString()))
+        try:
+            reply = await future
+        except asyncio.CancelledError:
+            self._write(_cancel_frame(call))
+            raise
+        finally:
+            self._replies.pop(call, None)
+        if reply.code:
+            raise Abort(_status(reply.code), reply.details)
+        return reply.body
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def _submit(
+        self,
+        request: InferRequest,
+        future: asyncio.Future[InferResult] | None,
+        stream: ResponseStream | None,
+    ) -> int:
+        call = next(self._ids)
+        blocks: list[Block] = []
+        places: list[wire.Place] = []
+        try:
+            for tensor in request.inputs:
+                data = tensor.data
+                if data is None:
+                    places.append(None)
+                elif not data.nbytes:
+                    places.append(("", 0, 0))
+                else:
+                    block = self.arena.allocate(data.nbytes)
+                    blocks.append(block)
+                    block.view()[:] = data.cast("B") if data.format != "B" else data
+                    places.append((block.segment.name, block.offset, block.nbytes))
+        except ShmExhausted as exc:
+            self._free(blocks)
+            raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
+        if self.transport is None or self.transport.is_closing():
+            self._free(blocks)
+            raise unavailable("the daemon is not reachable from this front end")
+        self._pending[call] = _Pending(request, blocks, future, stream)
+        trace = request.trace if isinstance(request.trace, wire.TraceAsk) else None
+        release, self._released = self._released, []
+        frame = wire.infer_frame(
+            call, request, places, stream=stream is not None, trace=trace, release=release
+        )
+        self.transport.write(frame)
+        return call
+
+    def _give_up(self, call: int) -> None:
+        """The caller is gone: the daemon cancels the request; its inputs stay lent until
+        the daemon gives them back."""
+        pending = self._pending.get(call)
+        if pending is not None and not pending.final:
+            pending.gone = True
+            self._write(_cancel_frame(call))
+
+    def _release_hold(self, hold: int) -> None:
+        self._released.append(hold)
+        if self._flush is None:
+            self._flush = self._loop.call_soon(self._send_released)
+
+    def _send_released(self) -> None:
+        """Holds released this loop turn that no Infer carried: one Release for them."""
+        self._flush = None
+        if self._released:
+            holds, self._released = self._released, []
+            message = fpb.FrontToDaemon(release=fpb.Release(holds=holds))
+            self._write(encode_frame(message.SerializeToString()))
+
+    def _write(self, frame: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos, end, size = 0, len(buffer), HEADER.size
+        try:
+            while end - pos >= size:
+                length = decode_length(buffer[pos : pos + size])
+                if end - pos - size < length:
+                    break
+                start = pos + size
+                pos = start + length
+                self._on(fpb.DaemonToFront.FromString(buffer[start:pos]))  # type: ignore[arg-type]
+        except (FrameError, ValueError) as exc:
+            log.error("the daemon sent an undecodable frame (%s)", exc)
+            if self.transport is not None:
+                self.transport.close()
+        finally:
+            if pos:
+                del buffer[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error = unavailable("the daemon closed its connection to this front end")
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            if item.future is not None and not item.future.done():
+                item.future.set_exception(error)
+            if item.stream is not None:
+                item.stream.fail(error)
+        for future in self._replies.values():
+            if not future.done():
+                future.set_exception(Abort(_status(14), error.message))
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def _on(self, message: fpb.DaemonToFront) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "answer":
+            self._answer(message.answer)
+        elif kind == "inputs_free":
+            for call in message.inputs_free.calls:
+                self._inputs_free(call)
+        elif kind == "reply":
+            future = self._replies.get(message.reply.call)
+            if future is not None and not future.done():
+                future.set_result(message.reply)
+        elif kind == "models":
+            self.decoupled = frozenset(message.models.decoupled)
+            self._models.set()
+            if message.models.barrier:
+                synced = fpb.FrontToDaemon(synced=fpb.Synced(barrier=message.models.barrier))
+                self._write(encode_frame(synced.SerializeToString()))
+        elif kind == "log_levels":
+            self.on_log_levels(message.log_levels)
+        elif kind == "stop":
+            self.stop_grace = message.stop.grace_s
+            if not self.ended.done():
+                self.ended.set_result(None)
+
+    def _answer(self, answer: fpb.Answer) -> None:
+        call = answer.call
+        pending = self._pending.get(call)
+        result: InferResult | None = None
+        error: PbdError | None = None
+        if answer.response:
+            try:
+                result = wire.result_from_answer(answer, self._view)
+            except ValueError as exc:
+                error = PbdError(Code.INTERNAL, f"an answer's outputs cannot be read: {exc}")
+        if answer.HasField("error"):
+            error = wire.error_from_answer(answer)
+        if pending is not None:
+            pending.final = pending.final or answer.final
+            pending.free = pending.free or answer.inputs_free
+        if result is not None:
+            hold = answer.hold
+            if pending is None or pending.gone:
+                if hold:
+                    self._release_hold(hold)
+                result = None
+            else:
+                pending.results += 1
+                result._release = functools.partial(self._result_released, call, hold)
+        if pending is not None and not pending.gone:
+            self._deliver(pending, result, error, answer.final)
+        self._settle(call)
+
+    def _result_released(self, call: int, hold: int) -> None:
+        """The edge is done with a result: its outputs go back to the daemon."""
+        if hold:
+            self._release_hold(hold)
+        pending = self._pending.get(call)
+        if pending is not None:
+            pending.results -= 1
+            self._settle(call)
+
+    def _deliver(
+        self, pending: _Pending, result: InferResult | None, error: PbdError | None, final: bool
+    ) -> None:
+        if pending.stream is not None:
+            pending.stream.put(StreamResult(result, error, final))
+            return
+        future = pending.future
+        assert future is not None
+        if future.done():
+            if result is not None:
+                result.release()
+        elif error is not None or result is None:
+            future.set_exception(error or PbdError(Code.INTERNAL, "an answer without a response"))
+        else:
+            respond = pending.request.respond
+            if respond is not None:
+                respond(result)  # answered in this read, before the caller's task resumes
+            future.set_result(result)
+
+    def _inputs_free(self, call: int) -> None:
+        pending = self._pending.get(call)
+        if pending is not None:
+            pending.free = True
+            self._settle(call)
+
+    def _settle(self, call: int) -> None:
+        pending = self._pending.get(call)
+        if pending is not None and pending.over:
+            del self._pending[call]
+            self._free(pending.blocks)
+
+    def _free(self, blocks: list[Block]) -> None:
+        if self.arena.segments:
+            for block in blocks:
+                self.arena.free(block)
+        blocks.clear()
+
+    def _view(self, region: str, offset: int, nbytes: int) -> memoryview:
+        own = self.arena.find(region)
+        if own is not None:  # an input returned in place
+            return own.view(offset, nbytes)
+        return self.segments.view(region, offset, nbytes)
+
+    def sweep(self) -> None:
+        """Unmap the segments whose files are gone (their instance was stopped or replaced:
+        the daemon removes its workers' segments then); a mapping a result still views goes
+        with the last such view."""
+        segments = self.segments.segments
+        for name in [n for n, seg in segments.items() if not os.path.exists(seg.path)]:
+            with contextlib.suppress(BufferError):
+                segments.pop(name).close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _cancel_frame(call: int) -> bytes:
+    return encode_frame(fpb.FrontToDaemon(cancel=fpb.Cancel(calls=[call])).SerializeToString())
+
+
+def _status(code: int) -> Any:
+    import grpc
+
+    return next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)

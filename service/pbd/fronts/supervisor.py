@@ -1,0 +1,232 @@
+"""The front-end processes of ``pbd serve --frontends N`` (N > 1), from the daemon's side.
+
+The daemon binds the public sockets and keeps them; each front end gets them (inherited file
+descriptors) and accepts connections on them, so a front end that dies loses only its own
+connections: the sockets stay bound, the kernel hands new connections to the others, and the
+replacement accepts on the same sockets. A front end is started like an instance and
+supervised like one: one that exits while the daemon runs is logged, its requests cancelled in
+the daemon (``FrontLink`` ends), its arena removed, and it is started again (backing off when
+it keeps dying).
+
+Three private sockets serve them: the link every front end connects to (abstract, checked by
+uid and a one-time token per start), and the daemon's own HTTP server in a private directory
+for the HTTP requests they pass on. The gRPC RPCs they pass on run over the link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from pbd._proto import front_pb2 as fpb
+from pbd.dataplane import DataPlane
+from pbd.fronts.front import SPEC_ENV, FrontSpec
+from pbd.fronts.front_link import FrontHub, FrontLink
+from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.servicer import InferenceServicer, methods
+from pbd.http.server import HttpFrontend
+from pbd.memory import lent
+from pbd.settings import Settings
+from pbd_wire.framing import encode_frame, socket_address
+
+log = logging.getLogger("pbd.fronts")
+BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+STEADY_S = 60.0  # a front end that ran this long starts again without waiting
+KILL_AFTER_S = 5.0
+
+
+class Fronts:
+    def __init__(
+        self, count: int, settings: Settings, daemon_id: str, segment_name: Callable[[], str]
+    ) -> None:
+        self.count = count
+        self.settings = settings
+        self.daemon_id = daemon_id
+        self.segment_name = segment_name  # a fresh name base for each start's arena
+        self.segments_prefix = segment_name().rsplit("-", 1)[0] + "-"
+        self.tokens: dict[int, tuple[str, str]] = {}
+        self.hub: FrontHub | None = None  # from start(), with the dataplane
+        self.processes: dict[int, asyncio.subprocess.Process] = {}
+        self._address = f"@pbd-{daemon_id}-fronts"
+        self._link_server: asyncio.AbstractServer | None = None
+        self._http: HttpFrontend | None = None
+        self._private = ""
+        self._watchers: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._fds: tuple[list[socket.socket], list[socket.socket]] = ([], [])
+
+    async def start(
+        self, dataplane: DataPlane, grpc: list[socket.socket], http: list[socket.socket]
+    ) -> None:
+        """Serve the private sockets and start every front end on ``grpc`` and ``http``."""
+        loop = asyncio.get_running_loop()
+        self._fds = (grpc, http)
+        restrictions = parse_restrictions(self.settings.grpc_restricted_protocol)
+        hub = self.hub = FrontHub(
+            dataplane,
+            methods(InferenceServicer(dataplane), restrictions),
+            str(self.settings.shm_dir),
+            self.tokens,
+        )
+        hub.decoupled = dataplane.decoupled_models()
+        link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        link.bind(socket_address(self._address))
+        self._link_server = await loop.create_unix_server(lambda: FrontLink(hub), sock=link)
+        runtime = os.environ.get("RUNTIME_DIRECTORY")  # systemd's; else the temp dir
+        self._private = tempfile.mkdtemp(prefix="pbd-fronts-", dir=runtime)
+        own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        own.bind(os.path.join(self._private, "http.sock"))
+        own.listen(128)
+        own.setblocking(False)
+        self._http = HttpFrontend(dataplane, self.settings)
+        await self._http.start([own])
+        for index in range(self.count):
+            self._watchers.append(asyncio.create_task(self._keep(index), name=f"front {index}"))
+
+    async def _keep(self, index: int) -> None:
+        """Run front end ``index`` for as long as the daemon serves, replacing it when it
+        exits (backing off while it keeps exiting soon after its start)."""
+        failures = 0
+        while not self._stopping:
+            base = self.segment_name()
+            began = time.monotonic()
+            process = await self._spawn(index, base)
+            code = await process.wait()
+            self._forget(index, base)
+            if self._stopping:
+                return
+            failures = 0 if time.monotonic() - began > STEADY_S else failures + 1
+            delay = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1] if failures else 0.0
+            log.error(
+                "front end %d (pid %d) %s; its connections are gone, starting another%s",
+                index,
+                process.pid,
+                _exit_text(code),
+                f" in {delay:g}s" if delay else "",
+            )
+            await asyncio.sleep(delay)
+
+    async def _spawn(self, index: int, base: str) -> asyncio.subprocess.Process:
+        token = secrets.token_hex(16)
+        self.tokens[index] = (token, base)
+        grpc, http = self._fds
+        assert self._http is not None
+        spec = FrontSpec(
+            index=index,
+            token=token,
+            link=self._address,
+            arena_base=base,
+            segments_prefix=self.segments_prefix,
+            http_socket=os.path.join(self._private, "http.sock"),
+            grpc_fds=[s.fileno() for s in grpc],
+            http_fds=[s.fileno() for s in http],
+            settings=self.settings.to_json(),
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pbd.fronts.front",
+            env={**os.environ, SPEC_ENV: spec.to_env()},
+            pass_fds=[*spec.grpc_fds, *spec.http_fds],
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        self.processes[index] = process
+        log.info("front end %d started (pid %d)", index, process.pid)
+        return process
+
+    def _forget(self, index: int, base: str) -> None:
+        """A front end is gone: its arena with it (workers keep what they mapped)."""
+        lent.forget(base)
+        shm_dir = str(self.settings.shm_dir)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(shm_dir):
+                if name.startswith(f"{base}-"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(shm_dir, name))
+
+    async def connected(self, timeout: float = 30.0) -> bool:
+        """Until every front end is up and linked (False after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while self.hub is not None and len(self.hub.links) < self.count:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def models_changed(self, decoupled: list[str]) -> None:
+        """Every front end learns the decoupled models; returns once each has."""
+        if self.hub is not None:
+            await self.hub.sync(decoupled)
+
+    def log_settings_changed(self) -> None:
+        s = self.settings
+        levels = fpb.LogLevels(
+            verbose=s.log_verbose,
+            info=s.log_info,
+            warning=s.log_warning,
+            error=s.log_error,
+            format=s.log_format,
+        )
+        if self.hub is not None:
+            frame = fpb.DaemonToFront(log_levels=levels).SerializeToString()
+            self.hub.broadcast(encode_frame(frame))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values() if p.returncode is None]
+
+    async def stop(self, grace: float) -> None:
+        """Each front end stops accepting, lets its calls finish within ``grace`` (their
+        answers come from the daemon, which drains meanwhile) and exits; a front end still
+        there ``KILL_AFTER_S`` later is killed."""
+        self._stopping = True
+        stop = fpb.DaemonToFront(stop=fpb.Stop(grace_s=grace))
+        if self.hub is not None:
+            self.hub.broadcast(encode_frame(stop.SerializeToString()))
+        running = [p for p in self.processes.values() if p.returncode is None]
+        waits = [asyncio.ensure_future(p.wait()) for p in running]
+        if waits:
+            _done, late = await asyncio.wait(waits, timeout=grace + KILL_AFTER_S)
+            for process in running:
+                if process.returncode is None:
+                    log.warning("front end (pid %d) did not stop; killing it", process.pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.send_signal(signal.SIGKILL)
+            if late:
+                await asyncio.wait(late, timeout=KILL_AFTER_S)
+        for watcher in self._watchers:
+            watcher.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*self._watchers, return_exceptions=True)
+
+    async def close(self) -> None:
+        """After ``stop``: the private sockets and whatever the front ends left."""
+        if self._link_server is not None:
+            self._link_server.close()
+        for link in list(self.hub.links.values()) if self.hub is not None else []:
+            link.close()
+        if self._http is not None:
+            await self._http.stop()
+        if self._private:
+            shutil.rmtree(self._private, ignore_errors=True)
+        for _token, base in self.tokens.values():
+            self._forget(-1, base)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"

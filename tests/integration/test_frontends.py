@@ -1,0 +1,310 @@
+"""``pbd serve --frontends 2``: what must stay one stays one across front-end processes.
+
+Each test pins client connections to one front end or the other: while every other front end
+is stopped (SIGSTOP), a new connection can only be accepted by the one left running; its
+connections are then checked in ``/proc`` before the test relies on them. With the real
+tritonclient over those connections: a shared-memory region registered through one front end
+is used through the other; a model loaded through one is served (and known to be decoupled)
+through the other at once; statistics add up; a dynamic batch forms from requests of both; a
+sequence stays on one instance whatever front end its requests come through; a front end
+killed loses only its own connections, is replaced, and the daemon lets go of what it held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
+from pbd_harness import (
+    EXAMPLE_MODELS,
+    TEST_MODELS,
+    Daemon,
+    DaemonFactory,
+    _cmdline,
+    _proc_stat,
+    infer_input,
+    make_repository,
+    wait_until,
+)
+
+FRONTS = ("--frontends", "2")
+SHM_PREFIX = f"pbdfronts{os.getpid()}"
+
+
+def fronts(daemon: Daemon) -> list[int]:
+    """The daemon's front-end processes, by PID (index order is not kept: any order)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if (
+                stat is not None
+                and stat[1] == daemon.pid
+                and stat[0] not in ("Z", "X")
+                and "pbd.fronts.front" in _cmdline(int(entry.name))
+            ):
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def two_fronts(daemon: Daemon, without: int = 0) -> list[int]:
+    """The two front ends, once both run (and neither is ``without``)."""
+
+    def both() -> list[int] | None:
+        found = fronts(daemon)
+        return found if len(found) == 2 and without not in found else None
+
+    return list(wait_until(both, 60, "two front ends"))
+
+
+def established(pid: int, port: int) -> int:
+    """TCP connections to ``port`` that process ``pid`` holds (its fds' socket inodes, matched
+    against the established connections in /proc/net/tcp)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].rsplit(":", 1)[1], 16)
+        if fields[3] == "01" and local_port == port and fields[9] in inodes:
+            count += 1
+    return count
+
+
+@contextlib.contextmanager
+def only(front: int, others: list[int]) -> Iterator[None]:
+    """Only ``front`` accepts connections meanwhile."""
+    stopped = [pid for pid in others if pid != front]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
+def pinned_client(
+    daemon: Daemon, front: int, others: list[int]
+) -> grpcclient.InferenceServerClient:
+    """A client whose connection ``front`` accepted (checked)."""
+    before = established(front, daemon.port)
+    with only(front, others):
+        # Its own connection: grpc shares one between channels to the same target otherwise.
+        client = grpcclient.InferenceServerClient(
+            daemon.url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        daemon._clients.append(client)
+        assert client.is_server_live()
+    assert established(front, daemon.port) == before + 1
+    return client
+
+
+def add_sub(client: grpcclient.InferenceServerClient, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    inputs = [infer_input("INPUT0", a, "FP32"), infer_input("INPUT1", b, "FP32")]
+    return client.infer("add_sub", inputs).as_numpy("OUTPUT0")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repository(
+        tmp_path,
+        {
+            "add_sub": EXAMPLE_MODELS / "add_sub",
+            "repeat_decoupled": TEST_MODELS / "repeat_decoupled",
+            "sequence_accumulate": TEST_MODELS / "sequence_accumulate",
+            "batch_recorder": TEST_MODELS / "batch_recorder",
+        },
+    )
+
+
+def test_a_region_registered_through_one_front_end_is_used_through_the_other(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, "--allow-client-shm", "true", settle=["add_sub"])
+    pids = two_fronts(daemon)
+    first, second = (pinned_client(daemon, pid, pids) for pid in pids)
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 2.0, np.float32)
+    handles = []
+    try:
+        for name, size in (("in", 32), ("out", 32)):
+            handles.append(shm.create_shared_memory_region(name, f"/{SHM_PREFIX}{name}", size))
+        shm.set_shared_memory_region(handles[0], [a, b])
+        first.register_system_shared_memory("in", f"/{SHM_PREFIX}in", 32)
+        first.register_system_shared_memory("out", f"/{SHM_PREFIX}out", 32)
+        assert set(second.get_system_shared_memory_status(as_json=True)["regions"]) == {
+            "in",
+            "out",
+        }
+        x, y = infer_input("INPUT0", a, "FP32"), infer_input("INPUT1", b, "FP32")
+        x.set_shared_memory("in", 16)
+        y.set_shared_memory("in", 16, offset=16)
+        out = grpcclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory("out", 16)
+        second.infer("add_sub", [x, y], outputs=[out])
+        assert shm.get_contents_as_numpy(handles[1], np.float32, [4]).tolist() == (a + b).tolist()
+        second.unregister_system_shared_memory()
+        assert first.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+    finally:
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
+
+
+def test_a_model_loaded_through_one_front_end_is_served_by_the_other_at_once(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, "--model-control-mode", "explicit")
+    pids = two_fronts(daemon)
+    first, second = (pinned_client(daemon, pid, pids) for pid in pids)
+    first.load_model("add_sub")
+    first.load_model("repeat_decoupled")
+    a = np.ones(4, np.float32)
+    assert add_sub(second, a, a).tolist() == [2.0] * 4
+    # Decoupled: the other front end knew it before the load answered (ModelStreamInfer
+    # answers a decoupled model's responses as they come, and its final flag is its own).
+    answers: queue.Queue[object] = queue.Queue()
+    second.start_stream(callback=lambda result, error: answers.put(error or result))
+    inputs = [
+        infer_input("IN", np.array([5, 6, 7], np.int32), "INT32"),
+        infer_input("DELAY", np.zeros(3, np.uint32), "UINT32"),
+        infer_input("WAIT", np.zeros(1, np.uint32), "UINT32"),
+    ]
+    second.async_stream_infer("repeat_decoupled", inputs)
+    got = [answers.get(timeout=30) for _ in range(3)]
+    second.stop_stream()
+    assert [r.as_numpy("OUT").tolist() for r in got] == [[5], [6], [7]]  # type: ignore[attr-defined]
+    first.unload_model("add_sub")
+    assert not second.is_model_ready("add_sub")
+
+
+def test_statistics_add_up_across_front_ends(start_daemon: DaemonFactory, repo: Path) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
+    pids = two_fronts(daemon)
+    first, second = (pinned_client(daemon, pid, pids) for pid in pids)
+    a = np.ones(4, np.float32)
+    for _ in range(3):
+        add_sub(first, a, a)
+    for _ in range(5):
+        add_sub(second, a, a)
+    for client in (first, second):
+        stats = client.get_inference_statistics("add_sub").model_stats[0]
+        assert stats.inference_stats.success.count == 8
+        assert stats.inference_count == 8
+
+
+def test_a_dynamic_batch_fills_from_both_front_ends(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    with open(repo / "batch_recorder" / "config.pbtxt", "a") as config:
+        config.write("dynamic_batching { preferred_batch_size: [ 2 ] "
+                     "max_queue_delay_microseconds: 600000000 }\n")  # fmt: skip
+    daemon = start_daemon(repo, *FRONTS, settle=["batch_recorder"])
+    pids = two_fronts(daemon)
+    first, second = (pinned_client(daemon, pid, pids) for pid in pids)
+
+    def send(client: grpcclient.InferenceServerClient, x: int) -> grpcclient.InferResult:
+        tensor = infer_input("X", np.array([[x]], dtype=np.int32), "INT32")
+        return client.infer("batch_recorder", [tensor], client_timeout=60)
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = [pool.submit(send, first, 1), pool.submit(send, second, 2)]
+        results = [f.result(timeout=60) for f in answers]
+    assert [r.as_numpy("Y").tolist() for r in results] == [[[1]], [[2]]]
+    # One execute() with both requests: neither would have gone alone (the delay is 10 min).
+    assert [r.as_numpy("REQUESTS").tolist() for r in results] == [[[2]], [[2]]]
+    stats = first.get_inference_statistics("batch_recorder").model_stats[0]
+    assert (stats.execution_count, stats.inference_count) == (1, 2)
+
+
+def test_a_sequence_stays_on_one_instance_from_either_front_end(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["sequence_accumulate"])
+    pids = two_fronts(daemon)
+    clients = [pinned_client(daemon, pid, pids) for pid in pids]
+    sums, instances = [], set()
+    for step, value in enumerate([1, 2, 3, 4, 5, 6]):
+        client = clients[step % 2]
+        tensor = infer_input("INPUT", np.array([value], dtype=np.int32), "INT32")
+        result = client.infer(
+            "sequence_accumulate",
+            [tensor],
+            sequence_id=4242,
+            sequence_start=step == 0,
+            sequence_end=step == 5,
+        )
+        sums.append(int(result.as_numpy("SUM")[0]))
+        instances.add(result.as_numpy("INSTANCE")[0])
+    assert sums == [1, 3, 6, 10, 15, 21]
+    assert len(instances) == 1
+
+
+def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
+    pids = two_fronts(daemon)
+    doomed, survivor = pids
+    victim = pinned_client(daemon, doomed, pids)
+    spec = json.loads(_environ(doomed)["PBD_FRONT_SPEC"])
+    steady = pinned_client(daemon, survivor, pids)
+    a = np.ones(4, np.float32)
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def keep_calling() -> int:
+        count = 0
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                assert add_sub(steady, a, a).tolist() == [2.0] * 4
+            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+                failures.append(exc)
+            count += 1
+        return count
+
+    with ThreadPoolExecutor(1) as pool:
+        calls = pool.submit(keep_calling)
+        add_sub(victim, a, a)
+        os.kill(doomed, signal.SIGKILL)
+        replaced = two_fronts(daemon, without=doomed)
+        time.sleep(0.5)  # calls keep going through the survivor meanwhile
+        done.set()
+        assert calls.result(timeout=60) > 0
+    assert failures == []
+    assert survivor in replaced
+    assert f"front end {spec['index']} (pid {doomed}) was killed by SIGKILL" in daemon.log()
+    # New connections are served (by either front end), the old client's too once it
+    # reconnects.
+    assert add_sub(daemon.client(), a, a).tolist() == [2.0] * 4
+    wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
+    # Nothing of the dead front end is left in /dev/shm: its arena went with it.
+    assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _answers(client: grpcclient.InferenceServerClient, a: np.ndarray) -> bool:
+    try:
+        return bool(add_sub(client, a, a).tolist() == [2.0] * 4)
+    except Exception:  # noqa: BLE001 - not reconnected yet
+        return False
