@@ -47,9 +47,8 @@ TRITON_DEFAULTS: dict[str, Any] = {
     "exit_on_error": True,
 }
 
-# Triton's threads and port sharing for its front ends. pbd serves both protocols from the
-# daemon's event loop; this one place says so, and is where they map onto pbd's own front-end
-# processes once those exist.
+# Triton's threads and port sharing for its front ends. pbd's front ends are processes
+# (--frontends), sized by measurement rather than by a thread count; this one place says so.
 FRONTEND_FLAGS = (
     "http-thread-count",
     "grpc-infer-thread-count",
@@ -57,8 +56,8 @@ FRONTEND_FLAGS = (
     "reuse-grpc-port",
 )
 FRONTEND_WHY = (
-    "pbd serves HTTP and gRPC from the daemon's event loop, one process listening on each "
-    "port; models run in their own worker processes (instance_group count)"
+    "pbd's --frontends sets the processes that serve HTTP and gRPC (all on the same "
+    "sockets); models run in their own worker processes (instance_group count)"
 )
 
 _KEEPALIVE_WHY = (

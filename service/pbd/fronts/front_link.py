@@ -210,10 +210,17 @@ class FrontLink(asyncio.Protocol):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         expected = self.hub.tokens.get(hello.index)
-        if self.index >= 0 or expected is None or not hmac.compare_digest(expected[0], hello.token):
+        if (
+            self.index >= 0
+            or expected is None
+            or not expected[0]
+            or not hmac.compare_digest(expected[0], hello.token)
+        ):
             log.warning("refused a front-end connection: bad token for index %d", hello.index)
             self.close()
             return
+        # Used once: a second connection presenting it is refused.
+        self.hub.tokens[hello.index] = ("", expected[1])
         self.index, self.pid, self._base = hello.index, hello.pid, expected[1]
         self.segments = lent.lend(self._base, self.hub.shm_dir)
         self.hub.attach(self)
