@@ -1,7 +1,7 @@
 """How the small-request rate grows with pbd's front ends, against Triton's in the same run.
 
     python -m bench.cores [--frontends 1 2 4 8] [--instances 1 4] [--connections 16]
-                          [--streams 4] [--duration 5] [--triton-threads 0 16] [--json PATH]
+                          [--streams 4] [--duration 5] [--triton-threads 0] [--json PATH]
 
 The load is h2load's (Debian's ``nghttp2-client``: C, one thread per ``--h2load-threads``), so
 the client costs little beside the servers it measures: ``--connections`` HTTP/2 connections,
@@ -10,8 +10,8 @@ the client costs little beside the servers it measures: ``--connections`` HTTP/2
 after a one-second warm-up. Each configuration is one server started fresh:
 
 - pbd with ``--frontends`` 1 (the daemon serves the ports itself), 2, 4, 8;
-- Triton 2.51 with its defaults, and with ``--grpc-infer-thread-count`` raised
-  (``--triton-threads``; 0 leaves Triton's default).
+- Triton with its defaults; and, with ``--triton-threads N`` (Triton 2.57 and later: 2.51,
+  the release pbd matches, has no such flag and refuses it), ``--grpc-infer-thread-count N``.
 
 Per configuration: calls answered per second, p50/p99 (h2load's per-request log), and the CPU
 of every thread of the server and of its children (front ends, workers, Triton's stubs) from
@@ -203,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=4, help="calls in flight per connection")
     parser.add_argument("--duration", type=int, default=5, help="seconds measured")
     parser.add_argument("--h2load-threads", type=int, default=max(1, (os.cpu_count() or 2) // 8))
-    parser.add_argument("--triton-threads", type=int, nargs="*", default=[0, 16])
+    parser.add_argument(
+        "--triton-threads", type=int, nargs="*", default=[0],
+        help="0: Triton's defaults; N: --grpc-infer-thread-count N (Triton 2.57+)",
+    )  # fmt: skip
     parser.add_argument("--tritonserver", default="", help="Triton's launcher (default: install)")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pbd")
     parser.add_argument("--json", type=Path, default=RESULTS / "cores.json")
