@@ -33,6 +33,33 @@ def decode_length(header: bytes | bytearray) -> int:
     return length
 
 
+class FrameSplitter:
+    """What an ``asyncio.Protocol`` has read of a stream so far, cut into whole frames."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def split(self, data: bytes) -> list[bytearray]:
+        """Add ``data``; the payloads of the frames now whole, in order (a partial one stays
+        for the next read). FrameError on a length no frame may have."""
+        buffer = self._buffer
+        buffer += data
+        frames = []
+        pos, end, size = 0, len(buffer), HEADER.size
+        try:
+            while end - pos >= size:
+                length = decode_length(buffer[pos : pos + size])
+                if end - pos - size < length:
+                    break
+                start = pos + size
+                pos = start + length
+                frames.append(buffer[start:pos])
+        finally:
+            if pos:
+                del buffer[:pos]
+        return frames
+
+
 class SocketFrameReader:
     """Blocking frame reader for the worker's socket. ``read()`` returns None at EOF."""
 

@@ -43,7 +43,7 @@ from pbd.http.status import finishing as http_finishing
 from pbd.memory import lent
 from pbd.peercred import peer_allowed
 from pbd.types import InferRequest, InferResult, LentInputs
-from pbd_wire.framing import HEADER, FrameError, decode_length, encode_frame
+from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
 from pbd_wire.shm import SegmentMap
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class FrontLink(asyncio.Protocol):
         self.pid = 0
         self.segments: SegmentMap | None = None
         self._base = ""
-        self._buffer = bytearray()
+        self._frames = FrameSplitter()
         self._tasks: dict[int, asyncio.Task[None]] = {}  # inference requests running
         self._calls: dict[int, asyncio.Task[None]] = {}  # other RPCs running
         self._holds: dict[int, Callable[[], None]] = {}
@@ -158,25 +158,14 @@ class FrontLink(asyncio.Protocol):
         self._hello_timer = self.loop.call_later(HELLO_TIMEOUT_S, self.close)
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        pos, end, size = 0, len(buffer), HEADER.size
         try:
-            while end - pos >= size:
-                length = decode_length(buffer[pos : pos + size])
-                if end - pos - size < length:
-                    break
-                start = pos + size
-                pos = start + length
-                self._on(fpb.FrontToDaemon.FromString(buffer[start:pos]))  # type: ignore[arg-type]
+            for frame in self._frames.split(data):
+                self._on(fpb.FrontToDaemon.FromString(frame))  # type: ignore[arg-type]
                 if self._closed:
                     return
         except (FrameError, ValueError) as exc:  # ValueError: protobuf's DecodeError
             log.warning("front end %d sent an undecodable frame (%s); closing", self.index, exc)
             self.close()
-        finally:
-            if pos and not self._closed:
-                del buffer[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end()

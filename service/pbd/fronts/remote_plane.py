@@ -30,7 +30,7 @@ from pbd.fronts import wire
 from pbd.grpc.protocol import Abort, Buffer, Context
 from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferRequest, InferResult
-from pbd_wire.framing import HEADER, FrameError, decode_length, encode_frame
+from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
 from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 
 log = logging.getLogger("pbd.fronts")
@@ -74,7 +74,7 @@ class RemotePlane(asyncio.Protocol):
         self.stop_grace: float | None = None
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
-        self._buffer = bytearray()
+        self._frames = FrameSplitter()
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._replies: dict[int, asyncio.Future[fpb.CallReply]] = {}
@@ -217,24 +217,13 @@ class RemotePlane(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        pos, end, size = 0, len(buffer), HEADER.size
         try:
-            while end - pos >= size:
-                length = decode_length(buffer[pos : pos + size])
-                if end - pos - size < length:
-                    break
-                start = pos + size
-                pos = start + length
-                self._on(fpb.DaemonToFront.FromString(buffer[start:pos]))  # type: ignore[arg-type]
-        except (FrameError, ValueError) as exc:
+            for frame in self._frames.split(data):
+                self._on(fpb.DaemonToFront.FromString(frame))  # type: ignore[arg-type]
+        except (FrameError, ValueError) as exc:  # ValueError: protobuf's DecodeError
             log.error("the daemon sent an undecodable frame (%s)", exc)
             if self.transport is not None:
                 self.transport.close()
-        finally:
-            if pos:
-                del buffer[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         error = unavailable("the daemon closed its connection to this front end")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from pbd.errors import unavailable
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.framing import HEADER, FrameError, decode_length, encode_frame
+from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
 
 log = logging.getLogger("pbd.instances")
 Handler = Callable[[wpb.WorkerToDaemon | None], None]
@@ -35,7 +35,7 @@ class WorkerLink(asyncio.Protocol):
         self.hello: wpb.Hello | None = None
         self.pid = 0
         self._on_connected = on_connected
-        self._buffer = bytearray()
+        self._frames = FrameSplitter()
         self._handler: Handler | None = None
         self._queue: collections.deque[wpb.WorkerToDaemon | None] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -50,20 +50,9 @@ class WorkerLink(asyncio.Protocol):
             self._on_connected(self)
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        size = HEADER.size
-        pos = 0
-        end = len(buffer)
         try:
-            while end - pos >= size:
-                length = decode_length(buffer[pos : pos + size])
-                if end - pos - size < length:
-                    break
-                start = pos + size
-                pos = start + length
+            for frame in self._frames.split(data):
                 # FromString parses any buffer; its stub says bytes.
-                frame = buffer[start:pos]
                 self._deliver(wpb.WorkerToDaemon.FromString(frame))  # type: ignore[arg-type]
                 if self._ended:
                     return
@@ -71,10 +60,6 @@ class WorkerLink(asyncio.Protocol):
             log.warning("worker %s sent an undecodable frame (%s); dropping it", self.pid, exc)
             self.close()
             self._end()
-            return
-        finally:
-            if pos:
-                del buffer[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end()

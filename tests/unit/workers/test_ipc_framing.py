@@ -10,6 +10,7 @@ from pbd_wire.framing import (
     HEADER,
     MAX_FRAME_BYTES,
     FrameError,
+    FrameSplitter,
     SocketFrameReader,
     decode_length,
     encode_frame,
@@ -68,3 +69,18 @@ def test_async_reader():
 def test_abstract_socket_names():
     assert socket_address("@pbd-1") == b"\0pbd-1"
     assert socket_address("/run/pbd/w.sock") == "/run/pbd/w.sock"
+
+
+def test_a_splitter_gives_whole_frames_and_keeps_a_partial_one_for_the_next_read() -> None:
+    splitter = FrameSplitter()
+    stream = encode_frame(b"one") + encode_frame(b"") + encode_frame(b"three")
+    assert splitter.split(stream[:2]) == []  # not even a header
+    assert splitter.split(stream[2:9]) == [b"one"]
+    assert splitter.split(stream[9:-1]) == [b""]
+    assert splitter.split(stream[-1:]) == [b"three"]
+    assert splitter.split(b"") == []
+
+
+def test_a_splitter_refuses_a_length_no_frame_may_have() -> None:
+    with pytest.raises(FrameError, match="exceeds"):
+        FrameSplitter().split(HEADER.pack(MAX_FRAME_BYTES + 1))
