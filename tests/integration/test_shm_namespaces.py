@@ -70,9 +70,12 @@ def test_daemons_in_other_pid_namespaces_keep_their_segments(tmp_path: Path) -> 
     _namespaces_allowed()
     repository = make_repository(tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub"})
     prefix = f"pbdns{os.getpid()}"  # one prefix for all: what the sweep looks at
-    host = Daemon(repository, tmp_path, shm_prefix=prefix)
-    contained = NamespacedDaemon(repository, tmp_path, shm_prefix=prefix)
-    late = Daemon(repository, tmp_path, shm_prefix=prefix)
+    # Serving the ports themselves: what is counted below is instances' segments (front
+    # ends' arenas, and when they go, are test_frontends' business).
+    alone = ("--frontends", "1")
+    host = Daemon(repository, tmp_path, alone, shm_prefix=prefix)
+    contained = NamespacedDaemon(repository, tmp_path, alone, shm_prefix=prefix)
+    late = Daemon(repository, tmp_path, alone, shm_prefix=prefix)
     try:
         host.start()
         host.wait_settled(["add_sub"])
