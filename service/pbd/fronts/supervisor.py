@@ -38,6 +38,7 @@ from pbd.http.server import HttpFrontend
 from pbd.memory import lent
 from pbd.settings import Settings
 from pbd_wire.framing import encode_frame, socket_address
+from pbd_wire.shm import remove_instance_segments
 
 log = logging.getLogger("pbd.fronts")
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -147,12 +148,8 @@ class Fronts:
     def _forget(self, index: int, base: str) -> None:
         """A front end is gone: its arena with it (workers keep what they mapped)."""
         lent.forget(base)
-        shm_dir = str(self.settings.shm_dir)
-        with contextlib.suppress(OSError):
-            for name in os.listdir(shm_dir):
-                if name.startswith(f"{base}-"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(shm_dir, name))
+        # Named as an instance's are (``<base>-...``, from the daemon's segment namer).
+        remove_instance_segments(base, str(self.settings.shm_dir))
 
     async def connected(self, timeout: float = 30.0) -> bool:
         """Until every front end is up and linked (False after ``timeout``)."""
