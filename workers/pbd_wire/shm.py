@@ -70,11 +70,19 @@ def remove_instance_segments(base: str, shm_dir: str = SHM_DIR) -> list[str]:
     unmapped); the names removed. For whoever outlives the other side: a worker whose daemon
     died, a daemon whose worker did."""
     try:
-        names = [n for n in os.listdir(shm_dir) if n.startswith(f"{base}-")]
+        names = os.listdir(shm_dir)
     except OSError:
         return []
+    return unlink_starting(shm_dir, names, f"{base}-")
+
+
+def unlink_starting(shm_dir: str, names: list[str], start: str) -> list[str]:
+    """Unlink those of ``names`` (files in ``shm_dir``) that start with ``start``; the names
+    removed (one already gone is not)."""
     removed = []
     for name in names:
+        if not name.startswith(start):
+            continue
         try:
             os.unlink(os.path.join(shm_dir, name))
         except FileNotFoundError:

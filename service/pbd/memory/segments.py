@@ -23,7 +23,7 @@ import re
 import secrets
 from collections.abc import Callable
 
-from pbd_wire.shm import SHM_DIR
+from pbd_wire.shm import SHM_DIR, unlink_starting
 from pbd_wire.shm_owner import OWNER_SUFFIX, owner_path, owner_record, try_lock
 
 log = logging.getLogger("pbd.memory")
@@ -82,7 +82,7 @@ class SegmentClaim:
 
 def remove_segments(prefix: str, daemon_id: str, shm_dir: str = SHM_DIR) -> list[str]:
     """Unlink the segments of ``daemon_id`` (not its owner record); the names removed."""
-    return _unlink_all(shm_dir, _names(shm_dir), f"{prefix}-{daemon_id}-")
+    return unlink_starting(shm_dir, _names(shm_dir), f"{prefix}-{daemon_id}-")
 
 
 def remove_dead_daemons_segments(
@@ -134,7 +134,7 @@ def _remove_if_dead(prefix: str, daemon_id: str, shm_dir: str, names: list[str])
             return []  # alive, in whatever PID namespace
         with open(fd, closefd=False) as record:
             who = " ".join(record.read().split())
-        removed = _unlink_all(shm_dir, names, f"{prefix}-{daemon_id}-")
+        removed = unlink_starting(shm_dir, names, f"{prefix}-{daemon_id}-")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         log.info("daemon %s (%s) is gone: removed its %d segment(s)", daemon_id, who, len(removed))
@@ -148,16 +148,3 @@ def _names(shm_dir: str) -> list[str]:
         return os.listdir(shm_dir)
     except OSError:
         return []
-
-
-def _unlink_all(shm_dir: str, names: list[str], start: str) -> list[str]:
-    removed: list[str] = []
-    for name in names:
-        if not name.startswith(start):
-            continue
-        try:
-            os.unlink(os.path.join(shm_dir, name))
-        except FileNotFoundError:
-            continue
-        removed.append(name)
-    return removed
