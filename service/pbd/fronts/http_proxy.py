@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 # Hop-by-hop headers (RFC 9110 §7.6.1), and what no longer describes a decoded body.
 _REQUEST_DROP = frozenset(
@@ -49,7 +50,10 @@ class HttpProxy:
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _REQUEST_DROP}
+        # Repeated headers stay repeated (a dict would keep one of them).
+        headers = CIMultiDict(
+            (k, v) for k, v in request.headers.items() if k.lower() not in _REQUEST_DROP
+        )
         # The daemon compresses only what the client asked for (aiohttp's client would ask
         # for gzip on its own).
         headers.setdefault("Accept-Encoding", "identity")
