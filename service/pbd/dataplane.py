@@ -390,10 +390,9 @@ class DataPlane:
                 f"failed to load '{name}', failed to poll from model repository: "
                 "'file:' parameters need a 'config' parameter (the uploaded model's config)",
             )
-        try:
-            await self.repository.load_for_client(name, override, files)
-        finally:
-            await self.announce_models()
+        # Announced from the load itself: a load the client gave up on still reaches the
+        # front ends when it ends.
+        await self.repository.load_for_client(name, override, files, then=self.announce_models)
 
     async def unload_model(
         self, repository_name: str, name: str, params: Mapping[str, tuple[str | None, Any]]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,6 +39,7 @@ from pbd_harness import (
     make_repository,
     wait_until,
 )
+from tritonclient.utils import InferenceServerException
 
 FRONTS = ("--frontends", "2")
 SHM_PREFIX = f"pbdfronts{os.getpid()}"
@@ -178,19 +180,35 @@ def test_a_model_loaded_through_one_front_end_is_served_by_the_other_at_once(
     assert add_sub(second, a, a).tolist() == [2.0] * 4
     # Decoupled: the other front end knew it before the load answered (ModelStreamInfer
     # answers a decoupled model's responses as they come, and its final flag is its own).
-    answers: queue.Queue[object] = queue.Queue()
-    second.start_stream(callback=lambda result, error: answers.put(error or result))
     inputs = [
         infer_input("IN", np.array([5, 6, 7], np.int32), "INT32"),
         infer_input("DELAY", np.zeros(3, np.uint32), "UINT32"),
         infer_input("WAIT", np.zeros(1, np.uint32), "UINT32"),
     ]
-    second.async_stream_infer("repeat_decoupled", inputs)
-    got = [answers.get(timeout=30) for _ in range(3)]
-    second.stop_stream()
-    assert [r.as_numpy("OUT").tolist() for r in got] == [[5], [6], [7]]  # type: ignore[attr-defined]
+    assert streamed(second, "repeat_decoupled", inputs, 3) == [[5], [6], [7]]
     first.unload_model("add_sub")
     assert not second.is_model_ready("add_sub")
+
+
+def test_a_load_the_client_gave_up_on_reaches_every_front_end_when_it_ends(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """The load goes on after its client's deadline (Triton's way); the front ends learn the
+    model (decoupled, so ModelStreamInfer must stream it) when the load ends, not at the
+    next model change."""
+    repo = make_repository(tmp_path, {"gated_decoupled": TEST_MODELS / "gated_decoupled"})
+    hold = repo / "gated_decoupled" / "hold_initialize"
+    hold.write_text("held\n")
+    daemon = start_daemon(repo, *FRONTS, "--model-control-mode", "explicit")
+    pids = two_fronts(daemon)
+    clients = [pinned_client(daemon, pid, pids) for pid in pids]
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        clients[0].load_model("gated_decoupled", client_timeout=0.5)
+    hold.unlink()
+    wait_until(lambda: clients[1].is_model_ready("gated_decoupled"), 60, "the load to end")
+    inputs = [infer_input("IN", np.array([3, 4], np.int32), "INT32")]
+    for client in clients:
+        assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
 
 
 def test_statistics_add_up_across_front_ends(start_daemon: DaemonFactory, repo: Path) -> None:
@@ -296,6 +314,22 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
     # Nothing of the dead front end is left in /dev/shm: its arena went with it.
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def streamed(
+    client: grpcclient.InferenceServerClient, model: str, inputs: list[Any], count: int
+) -> list[list[int]]:
+    """OUT of the first ``count`` responses ModelStreamInfer gives for one request."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        client.async_stream_infer(model, inputs)
+        got = [answers.get(timeout=30) for _ in range(count)]
+    finally:
+        client.stop_stream()
+    errors = [g for g in got if isinstance(g, Exception)]
+    assert errors == []
+    return [g.as_numpy("OUT").tolist() for g in got]
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -133,16 +133,35 @@ class ModelRepository:
         name: str,
         override_json: str | None = None,
         files: Mapping[str, bytes] | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``load`` for a client's request (RepositoryModelLoad): it goes on when the client
         stops waiting (a deadline, a disconnect), as in Triton, so the model ends loaded or
         failed, never half-way; an unload asked meanwhile waits for it. Shutdown cancels it
-        (``unload_all``)."""
-        task = asyncio.create_task(self.load(name, override_json, files), name=f"load {name}")
+        (``unload_all``). ``then`` runs when the load ends, however it ends and whether or
+        not the client still waits (the client's answer waits for it)."""
+        task = asyncio.create_task(
+            self._load_then(name, override_json, files, then), name=f"load {name}"
+        )
         self._client_loads.add(task)
         task.add_done_callback(_settled)
         task.add_done_callback(self._client_loads.discard)
         await asyncio.shield(task)
+
+    async def _load_then(
+        self,
+        name: str,
+        override_json: str | None,
+        files: Mapping[str, bytes] | None,
+        then: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        try:
+            await self.load(name, override_json, files)
+        finally:
+            task = asyncio.current_task()
+            # Not when shutdown cancelled the load: nobody is left to tell.
+            if then is not None and not (task is not None and task.cancelling()):
+                await then()
 
     async def _load_locked(self, entry: ModelEntry, model_dir: Path, override: str | None) -> None:
         name = entry.name

@@ -178,6 +178,47 @@ def test_a_clients_load_goes_on_when_the_client_stops_waiting(tmp_path: Path) ->
     ]
 
 
+def test_then_runs_when_a_clients_load_ends_even_after_the_client_left(tmp_path: Path) -> None:
+    repo = _gated_repository(tmp_path)
+    seen: list[list[tuple[str, str]]] = []
+
+    async def then() -> None:
+        seen.append([(e.version, e.state) for e in repo.index()])
+
+    async def scenario() -> None:
+        GatedRuntime.gate = asyncio.Event()
+        client = asyncio.create_task(repo.load_for_client("m", then=then))
+        await asyncio.sleep(0.01)
+        client.cancel()  # a deadline, a disconnect
+        await asyncio.sleep(0.01)
+        assert seen == []  # not before the load ends
+        GatedRuntime.gate.set()
+        while not seen:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert seen == [[("1", "READY")]]
+
+
+def test_then_does_not_run_when_shutdown_cancels_the_load(tmp_path: Path) -> None:
+    repo = _gated_repository(tmp_path)
+    calls: list[str] = []
+
+    async def then() -> None:
+        calls.append("then")
+
+    async def scenario() -> None:
+        GatedRuntime.gate = asyncio.Event()
+        load = asyncio.create_task(repo.load_for_client("m", then=then))
+        await asyncio.sleep(0.01)
+        await repo.unload_all()  # shutdown
+        with pytest.raises(asyncio.CancelledError):
+            await load
+
+    asyncio.run(scenario())
+    assert calls == []
+
+
 def test_a_cancelled_load_leaves_its_versions_listed_with_why(tmp_path: Path) -> None:
     repo = _gated_repository(tmp_path)
 
