@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tritonclient.grpc as grpcclient
 from private_systemd import PrivateSystemd
 
@@ -21,6 +22,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def counted(client: grpcclient.InferenceServerClient) -> np.ndarray:
+    """The "counted" test model's answer to [0, 1, 2, 3] (it doubles its input)."""
+    x = np.arange(4, dtype=np.float32)
+    inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+    inp.set_data_from_numpy(x)
+    return client.infer("counted", [inp]).as_numpy("OUTPUT0")
+
+
+def initialize_count(systemd: PrivateSystemd) -> int:
+    """How many times the "counted" model's initialize() ran, by its workers' journal."""
+    return systemd.journal("-u", "pbd-worker@counted*").count("counted: initialize() ran")
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import EXAMPLE_MODELS, INTEGRATION_MODELS, MODELS, make_repository, shm_prefix
-from pbd_units import PbdUnits, wait_until
+from pbd_units import PbdUnits, initialize_count, wait_until
 from private_systemd import PrivateSystemd
 
 EXIT_TIMEOUT_S = 3.0
@@ -33,10 +33,6 @@ STORM_UNITS = 5
 READY_BOUND_S = 15.0
 # A refused worker connection is logged once per instance (then counted): a handful at most.
 MAX_REFUSAL_LINES = 10
-
-
-def _initialize_count(systemd: PrivateSystemd) -> int:
-    return systemd.journal("-u", "pbd-worker@counted*").count("counted: initialize() ran")
 
 
 def _journal(systemd: PrivateSystemd) -> str:
@@ -185,7 +181,7 @@ def test_restart_after_adding_models(private_systemd: PrivateSystemd) -> None:
         assert "unexpected first reply" not in log, log
         assert "refused a worker connection" not in log, log
         assert log.count("re-attached without re-initializing") == RESTARTS * len(pids), log
-        assert _initialize_count(systemd) == 1
+        assert initialize_count(systemd) == 1
     finally:
         pbd.close()
 

@@ -13,19 +13,12 @@ import re
 import numpy as np
 import tritonclient.grpc as grpcclient
 from conftest import INTEGRATION_MODELS, MODELS, make_repository, shm_prefix
-from pbd_units import INSIDE, PbdUnits, wait_until
+from pbd_units import INSIDE, PbdUnits, counted, initialize_count, wait_until
 from private_systemd import PrivateSystemd
 from tritonclient.utils import InferenceServerException
 
 SLEEPY_UNITS = ["pbd-worker@sleepy-1-sleepy_0_0.service", "pbd-worker@sleepy-1-sleepy_0_1.service"]
 COUNTED_UNIT = "pbd-worker@counted-1-counted_0_0.service"
-
-
-def _counted(client: grpcclient.InferenceServerClient) -> np.ndarray:
-    x = np.arange(4, dtype=np.float32)
-    inp = grpcclient.InferInput("INPUT0", [4], "FP32")
-    inp.set_data_from_numpy(x)
-    return client.infer("counted", [inp]).as_numpy("OUTPUT0")
 
 
 def _sleepy_inputs(ms: int, marker: str | None) -> list[grpcclient.InferInput]:
@@ -37,10 +30,6 @@ def _sleepy_inputs(ms: int, marker: str | None) -> list[grpcclient.InferInput]:
         m.set_data_from_numpy(np.array([marker.encode()], dtype=np.object_))
         inputs.append(m)
     return inputs
-
-
-def _initialize_count(systemd: PrivateSystemd) -> int:
-    return systemd.journal("-u", "pbd-worker@counted*").count("counted: initialize() ran")
 
 
 def test_shipped_units_verify(private_systemd: PrivateSystemd) -> None:
@@ -83,8 +72,8 @@ def test_lifecycle_under_systemd(private_systemd: PrivateSystemd) -> None:
             shown = systemd.show(unit, "StatusText", "Slice")
             assert shown["StatusText"].startswith("serving "), shown
             assert shown["Slice"] == f"pbd-{unit.split('@')[1].split('-')[0]}.slice", shown
-        np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
-        assert _initialize_count(systemd) == 1
+        np.testing.assert_array_equal(counted(client), np.arange(4, dtype=np.float32) * 2)
+        assert initialize_count(systemd) == 1
 
         # A worker killed by systemd mid-request: only its requests fail.
         results: queue.Queue[tuple[int, object]] = queue.Queue()
@@ -138,13 +127,13 @@ def test_lifecycle_under_systemd(private_systemd: PrivateSystemd) -> None:
         assert pbd.main_pid("pbd.service") != daemon_pid
         after = {unit: pbd.main_pid(unit) for unit in pbd.worker_units()}
         assert after == pids, systemd.journal("-u", "pbd*", "-o", "short-monotonic")[-20000:]
-        assert _initialize_count(systemd) == 1
+        assert initialize_count(systemd) == 1
         assert pbd.daemon_log().count("without re-initializing") == 3, pbd.daemon_log()
         # The old daemon said so: its models' instances were let go, not unloaded.
         log = pbd.daemon_log()
         assert "unloaded model" not in log, log
         assert "its instances keep running for the next daemon" in log, log
-        np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
+        np.testing.assert_array_equal(counted(client), np.arange(4, dtype=np.float32) * 2)
         for _ in range(4):
             assert client.infer("sleepy", _sleepy_inputs(1, None)).as_numpy(
                 "SLEPT_MS"
@@ -185,7 +174,7 @@ def test_initialize_failure_is_a_failed_unit(private_systemd: PrivateSystemd) ->
         assert index["fail_initialize"].state == "UNAVAILABLE"
         assert "init exploded" in index["fail_initialize"].reason
         assert client.is_model_ready("counted")
-        np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
+        np.testing.assert_array_equal(counted(client), np.arange(4, dtype=np.float32) * 2)
         assert systemd.show(unit, "NRestarts")["NRestarts"] == "0"
         # systemd's view says what failed, and why: STATUS, the ready line, the unit's journal.
         status = systemd.show("pbd.service", "StatusText")["StatusText"]
@@ -247,7 +236,7 @@ def test_crash_loop_hits_the_start_limit(private_systemd: PrivateSystemd) -> Non
         index = {m.name: m for m in client.get_model_repository_index().models}
         reason = index["crash_on_execute"].reason
         assert "start limit is reached (StartLimitBurst=5 starts in" in reason, reason
-        np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
+        np.testing.assert_array_equal(counted(client), np.arange(4, dtype=np.float32) * 2)
         systemd.systemctl("stop", "pbd.service")
         assert pbd.shm_segments() == []
     finally:
@@ -277,10 +266,10 @@ def test_wedged_daemon_is_restarted_by_the_watchdog(private_systemd: PrivateSyst
         assert "watchdog timeout" in systemd.journal("-u", "pbd.service").lower()
         # The instance outlived the crashed daemon and was adopted by the new one.
         assert pbd.main_pid(COUNTED_UNIT) == worker_pid
-        assert _initialize_count(systemd) == 1
+        assert initialize_count(systemd) == 1
         client = pbd.client()
         wait_until(lambda: client.is_model_ready("counted"), 60, "counted ready")
-        np.testing.assert_array_equal(_counted(client), np.arange(4, dtype=np.float32) * 2)
+        np.testing.assert_array_equal(counted(client), np.arange(4, dtype=np.float32) * 2)
         systemd.systemctl("stop", "pbd.service")
         assert pbd.worker_units("active,activating,deactivating") == []
         assert pbd.shm_segments() == []
