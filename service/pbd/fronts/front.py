@@ -104,12 +104,12 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             settings.grpc_max_concurrent_rpcs or None,
         )
         grpc_server = GrpcServer(calls, settings, tls_context(settings))
-        await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds])
+        await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], one_by_one=True)
         proxy = HttpProxy(spec.http_socket)
         http: HttpFrontend | None = None
         if spec.http_fds:
             http = HttpFrontend.front(plane, settings, proxy)
-            await http.start([socket.socket(fileno=fd) for fd in spec.http_fds])
+            await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], one_by_one=True)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop_on_signal, plane, settings)
         log.debug("front end %d (pid %d) serving", spec.index, os.getpid())

@@ -22,7 +22,7 @@ from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.h2.connection import Connection, Refused, Shared
 from pbd.h2.limits import Limits
-from pbd.listeners import grpc_sockets, tcp_port
+from pbd.listeners import OneByOne, grpc_sockets, tcp_port
 from pbd.settings import Settings
 
 log = logging.getLogger("pbd.grpc")
@@ -86,7 +86,7 @@ class GrpcServer:
         self.max_connections = max_connections(settings)
         self.refusing = False
         self.connections: set[Connection] = set()
-        self.listeners: list[asyncio.Server] = []
+        self.listeners: list[asyncio.Server | OneByOne] = []
 
     def _connection(self) -> Connection | Refused:
         if len(self.connections) >= self.max_connections:
@@ -103,15 +103,22 @@ class GrpcServer:
         self.connections.add(connection)
         return connection
 
-    async def start(self, sockets: list[socket.socket] | None = None) -> int:
+    async def start(
+        self, sockets: list[socket.socket] | None = None, one_by_one: bool = False
+    ) -> int:
         """Listen, on ``sockets`` or on sockets bound now as the settings say; the TCP port
-        (0 for a Unix socket). OSError when it cannot bind."""
+        (0 for a Unix socket). OSError when it cannot bind. ``one_by_one``: the sockets are
+        shared with other processes (front ends): take one connection per wake-up
+        (``pbd.listeners.OneByOne``)."""
         loop = asyncio.get_running_loop()
         if sockets is None:
             sockets = grpc_sockets(self.settings)
         timeout = self._tls_timeout()
         for sock in sockets:
-            if sock.family == socket.AF_UNIX:
+            listener: asyncio.Server | OneByOne
+            if one_by_one:
+                listener = OneByOne(sock, self._connection, self.tls, timeout)
+            elif sock.family == socket.AF_UNIX:
                 listener = await loop.create_unix_server(
                     self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=timeout
                 )

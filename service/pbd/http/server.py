@@ -36,7 +36,7 @@ from pbd.http.tensors import (
     unique_keys,
 )
 from pbd.inference_plane import InferencePlane
-from pbd.listeners import http_sockets, tcp_port
+from pbd.listeners import OneByOne, http_sockets, tcp_port
 from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
 
@@ -75,6 +75,7 @@ class HttpFrontend:
         self._routes(proxy)
         self.runner: web.AppRunner | None = None
         self.port = 0
+        self.acceptors: list[OneByOne] = []  # front end: its shared sockets
 
     @classmethod
     def front(cls, plane: InferencePlane, settings: Settings, proxy: Handler) -> HttpFrontend:
@@ -144,9 +145,12 @@ class HttpFrontend:
             r.add_post(f"/v2/{kind}/unregister", self.shm_unregister)
             r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
-    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+    async def start(
+        self, sockets: list[socket.socket] | None = None, one_by_one: bool = False
+    ) -> None:
         """Listen, on ``sockets`` or on sockets bound now as the settings say (OSError when
-        they cannot be bound)."""
+        they cannot be bound). ``one_by_one``: the sockets are shared with other processes
+        (front ends): take one connection per wake-up (``pbd.listeners.OneByOne``)."""
         # A client that goes away cancels its handler, and with it its request (the model
         # sees is_cancelled(), as over gRPC); handlers whose work must finish shield it.
         self.runner = web.AppRunner(
@@ -156,10 +160,16 @@ class HttpFrontend:
             sockets = http_sockets(self.settings)
         await self.runner.setup()
         for sock in sockets:
-            await web.SockSite(self.runner, sock).start()
+            if one_by_one:
+                assert self.runner.server is not None  # made by setup()
+                self.acceptors.append(OneByOne(sock, self.runner.server))
+            else:
+                await web.SockSite(self.runner, sock).start()
         self.port = tcp_port(sockets)
 
     async def stop(self) -> None:
+        for acceptor in self.acceptors:
+            acceptor.close()
         if self.runner is not None:
             await self.runner.cleanup()
 

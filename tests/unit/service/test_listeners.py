@@ -1,0 +1,122 @@
+"""pbd.listeners: binding the public sockets, and OneByOne, the acceptor of a socket that front
+ends share (one connection per wake-up of the loop, the socket left open on close)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from pbd.listeners import OneByOne, bind_tcp, tcp_port
+
+
+class Counting(asyncio.Protocol):
+    made: list[Counting] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        Counting.made.append(self)
+
+
+def _listening() -> socket.socket:
+    [sock] = bind_tcp("127.0.0.1", 0, "test server")
+    return sock
+
+
+async def _turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_each_wake_up_takes_one_connection() -> None:
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+
+    async def scenario() -> list[int]:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting)
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())  # the test wakes it, once per step
+        seen = []
+        for _ in range(3):
+            acceptor._accept()  # what the loop calls when the socket is readable
+            await _turns(5)  # connect_accepted_socket's steps
+            seen.append(len(Counting.made))
+        acceptor._accept()  # nothing left: no error
+        await _turns(5)
+        seen.append(len(Counting.made))
+        acceptor.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+        return seen
+
+    try:
+        seen = asyncio.run(scenario())
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+    # asyncio's own server takes every waiting connection in one wake-up.
+    assert seen == [1, 2, 3, 3]
+
+
+def test_connections_waiting_are_all_served() -> None:
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+
+    async def scenario() -> int:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting)
+        for _ in range(100):
+            if len(Counting.made) == 3:
+                break
+            await asyncio.sleep(0.01)
+        acceptor.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+        return len(Counting.made)
+
+    try:
+        assert asyncio.run(scenario()) == 3
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+
+
+def test_close_stops_accepting_and_leaves_the_socket_to_the_others() -> None:
+    sock = _listening()
+    port = tcp_port([sock])
+
+    async def scenario() -> int:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting)
+        acceptor.close()
+        acceptor.close()  # twice is fine
+        client = socket.create_connection(("127.0.0.1", port))
+        await asyncio.sleep(0.1)
+        client.close()
+        return len(Counting.made)
+
+    try:
+        assert asyncio.run(scenario()) == 0
+        # Still listening: another process sharing it would take the connection.
+        assert sock.fileno() >= 0
+        sock.settimeout(5)
+        with socket.create_connection(("127.0.0.1", port)):
+            conn, _ = sock.accept()
+            conn.close()
+    finally:
+        sock.close()
+
+
+def test_bind_tcp_reports_a_taken_port() -> None:
+    sock = _listening()
+    try:
+        with pytest.raises(OSError, match="cannot bind test server to 127.0.0.1"):
+            bind_tcp("127.0.0.1", tcp_port([sock]), "test server")
+    finally:
+        sock.close()
