@@ -214,6 +214,12 @@ class Settings:
         "input bytes the daemon holds in accepted, unanswered requests (0: unbounded); more "
         "is refused with RESOURCE_EXHAUSTED",
     )
+    grpc_stream_buffer_bytes: int = _opt(
+        16 * MIB,
+        "response bytes a ModelStreamInfer call may hold for a client that reads slower than "
+        "the model writes; past it the call reads none of the client's next requests until "
+        "the client catches up (HTTP/2 flow control then holds the client back)",
+    )
     grpc_max_concurrent_rpcs: int = _opt(
         0, "gRPC calls served at once (0: unbounded); more are refused by gRPC itself"
     )

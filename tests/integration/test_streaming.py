@@ -4,7 +4,9 @@ ends with OK once everything is answered after the client half-closes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -12,10 +14,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.service_pb2 as service_pb2
+import tritonclient.grpc.service_pb2_grpc as service_pb2_grpc
 from pbd_harness import (
+    EXAMPLE_MODELS,
     SETTLE_TIMEOUT_S,
     TEST_MODELS,
     Daemon,
+    DaemonFactory,
     infer_input,
     make_repository,
     running_daemon,
@@ -186,3 +191,82 @@ def test_triton_grpc_error_other_than_true_keeps_errors_in_band(daemon: Daemon) 
         (_, error), (after, ok) = answers.take(2)
     assert error is not None and error.status() is None
     assert ok is None and int(after.as_numpy("ID")[0]) == 5
+
+
+SLOW_READER_REQUESTS = 200
+RESPONSE_FLOATS = 65536  # 256 KiB each: 50 MiB in all, against a 1 MiB buffer
+
+
+def test_a_client_that_stops_reading_holds_back_its_own_stream_only(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """A client sends many requests and reads none of the answers: the daemon takes only a
+    bounded number of them (its memory is not the client's buffer), other clients are served
+    meanwhile, and once the client reads, every answer comes, in order, nothing lost."""
+    repository = make_repository(tmp_path, {"identity_fp32": EXAMPLE_MODELS / "identity_fp32"})
+    daemon = start_daemon(
+        repository, "--grpc-stream-buffer-bytes", str(1 << 20), settle=["identity_fp32"]
+    )
+    sent = 0
+    all_sent = threading.Event()
+
+    def requests() -> Iterator[service_pb2.ModelInferRequest]:
+        nonlocal sent
+        for i in range(SLOW_READER_REQUESTS):
+            request = service_pb2.ModelInferRequest(model_name="identity_fp32", id=str(i))
+            request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, RESPONSE_FLOATS])
+            request.raw_input_contents.append(np.full(RESPONSE_FLOATS, i, np.float32).tobytes())
+            sent += 1
+            yield request
+        all_sent.set()
+
+    channel = grpc.insecure_channel(
+        daemon.url, options=[("grpc.max_receive_message_length", -1)]
+    )
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(requests(), timeout=120)  # nothing read yet
+
+        def executed() -> int:
+            stats = daemon.client().get_inference_statistics("identity_fp32")
+            return int(stats.model_stats[0].inference_stats.success.count)
+
+        # The daemon stops taking requests: the count settles well below what was sent.
+        wait_until(lambda: executed() > 0, SETTLE_TIMEOUT_S, "the first requests to run")
+        settled = wait_until(_steady(executed), SETTLE_TIMEOUT_S, "the daemon to stop taking more")
+        assert settled < SLOW_READER_REQUESTS // 2, (settled, sent)
+        assert not all_sent.is_set()
+        # Another client is served meanwhile.
+        other = daemon.client().infer(
+            "identity_fp32", [infer_input("INPUT0", np.ones((1, 4), np.float32), "FP32")]
+        )
+        assert other.as_numpy("OUTPUT0").tolist() == [[1.0] * 4]
+        # Now the client reads: everything comes, in order.
+        ids = []
+        for response in call:
+            assert response.error_message == ""
+            answer = response.infer_response
+            first = np.frombuffer(answer.raw_output_contents[0][:4], np.float32)[0]
+            assert int(first) == int(answer.id)
+            ids.append(int(answer.id))
+            if len(ids) == SLOW_READER_REQUESTS:
+                break
+        call.cancel()
+        assert ids == list(range(SLOW_READER_REQUESTS))
+    finally:
+        channel.close()
+
+
+def _steady(count: Callable[[], int]) -> Callable[[], int | None]:
+    """A predicate: the count once two looks 0.5 s apart agree (None before)."""
+    last = [-1]
+
+    def check() -> int | None:
+        now = count()
+        same, last[0] = now == last[0], now
+        if same:
+            return now
+        time.sleep(0.5)
+        return None
+
+    return check

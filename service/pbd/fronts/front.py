@@ -94,14 +94,16 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         if plane.ended.done():
             log.error("front end %d: the daemon refused or dropped its link", spec.index)
             return 1
+        buffer = settings.grpc_stream_buffer_bytes
         calls = Calls(
             methods(
-                InferenceRpcs(plane),
+                InferenceRpcs(plane, buffer),
                 parse_restrictions(settings.grpc_restricted_protocol),
                 proxy=plane.call,
             ),
             MAX_MESSAGE_BYTES,
             settings.grpc_max_concurrent_rpcs or None,
+            buffer,
         )
         grpc_server = GrpcServer(calls, settings, tls_context(settings))
         await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], one_by_one=True)

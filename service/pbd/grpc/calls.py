@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import zlib
 from collections.abc import Callable
@@ -268,6 +269,9 @@ class Call:
                     stream.send_headers(HEAD_BLOCK)
                     started = True
                 stream.send_data(len(body).to_bytes(5, "big") + body)
+                limit = self.calls.stream_buffer
+                if limit and stream.queue and stream.queued_bytes() > limit:
+                    await self._drained(limit)
         except Abort as exc:
             self._finish_error(exc.code, exc.details, started)
         except asyncio.CancelledError:
@@ -279,6 +283,19 @@ class Call:
                 self.done = True
                 self._release()
                 stream.send_trailers(OK_TRAILERS if started else OK_ONLY)
+
+    async def _drained(self, limit: int) -> None:
+        """Wait until no more than ``limit`` bytes of the stream wait for the client's window
+        (a client that reads slowly holds its handler back, not the server's memory)."""
+        stream = self.stream
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.done and stream.queue and stream.queued_bytes() > limit:
+                sent: asyncio.Future[None] = loop.create_future()
+                stream.on_drain = functools.partial(_wake, sent)
+                await sent
+        finally:
+            stream.on_drain = None
 
     def _cancelled(self, started: bool = False) -> None:
         if self.expired:
@@ -315,6 +332,11 @@ class Call:
         self.context.answer = _over
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _over(body: bytes) -> None:
     """``Context.answer`` once the call is over: nothing to send (as ``Call.answer``)."""
 
@@ -323,11 +345,18 @@ class Calls:
     """The gRPC application on HTTP/2 connections: routes a request's ``:path`` to its method."""
 
     def __init__(
-        self, methods: dict[bytes, Method], max_message: int, max_calls: int | None
+        self,
+        methods: dict[bytes, Method],
+        max_message: int,
+        max_calls: int | None,
+        stream_buffer: int = 0,
     ) -> None:
         self.methods = methods
         self.max_message = max_message
         self.max_calls = max_calls
+        # A streaming call stops taking responses from its handler while more than this many
+        # bytes wait for the client's window (0: no limit).
+        self.stream_buffer = stream_buffer
         self.active = 0
         self.accepting = True
         self.reservations = Reservations()

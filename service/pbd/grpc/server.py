@@ -151,9 +151,11 @@ class GrpcServer:
 def build_server(dataplane: DataPlane, settings: Settings) -> GrpcServer:
     """The server, not listening yet. OSError or ValueError for a bad TLS or restriction flag."""
     restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    buffer = settings.grpc_stream_buffer_bytes
     calls = Calls(
-        methods(InferenceServicer(dataplane), restrictions),
+        methods(InferenceServicer(dataplane, buffer), restrictions),
         MAX_MESSAGE_BYTES,
         settings.grpc_max_concurrent_rpcs or None,
+        buffer,
     )
     return GrpcServer(calls, settings, tls_context(settings))

@@ -57,8 +57,9 @@ def _errors_to_status(fn: Handler) -> Handler:
 class InferenceRpcs:
     """ModelInfer and ModelStreamInfer: what a front-end process serves itself."""
 
-    def __init__(self, plane: InferencePlane) -> None:
+    def __init__(self, plane: InferencePlane, stream_buffer_bytes: int = 0) -> None:
         self.plane = plane
+        self.stream_buffer_bytes = stream_buffer_bytes  # per ModelStreamInfer call (0: no limit)
 
     async def ModelInfer(self, request: Buffer, context: Context) -> bytes | None:
         """The answer, or None when it went out already (``Context.answer``: as soon as the
@@ -98,6 +99,7 @@ class InferenceRpcs:
                 request, "ModelStreamInfer", began, lambda: _traceparent(context)
             ),
             grpc_error,
+            self.stream_buffer_bytes,
         )
         try:
             async for data in session.run(requests):
@@ -128,8 +130,8 @@ class InferenceRpcs:
 class InferenceServicer(InferenceRpcs):
     """Every RPC, over the daemon's dataplane."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
-        super().__init__(dataplane)
+    def __init__(self, dataplane: DataPlane, stream_buffer_bytes: int = 0) -> None:
+        super().__init__(dataplane, stream_buffer_bytes)
         self.dp = dataplane
 
     async def ServerLive(

@@ -13,6 +13,10 @@
 - After the client half-closes, the call ends (OK) once every request is answered. A client
   that cancels or drops the call cancels what is still queued or running (the worker sees
   ``is_cancelled()``).
+- A client that reads slower than the model writes holds back its own call, not the
+  server's memory: past ``buffer_bytes`` of responses waiting (here, and in the HTTP/2
+  stream for the client's window: ``pbd.grpc.calls``), the call reads none of the client's
+  next requests until it catches up, so HTTP/2 flow control stops the client's sending.
 - Each request is traced as a ModelInfer is, when the trace settings pick it: a decoupled
   request's server span has a ``response`` span per response sent and ends with its final one.
 """
@@ -46,6 +50,7 @@ class StreamSession:
         answer_ordered: OrderedAnswer,
         start_trace: StartTrace = lambda request, began: None,
         grpc_error: bool = False,
+        buffer_bytes: int = 0,
     ) -> None:
         self.dp = dataplane
         self.answer_ordered = answer_ordered  # raises the PbdError that ends a grpc_error call
@@ -53,6 +58,9 @@ class StreamSession:
         self.grpc_error = grpc_error
         # What to write, in order; a PbdError ends the call with its status (grpc_error).
         self._out: asyncio.Queue[bytes | PbdError | None] = asyncio.Queue()
+        self.buffer_bytes = buffer_bytes  # 0: no limit
+        self._out_bytes = 0  # of the responses in _out
+        self._room = asyncio.Event()  # set when _out_bytes falls to buffer_bytes or below
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_ordered: asyncio.Future[None] | None = None
 
@@ -62,6 +70,9 @@ class StreamSession:
             while (data := await self._out.get()) is not None:
                 if isinstance(data, PbdError):
                     raise data
+                self._out_bytes -= len(data)
+                if self._out_bytes <= self.buffer_bytes:
+                    self._room.set()
                 yield data
             await reader
         finally:
@@ -79,11 +90,14 @@ class StreamSession:
         try:
             async for raw in requests:
                 self._spawn(raw)
+                while self.buffer_bytes and self._out_bytes > self.buffer_bytes:
+                    self._room.clear()
+                    await self._room.wait()
             while self._tasks:  # half-closed: finish once everything is answered
                 await asyncio.gather(*self._tasks, return_exceptions=True)
         finally:
             # Whatever ends the reader ends the call: run() must never wait for nothing.
-            self._out.put_nowait(None)
+            self._out.put_nowait(None)  # the end
 
     def _spawn(self, raw: bytes) -> None:
         request: InferRequest | None
@@ -112,10 +126,15 @@ class StreamSession:
                 data = exc
             if previous is not None:
                 await previous
-            self._out.put_nowait(data)
+            self._put(data)
         finally:
             if not mine.done():
                 mine.set_result(None)
+
+    def _put(self, data: bytes | PbdError) -> None:
+        if not isinstance(data, PbdError):
+            self._out_bytes += len(data)
+        self._out.put_nowait(data)
 
     async def _decoupled(self, request: InferRequest, began: int) -> None:
         try:
@@ -128,12 +147,12 @@ class StreamSession:
                     await self._responses(request, trace)
         except PbdError as exc:
             ends = self.grpc_error and not exc.before_model
-            self._out.put_nowait(
+            self._put(
                 exc if ends else convert.stream_error_to_wire(request, exc.message)
             )
         except (ValueError, TypeError) as exc:
             message = f"malformed request: {exc}"
-            self._out.put_nowait(convert.stream_error_to_wire(request, message))
+            self._put(convert.stream_error_to_wire(request, message))
 
     async def _responses(self, request: InferRequest, trace: RequestTrace | None) -> None:
         empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
@@ -143,7 +162,7 @@ class StreamSession:
             replying = time.time_ns()
             data = self._encode(request, item, empty_final)
             if data is not None:
-                self._out.put_nowait(data)
+                self._put(data)
                 if trace is not None:
                     trace.responded(replying)
 

@@ -56,7 +56,7 @@ class Stream:
     __slots__ = (
         "id", "conn", "handler", "send_window", "shift", "queue", "local_closed",
         "remote_closed", "responded", "recv_window", "recv_credit", "holding", "held",
-        "expect", "opened",
+        "expect", "opened", "on_drain",
     )  # fmt: skip
 
     def __init__(
@@ -85,6 +85,15 @@ class Stream:
         self.held = 0
         self.expect = expect  # DATA bytes still due by content-length, or -1
         self.opened = opened  # the read that opened it (pbd.h2.core.Core.reads)
+        self.on_drain: Callable[[], None] | None = None  # called when queued DATA leaves
+
+    def queued_bytes(self) -> int:
+        """DATA bytes waiting for the client's window (what a slow reader makes us hold)."""
+        total = 0
+        for entry in self.queue:
+            if len(entry) == 2:  # [payload, end]; trailers are (block,)
+                total += len(entry[0])  # type: ignore[arg-type]
+        return total
 
     def send_headers(self, block: Block) -> None:
         if not self.local_closed:
@@ -328,6 +337,8 @@ class Sender:
         finally:
             if parts:
                 stream.responded = self.answered = True
+                if stream.on_drain is not None:
+                    stream.on_drain()
             if sum(map(len, parts)) > LARGE_WRITE:
                 for part in parts:  # no join: the transport sends a large part without a copy
                     self.write(part)
