@@ -32,6 +32,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,6 +63,8 @@ class Result:
     busiest_us: float  # the busiest thread, per call
     busiest: str  # which thread that was
     calls: int
+    # Connections each serving process held mid-run (front ends, or the one server), most first.
+    spread: list[int]
 
 
 def repository(root: Path, instances: int) -> Path:
@@ -101,7 +105,13 @@ def succeeded(target: str) -> tuple[int, int]:
         return int(stats.success.count), int(stats.fail.count)
 
 
-def h2load(target: str, body: Path, log: Path, opts: argparse.Namespace) -> dict[str, float]:
+def h2load(
+    target: str,
+    body: Path,
+    log: Path,
+    opts: argparse.Namespace,
+    spread: Callable[[], None] | None = None,
+) -> dict[str, float]:
     """One bounded run; calls done and succeeded, and the latencies of the measured ones."""
     argv = [
         "h2load",
@@ -116,7 +126,17 @@ def h2load(target: str, body: Path, log: Path, opts: argparse.Namespace) -> dict
         f"--log-file={log}",
         f"http://{target}{PATH}",
     ]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=opts.duration + 60)
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if spread is not None:
+            time.sleep(min(1.5, opts.duration / 2 + 1))  # past the warm-up: all connected
+            spread()
+        stdout, stderr = run.communicate(timeout=opts.duration + 60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    out = subprocess.CompletedProcess(argv, run.returncode, stdout, stderr)
     if out.returncode != 0:
         raise RuntimeError(f"h2load failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout)
@@ -146,7 +166,14 @@ def measure(
     before_ok, before_failed = succeeded(server.target)
     pids = all_pids(server.pid)
     before = cpu_by_thread(pids)
-    run = h2load(server.target, body, log, opts)
+    held: list[int] = []
+
+    def look() -> None:  # who holds the connections, mid-run
+        port = int(server.target.rsplit(":", 1)[1])
+        counts = [procstat.established(pid, port) for pid in all_pids(server.pid)]
+        held.extend(sorted((c for c in counts if c), reverse=True))
+
+    run = h2load(server.target, body, log, opts, look)
     after = cpu_by_thread(all_pids(server.pid))
     after_ok, after_failed = succeeded(server.target)
     answered = after_ok - before_ok
@@ -174,6 +201,7 @@ def measure(
         busiest_us=busiest_cpu * 1e6 / calls,
         busiest=f"{busiest_name} ({'main' if busiest_key[0] == server.pid else 'child'})",
         calls=answered,
+        spread=held,
     )
 
 
@@ -181,8 +209,8 @@ def table(results: list[Result]) -> str:
     base = {r.instances: r.infer_per_s for r in results if r.server == "triton" and not r.fronts}
     lines = [
         "| server | instances | front ends / threads | infer/s | vs Triton | p50 ms | p99 ms "
-        "| CPU µs/call | busiest thread µs/call |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| CPU µs/call | busiest thread µs/call | connections per process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         ratio = r.infer_per_s / base[r.instances] if base.get(r.instances) else math.nan
@@ -190,7 +218,7 @@ def table(results: list[Result]) -> str:
         lines.append(
             f"| {r.server} | {r.instances} | {fronts} | {r.infer_per_s:.0f} | {ratio:.2f} "
             f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.cpu_us:.0f} "
-            f"| {r.busiest_us:.0f} {r.busiest} |"
+            f"| {r.busiest_us:.0f} {r.busiest} | {'/'.join(map(str, r.spread))} |"
         )
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ has none. RSS is ``VmRSS`` and the lifetime peak ``VmHWM`` from ``/proc/<pid>/st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import threading
@@ -136,3 +137,24 @@ class PeakSampler(threading.Thread):
         self._done.set()
         self.join(5)
         self.sample()
+
+
+def established(pid: int, port: int) -> int:
+    """TCP connections to local ``port`` that process ``pid`` holds (its descriptors' socket
+    inodes, matched against the established connections of ``/proc/<pid>/net/tcp[6]``)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):  # grpc core serves IPv4 on IPv6 sockets (mapped addresses)
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if fields[3] == "01" and local_port == port and fields[9] in inodes:
+                    count += 1
+    return count

@@ -41,6 +41,8 @@ from pbd_harness import (
 )
 from tritonclient.utils import InferenceServerException
 
+from bench.procstat import established
+
 FRONTS = ("--frontends", "2")
 SHM_PREFIX = f"pbdfronts{os.getpid()}"
 
@@ -69,24 +71,6 @@ def two_fronts(daemon: Daemon, without: int = 0) -> list[int]:
         return found if len(found) == 2 and without not in found else None
 
     return list(wait_until(both, 60, "two front ends"))
-
-
-def established(pid: int, port: int) -> int:
-    """TCP connections to ``port`` that process ``pid`` holds (its fds' socket inodes, matched
-    against the established connections in /proc/net/tcp)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    count = 0
-    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local_port = int(fields[1].rsplit(":", 1)[1], 16)
-        if fields[3] == "01" and local_port == port and fields[9] in inodes:
-            count += 1
-    return count
 
 
 @contextlib.contextmanager

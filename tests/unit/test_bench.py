@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
+from bench import procstat
 from bench.loadgen import (
     LoadStats,
     ResponseMismatch,
@@ -228,3 +230,16 @@ def test_trees_puts_the_base_tree_first_and_refuses_an_unknown_rev(tmp_path: Pat
     assert path == [str(tmp_path / "service"), str(tmp_path / "workers"), str(tmp_path / "protos")]
     with pytest.raises(ValueError, match="no-such-rev"):
         trees.worktree("no-such-rev", tmp_path)
+
+
+def test_established_counts_the_connections_a_process_accepted_on_a_port() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert procstat.established(os.getpid(), port) == 0
+        with socket.create_connection(("127.0.0.1", port)):
+            served, _ = listener.accept()
+            with served:
+                # The accepted end (local port = port) counts; the client's end does not.
+                assert procstat.established(os.getpid(), port) == 1
