@@ -4,6 +4,8 @@ the tensor already lies in one of the daemon's segments (a model that returns an
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pbd_wire import worker_pb2 as wpb
@@ -60,14 +62,17 @@ def to_arena(
     Described in ``into`` (a response's entry) or a new message; ``origins`` may name where
     the tensor's array lies without a look at its address."""
     ref = into if into is not None else wpb.TensorRef()
+    dt = tensor._dt
     ref.name = tensor.name()
-    ref.datatype = tensor._datatype
+    ref.datatype = dt.name
     ref.shape.extend(tensor._shape)
-    nbytes = tensor._wire_nbytes()
+    if dt.is_bytes or tensor._device_array is not None:
+        nbytes, array = tensor._wire_nbytes(), None
+    else:  # _wire_nbytes() and _array_or_none() of a CPU tensor of fixed-size elements
+        nbytes, array = math.prod(tensor._shape) * dt.itemsize, tensor._array
     ref.nbytes = nbytes
     if nbytes == 0:
         return ref
-    array = tensor._array_or_none()
     if origins is not None and array is not None:
         origin = origins.get(id(array))
         if origin is not None and origin[0] is array and origin[3] == nbytes:

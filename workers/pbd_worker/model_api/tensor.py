@@ -104,15 +104,22 @@ class Tensor:
     ) -> Tensor:
         """An input whose wire-form bytes are ``buffer`` (shared memory); nothing is copied."""
         _check_name(name)
-        dt = dtypes.BY_NAME.get(datatype)
-        if dt is None:
-            raise TritonModelException(f"input '{name}' has unknown datatype '{datatype}'")
-        dims = [int(d) for d in shape]
-        if dims and min(dims) < 0:
-            raise TritonModelException(f"input '{name}' has a negative dimension in {dims}")
         view = memoryview(buffer)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
+        return cls._over_bytes(name, datatype, [int(d) for d in shape], view)
+
+    @classmethod
+    def _over_bytes(cls, name: str, datatype: str, dims: list[int], view: memoryview) -> Tensor:
+        """``_from_buffer`` for the runtime's inputs: ``name`` a str, ``dims`` a list of ints
+        (a descriptor's), ``view`` a flat memoryview of bytes, kept by the tensor."""
+        if not name:
+            _check_name(name)
+        dt = dtypes.BY_NAME.get(datatype)
+        if dt is None:
+            raise TritonModelException(f"input '{name}' has unknown datatype '{datatype}'")
+        if dims and min(dims) < 0:
+            raise TritonModelException(f"input '{name}' has a negative dimension in {dims}")
         tensor = cls.__new__(cls)  # _init's fields, dims already ints
         tensor._name = name
         tensor._dt = dt
