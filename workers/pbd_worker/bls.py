@@ -190,6 +190,8 @@ class BlsClient:
         self.callee_segments.close()
 
     def _take_done(self) -> list[wpb.WorkerToDaemon]:
+        if not self._done:  # nearly always (asked before every frame sent)
+            return []
         ids: list[int] = []
         while self._done:
             ids.append(self._done.popleft())

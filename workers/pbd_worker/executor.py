@@ -218,7 +218,7 @@ class BatchExecutor:
             if isinstance(exc, CudaUnavailable):
                 return self._fail_all(result, ids, _error("UNSUPPORTED", str(exc)))
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
-        self.live.start_batch(msgs, requests)
+        self.live.start_batch(ids, msgs, requests)
         if any(r.is_cancelled() for r in requests):
             msgs, requests = self._drop_cancelled(result, msgs, requests)
             if not requests:

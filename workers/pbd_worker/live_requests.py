@@ -86,13 +86,15 @@ class LiveRequests:
             if not self.decoupled:
                 self._executing.add(request_id)
 
-    def start_batch(self, msgs: list[wpb.Request], requests: list[InferenceRequest]) -> None:
-        """``start`` for each request of a batch, under one lock."""
+    def start_batch(
+        self, ids: list[int], msgs: list[wpb.Request], requests: list[InferenceRequest]
+    ) -> None:
+        """``start`` for each request of a batch (``ids``: their ``request_id``s), under one
+        lock."""
         flags = self.flags
         executing = not self.decoupled
         with self._lock:
-            for msg, request in zip(msgs, requests, strict=True):
-                request_id = msg.request_id
+            for request_id, msg, request in zip(ids, msgs, requests, strict=True):
                 request._uid = request_id  # type: ignore[attr-defined]
                 if flags is not None:
                     request._cancel_flag = functools.partial(flags.cancelled, request_id)

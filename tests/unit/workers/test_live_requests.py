@@ -25,7 +25,7 @@ def test_a_batch_starts_live_and_executing_with_its_cancellation_flags(tmp_path:
         live.flags = flags
         msgs = [wpb.Request(request_id=7), wpb.Request(request_id=9)]
         requests = [_request(), _request()]
-        live.start_batch(msgs, requests)
+        live.start_batch([7, 9], msgs, requests)
         assert [r._uid for r in requests] == [7, 9]  # type: ignore[attr-defined]
         assert sorted(live._live) == [7, 9] and live._executing == {7, 9}
         assert live._live[9] == (requests[1], msgs[1])
@@ -38,7 +38,7 @@ def test_a_batch_starts_live_and_executing_with_its_cancellation_flags(tmp_path:
 def test_a_decoupled_batch_starts_live_but_not_executing() -> None:
     live = LiveRequests(lambda *sent: None, decoupled=True)
     requests = [_request()]
-    live.start_batch([wpb.Request(request_id=3)], requests)
+    live.start_batch([3], [wpb.Request(request_id=3)], requests)
     assert sorted(live._live) == [3] and live._executing == set()
     assert not requests[0].is_cancelled()  # no cancellation page: only a CancelRequests frame
     live.cancel([3])
@@ -49,7 +49,7 @@ def test_finishing_a_batch_ends_the_answered_requests_and_returns_the_kept_respo
     sent: list[wpb.WorkerToDaemon] = []
     live = LiveRequests(lambda *frames: sent.extend(frames), decoupled=False)
     requests = [_request(), _request(), _request()]
-    live.start_batch([wpb.Request(request_id=i) for i in (1, 2, 3)], requests)
+    live.start_batch([1, 2, 3], [wpb.Request(request_id=i) for i in (1, 2, 3)], requests)
     # Request 2's sender sends without the final flag while execute() runs: kept.
     kept = wpb.StreamedResponse(request_id=2)
     live._unfinished[2] = kept
@@ -62,6 +62,6 @@ def test_finishing_a_batch_ends_the_answered_requests_and_returns_the_kept_respo
 
 def test_finishing_a_decoupled_batch_returns_nothing_and_ends_nothing_unanswered() -> None:
     live = LiveRequests(lambda *sent: None, decoupled=True)
-    live.start_batch([wpb.Request(request_id=1)], [_request()])
+    live.start_batch([1], [wpb.Request(request_id=1)], [_request()])
     assert live.finish_execute([1]) == {}
     assert sorted(live._live) == [1]  # its sender answers it, later
