@@ -51,8 +51,19 @@ BY_NAME: dict[str, DataType] = {d.name: d for d in ALL}
 BY_CONFIG_NUMBER: dict[int, DataType] = {d.config_number: d for d in ALL}
 
 
+# The dtypes of ALL (BYTES aside), for ``from_numpy``'s lookup without a walk: a dtype hashes
+# as it compares (``float32`` and ``<f4`` alike, ``>f4`` not).
+_BY_NUMPY: dict[np.dtype, DataType] = {
+    d.numpy: d for d in ALL if d.numpy is not None and not d.is_bytes
+}
+
+
 def from_numpy(dtype: np.dtype) -> DataType | None:
     """The datatype of a numpy dtype; ``bytes_``/``object_`` arrays are BYTES."""
+    if isinstance(dtype, np.dtype):
+        found = _BY_NUMPY.get(dtype)
+        if found is not None:
+            return found
     dtype = np.dtype(dtype)
     if dtype.kind in ("O", "S", "U"):
         return BY_NAME["BYTES"]

@@ -80,6 +80,16 @@ class SocketFrameReader:
         return bool(self._buffer)
 
     def read(self) -> bytes | None:
+        if not self._buffer:
+            # Nearly always: nothing left over, and one recv brings exactly one frame.
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                return None
+            if len(chunk) >= HEADER.size:
+                length = decode_length(chunk[: HEADER.size])
+                if len(chunk) == HEADER.size + length:
+                    return chunk[HEADER.size :]
+            self._buffer += chunk
         if not self._fill(HEADER.size):
             if self._buffer:
                 raise FrameError("connection closed inside a frame header")

@@ -37,8 +37,8 @@ import itertools
 import json
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,12 +56,23 @@ _NOT_IN_EXECUTE = "BLS is only supported during the 'execute' function."
 Replies = Callable[[tuple[str, int]], Awaitable[wpb.DaemonToWorker]]
 
 
-class _Batch(NamedTuple):
+class _Batch:
     """What a call made while executing a batch carries: the BLS calls being served
-    (``parents``, for the daemon's cycle check) and the trace to join."""
+    (``parents``, for the daemon's cycle check) and the trace to join. Read from the batch's
+    requests when a call asks (most batches make none)."""
 
-    parents: list[int]
-    traceparent: str
+    __slots__ = ("_requests",)
+
+    def __init__(self, requests: Sequence[wpb.Request] = ()) -> None:
+        self._requests = requests
+
+    @property
+    def parents(self) -> list[int]:
+        return [r.bls_call for r in self._requests if r.bls_call]
+
+    @property
+    def traceparent(self) -> str:
+        return next((r.traceparent for r in self._requests if r.traceparent), "")
 
 
 # The batch whose execute() is running in this context: set by the main loop around a batch;
@@ -147,7 +158,7 @@ class BlsClient:
         self._done: collections.deque[int] = collections.deque()
         self._calls: dict[int, _Call] = {}
         self._lock = threading.Lock()  # arena allocations from concurrent async_exec threads
-        self._batch = _Batch([], "")  # for model threads, which do not inherit the context
+        self._batch = _Batch()  # for model threads, which do not inherit the context
         self._batch_token: contextvars.Token[_Batch | None] | None = None
         self.executing = False
         self.cuda = CudaRegions()  # the daemon's pools (shared with the executor)
@@ -162,10 +173,7 @@ class BlsClient:
         self.callee_segments = SegmentMap(inputs.shm_dir)
 
     def begin_batch(self, execute: wpb.Execute) -> None:
-        self._batch = _Batch(
-            [r.bls_call for r in execute.requests if r.bls_call],
-            next((r.traceparent for r in execute.requests if r.traceparent), ""),
-        )
+        self._batch = _Batch(execute.requests)
         self._batch_token = _current_batch.set(self._batch)
         self.executing = True
 
@@ -182,6 +190,8 @@ class BlsClient:
         self.callee_segments.close()
 
     def _take_done(self) -> list[wpb.WorkerToDaemon]:
+        if not self._done:  # nearly always (asked before every frame sent)
+            return []
         ids: list[int] = []
         while self._done:
             ids.append(self._done.popleft())

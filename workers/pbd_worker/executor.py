@@ -19,6 +19,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pbd_wire import dtypes
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions, CudaUnavailable
@@ -91,6 +93,10 @@ class BatchExecutor:
         self.cuda = cuda or CudaRegions()  # clients' CUDA regions and pools, opened on use
         self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_wire.cuda)
         self._held: dict[int, list[Block]] = {}
+        # The running batch's input arrays over the daemon's segments, by id: an output that is
+        # one of them (an identity model) is found in place without its address. The array is
+        # kept with its (region, offset, nbytes), so an id is never one of another array.
+        self._origins: dict[int, tuple[np.ndarray, str, int, int]] = {}
         self.lock = threading.Lock()
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
@@ -99,7 +105,12 @@ class BatchExecutor:
         self._untraceable = False
 
     def _tracing_for(self, msgs: list[wpb.Request]) -> WorkerTracing | None:
-        if self._untraceable or not any(m.traceparent for m in msgs):
+        for msg in msgs:
+            if msg.traceparent:
+                break
+        else:
+            return None  # nearly always: no request is traced
+        if self._untraceable:
             return None
         if self.tracing is None:
             import gc
@@ -140,20 +151,32 @@ class BatchExecutor:
     ) -> wpb.Response:  # fmt: skip
         """A response's descriptor, its outputs written into the arena (any thread)."""
         with self.lock:
-            return self._response(msg, request, response, held)
+            return self._response(msg, request, response, held, wpb.Response())
 
     def _request(self, msg: wpb.Request) -> InferenceRequest:
-        tensors = [
-            Tensor._from_buffer(
-                ref.name,
-                ref.datatype,
-                list(ref.shape),
-                self.inputs.view(ref.region, ref.offset, ref.nbytes) if ref.nbytes else _EMPTY,
-            )
-            if not ref.HasField("cuda")
-            else self._cuda_input(ref)
-            for ref in msg.inputs
-        ]
+        tensors = []
+        origins = self._origins
+        segments = self.inputs.segments
+        for ref in msg.inputs[:]:  # a list: iterating the field itself is slower
+            if ref.HasField("cuda"):
+                tensors.append(self._cuda_input(ref))
+                continue
+            nbytes = ref.nbytes
+            if not nbytes:
+                tensors.append(Tensor._over_bytes(ref.name, ref.datatype, ref.shape[:], _EMPTY))
+                continue
+            region, offset = ref.region, ref.offset
+            end = offset + nbytes  # uint64s: never negative
+            segment = segments.get(region)
+            if segment is not None and end <= segment.size:  # SegmentMap.view, inlined
+                view = segment.buffer[offset:end]
+            else:  # not mapped yet, or out of range (its error)
+                view = self.inputs.view(region, offset, nbytes)
+            tensor = Tensor._over_bytes(ref.name, ref.datatype, ref.shape[:], view)
+            array = tensor._array
+            if array is not None and "#" not in region:  # a daemon segment, not a client's
+                origins[id(array)] = (array, region, offset, nbytes)
+            tensors.append(tensor)
         which = msg.WhichOneof("correlation")
         correlation: int | str = (
             msg.correlation_id_str if which == "correlation_id_str" else (msg.correlation_id)
@@ -162,7 +185,7 @@ class BatchExecutor:
             inputs=tensors,
             request_id=msg.id,
             correlation_id=correlation,
-            requested_output_names=list(msg.requested_outputs),
+            requested_output_names=msg.requested_outputs[:],
             flags=msg.flags,
             timeout=msg.timeout_us,
             parameters_json=msg.parameters_json or "{}",
@@ -174,9 +197,16 @@ class BatchExecutor:
     def run(self, execute: wpb.Execute, into: wpb.ExecuteResult | None = None) -> wpb.ExecuteResult:
         """Run the batch; its result is written into ``into`` (a frame's field: protobuf
         copies a message handed to a constructor) or a new message."""
-        result = into if into is not None else wpb.ExecuteResult()
+        try:
+            return self._run(execute, into if into is not None else wpb.ExecuteResult())
+        finally:
+            # No lock: a sender thread that reads it meanwhile finds an entry or looks the
+            # array up by address (dict operations are atomic).
+            self._origins.clear()
+
+    def _run(self, execute: wpb.Execute, result: wpb.ExecuteResult) -> wpb.ExecuteResult:
         result.batch_id = execute.batch_id
-        msgs = list(execute.requests)  # protobuf makes a new wrapper on every walk: once
+        msgs = execute.requests[:]  # protobuf makes a new wrapper on every walk: once
         ids = [r.request_id for r in msgs]
         began = time.perf_counter_ns()
         try:
@@ -188,12 +218,12 @@ class BatchExecutor:
             if isinstance(exc, CudaUnavailable):
                 return self._fail_all(result, ids, _error("UNSUPPORTED", str(exc)))
             return self._fail_all(result, ids, _error("INTERNAL", f"bad request descriptor: {exc}"))
-        for msg, request in zip(msgs, requests, strict=True):
-            self.live.start(msg, request)
+        self.live.start_batch(ids, msgs, requests)
         if any(r.is_cancelled() for r in requests):
             msgs, requests = self._drop_cancelled(result, msgs, requests)
             if not requests:
                 return result
+            ids = [m.request_id for m in msgs]
         inputs_done = time.perf_counter_ns()
         result.input_ns = inputs_done - began
         tracing = self._tracing_for(msgs)
@@ -224,20 +254,23 @@ class BatchExecutor:
         problem = check_returned(responses, requests, self.live.decoupled, self.instance_name)
         if problem:
             return self._fail_open(result, requests, _error("INTERNAL", self._failed(problem)))
-        unfinished = self.live.finish_execute([m.request_id for m in msgs])
+        if not responses:
+            responses = [None] * len(requests)
+        # The requests execute() answered are done (no longer live) as it finishes.
+        answered = [i for i, response in zip(ids, responses, strict=True) if response is not None]
+        unfinished = self.live.finish_execute(ids, answered)
         held: list[Block] = []
         with self.lock:
-            for request_msg, request, response in zip(
-                msgs, requests, responses or [None] * len(requests), strict=True
+            for request_msg, request_id, request, response in zip(
+                msgs, ids, requests, responses, strict=True
             ):
                 if response is None:  # answered with the response sender, or rescheduled
-                    held_back = unfinished.get(request_msg.request_id)
+                    held_back = unfinished.get(request_id)
                     if held_back is not None and not rescheduled(request):
                         self.live.send_final(held_back)
-                    result.responses.append(unanswered(request_msg.request_id, request, self.live))
+                    result.responses.append(unanswered(request_id, request, self.live))
                     continue
-                self.live.done(request_msg.request_id)
-                result.responses.append(self._response(request_msg, request, response, held))
+                self._response(request_msg, request, response, held, result.responses.add())
             if held:
                 self._held[execute.batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
@@ -326,8 +359,11 @@ class BatchExecutor:
         request: InferenceRequest,
         response: InferenceResponse,
         held: list[Block],
+        out: wpb.Response,
     ) -> wpb.Response:
-        out = wpb.Response(request_id=msg.request_id)
+        """``response``'s descriptor, written into ``out`` (a new message, or a result's
+        entry: protobuf copies a message that is appended)."""
+        out.request_id = msg.request_id
         err = response.error()
         if err is not None:
             out.error.CopyFrom(_error(err._code_name(), err.message()))
@@ -349,7 +385,9 @@ class BatchExecutor:
                 if target is not None:
                     out.outputs.append(to_client(tensor, target, self.inputs, self.cuda))
                 else:
-                    out.outputs.append(to_arena(tensor, held, self.inputs, self.outputs))
+                    to_arena(
+                        tensor, held, self.inputs, self.outputs, out.outputs.add(), self._origins
+                    )
         except ShmExhausted as exc:
             del out.outputs[:]
             out.error.CopyFrom(_error("RESOURCE_EXHAUSTED", exc.message))

@@ -86,18 +86,43 @@ class LiveRequests:
             if not self.decoupled:
                 self._executing.add(request_id)
 
+    def start_batch(
+        self, ids: list[int], msgs: list[wpb.Request], requests: list[InferenceRequest]
+    ) -> None:
+        """``start`` for each request of a batch (``ids``: their ``request_id``s), under one
+        lock."""
+        flags = self.flags
+        executing = not self.decoupled
+        with self._lock:
+            for request_id, msg, request in zip(ids, msgs, requests, strict=True):
+                request._uid = request_id  # type: ignore[attr-defined]
+                if flags is not None:
+                    request._cancel_flag = functools.partial(flags.cancelled, request_id)
+                self._live[request_id] = (request, msg)
+                if executing:
+                    self._executing.add(request_id)
+
     def done(self, request_id: int) -> None:
         with self._lock:
             self._live.pop(request_id, None)
             self._executing.discard(request_id)
 
-    def finish_execute(self, request_ids: list[int]) -> dict[int, wpb.StreamedResponse]:
+    def finish_execute(
+        self, request_ids: list[int], answered: list[int] | None = None
+    ) -> dict[int, wpb.StreamedResponse]:
         """execute() returned for these requests: responses their senders sent from now on
-        leave at once; those kept meanwhile are returned (the executor decides their fate)."""
-        if self.decoupled:
-            return {}
+        leave at once; those kept meanwhile are returned (the executor decides their fate).
+        ``answered``: requests execute() returned a response for, ``done`` at the same time."""
         with self._lock:
+            if answered:
+                for request_id in answered:
+                    self._live.pop(request_id, None)
+                    self._executing.discard(request_id)
+            if self.decoupled:
+                return {}
             self._executing.difference_update(request_ids)
+            if not self._unfinished:
+                return {}
             return {i: out for i in request_ids if (out := self._unfinished.pop(i, None))}
 
     def send_final(self, out: wpb.StreamedResponse) -> None:

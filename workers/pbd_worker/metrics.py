@@ -102,6 +102,8 @@ class MetricsChannel:
 
     def take(self) -> wpb.MetricUpdates | None:
         """Everything buffered, as one message (None if nothing is); the caller sends it."""
+        if not self._ops:  # nearly always, once per frame sent: no lock to see it
+            return None
         with self._lock:
             if not self._ops:
                 return None

@@ -4,6 +4,10 @@ the tensor already lies in one of the daemon's segments (a model that returns an
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cuda import CudaRegions
 from pbd_wire.shm import Arena, Block, SegmentMap
@@ -40,18 +44,42 @@ def to_client(
     )
 
 
+# Arrays known to lie in the daemon's segments, by id: the array (so the id is its own), the
+# segment's name, the offset in it and the byte count (``BatchExecutor``'s batch inputs).
+Origins = dict[int, tuple[np.ndarray, str, int, int]]
+
+
 def to_arena(
-    tensor: Tensor, held: list[Block], inputs: SegmentMap, outputs: Arena
+    tensor: Tensor,
+    held: list[Block],
+    inputs: SegmentMap,
+    outputs: Arena,
+    into: wpb.TensorRef | None = None,
+    origins: Origins | None = None,
 ) -> wpb.TensorRef:
     """An output for the daemon to read: in place when it already lies in a daemon segment,
-    else written into a block of ``outputs`` (appended to ``held`` until the daemon frees it)."""
-    ref = wpb.TensorRef(name=tensor.name(), datatype=tensor._datatype, shape=tensor.shape())
-    nbytes = tensor._wire_nbytes()
+    else written into a block of ``outputs`` (appended to ``held`` until the daemon frees it).
+    Described in ``into`` (a response's entry) or a new message; ``origins`` may name where
+    the tensor's array lies without a look at its address."""
+    ref = into if into is not None else wpb.TensorRef()
+    dt = tensor._dt
+    ref.name = tensor.name()
+    ref.datatype = dt.name
+    ref.shape.extend(tensor._shape)
+    if dt.is_bytes or tensor._device_array is not None:
+        nbytes, array = tensor._wire_nbytes(), None
+    else:  # _wire_nbytes() and _array_or_none() of a CPU tensor of fixed-size elements
+        nbytes, array = math.prod(tensor._shape) * dt.itemsize, tensor._array
     ref.nbytes = nbytes
     if nbytes == 0:
         return ref
-    array = tensor._array_or_none()
-    if array is not None and array.flags.c_contiguous:
+    if origins is not None and array is not None:
+        origin = origins.get(id(array))
+        if origin is not None and origin[0] is array and origin[3] == nbytes:
+            ref.region, ref.offset = origin[1], origin[2]
+            return ref
+    # An array numpy allocated (it owns its data) lies in no segment: no look needed.
+    if array is not None and not array.flags.owndata and array.flags.c_contiguous:
         # In place when it is the daemon's segment; a client's region is not the daemon's
         # to read a reply from (nor stable: it may be unregistered): copied below.
         address = int(array.__array_interface__["data"][0])

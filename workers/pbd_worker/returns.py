@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from pbd_worker.model_api.errors import TritonModelException
+from pbd_worker.model_api.helpers import TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.response import InferenceResponse
 from pbd_worker.rescheduling import rescheduled, returned_for_rescheduled
@@ -29,6 +30,17 @@ def check_returned(
             f"Python model '{instance_name}' is using the decoupled mode and the execute "
             "function must return None."
         )
+    if type(responses) is list and len(responses) == len(requests):
+        # Nearly always: a response per request, none rescheduled, no response sender.
+        for request, response in zip(requests, responses, strict=True):
+            if (
+                type(response) is not InferenceResponse
+                or request._response_sender is not None
+                or request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            ):
+                break
+        else:
+            return None
     if responses is None:
         responses = [None] * len(requests)
     problem = check_list(responses, len(requests))

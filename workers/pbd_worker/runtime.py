@@ -182,7 +182,7 @@ class WorkerRuntime:
             assert self.executor is not None
             execute = message.execute
             if execute.release:
-                self.executor.release(list(execute.release))
+                self.executor.release(execute.release[:])
             self.bls.begin_batch(execute)
             frame = wpb.WorkerToDaemon()
             try:

@@ -84,3 +84,31 @@ def test_a_splitter_gives_whole_frames_and_keeps_a_partial_one_for_the_next_read
 def test_a_splitter_refuses_a_length_no_frame_may_have() -> None:
     with pytest.raises(FrameError, match="exceeds"):
         FrameSplitter().split(HEADER.pack(MAX_FRAME_BYTES + 1))
+
+
+def test_frames_that_arrive_together_are_read_one_by_one() -> None:
+    a, b = socket.socketpair()
+    try:
+        a.sendall(encode_frame(b"one") + encode_frame(b"two"))
+        a.sendall(encode_frame(b"three"))  # a frame alone after them
+        reader = SocketFrameReader(b)
+        assert reader.read() == b"one" and reader.buffered()
+        assert reader.read() == b"two"
+        assert reader.read() == b"three" and not reader.buffered()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_frame_alone_in_one_read_is_returned_whole_and_an_oversized_one_refused() -> None:
+    a, b = socket.socketpair()
+    try:
+        reader = SocketFrameReader(b)
+        a.sendall(encode_frame(b""))
+        assert reader.read() == b"" and not reader.buffered()
+        a.sendall(HEADER.pack(MAX_FRAME_BYTES + 1))
+        with pytest.raises(FrameError):
+            reader.read()
+    finally:
+        a.close()
+        b.close()

@@ -352,3 +352,21 @@ def test_cuda_tensors_need_cupy():
             pb_utils.Tensor.from_dlpack("G", _CudaLike())
     else:
         pytest.skip("CuPy is installed: the GPU path belongs to tests/gpu")
+
+
+def test_an_input_over_a_descriptors_bytes_is_a_view_with_from_buffers_checks():
+    buffer = bytearray(np.arange(6, dtype=np.float32).tobytes())
+    tensor = Tensor._over_bytes("IN", "FP32", [2, 3], memoryview(buffer))
+    assert tensor.shape() == [2, 3] and tensor.as_numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    buffer[:4] = np.float32(9).tobytes()
+    assert tensor.as_numpy()[0, 0] == 9  # a view: nothing copied
+    strings = Tensor._over_bytes("S", "BYTES", [1], memoryview(bytearray(b"\1\0\0\0x")))
+    assert strings.as_numpy().tolist() == [b"x"]
+    with pytest.raises(pb_utils.TritonModelException, match="cannot be an empty string"):
+        Tensor._over_bytes("", "FP32", [0], memoryview(b""))
+    with pytest.raises(pb_utils.TritonModelException, match="negative dimension in \\[-1\\]"):
+        Tensor._over_bytes("IN", "FP32", [-1], memoryview(b""))
+    with pytest.raises(pb_utils.TritonModelException, match="needs 24 bytes, the buffer holds 4"):
+        Tensor._over_bytes("IN", "FP32", [2, 3], memoryview(buffer)[:4])
+    with pytest.raises(pb_utils.TritonModelException, match="unknown datatype 'FP8'"):
+        Tensor._over_bytes("IN", "FP8", [1], memoryview(b"\0"))

@@ -69,3 +69,25 @@ def test_the_result_entry_says_rescheduled_and_the_request_is_done_here() -> Non
     assert (first.rescheduled, first.streamed) == (True, False)
     assert (second.rescheduled, second.streamed) == (False, True)
     assert sorted(live._live) == [2]  # a response sender may still answer request 2
+
+
+def test_what_execute_returns_is_checked_alike_in_every_shape() -> None:
+    class Subclassed(pb_utils.InferenceResponse):
+        pass
+
+    requests = [_request(), _request()]
+    assert check_returned([_response(), _response()], requests, False, "m_0") is None
+    assert check_returned((_response(), _response()), requests, False, "m_0") is None
+    subclassed = Subclassed([pb_utils.Tensor("OUT", np.array([1]))])
+    assert check_returned([_response(), subclassed], requests, False, "m_0") is None
+    assert check_returned([_response(), "no"], requests, False, "m_0") == (
+        "Expected an 'InferenceResponse' object in the execute function return list, "
+        "found type 'str'."
+    )
+    assert check_returned([_response()], requests, False, "m_0") is not None
+    # A request its sender answered already cannot get a response returned as well.
+    answered = requests[1]
+    answered._response_sender = InferenceResponseSender(answered, False, lambda *sent: None)
+    answered._response_sender.send(_response(), FINAL)
+    problem = check_returned([_response(), _response()], requests, False, "m_0")
+    assert problem is not None and problem.startswith("Unable to send response.")

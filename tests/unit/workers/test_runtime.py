@@ -306,3 +306,24 @@ def test_a_default_mode_request_answered_twice_sends_both_answers(
     assert last.streamed.flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
     assert last.streamed.response.error.message == "expected a single response, got 2"
     assert [(r.request_id, r.streamed) for r in result.result.responses] == [(1, True)]
+
+
+def test_an_input_outside_its_mapped_segment_fails_its_batch_with_the_segments_error(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    assert not daemon.initialize(model_dir, {"name": "m"}).HasField("error")
+    daemon.execute(1, [1.0])  # maps the daemon's input segment
+    assert not daemon.read().result.responses[0].HasField("error")
+    segment = daemon.inputs.segments[0]
+    ref = wpb.TensorRef(
+        name="IN", datatype="FP32", shape=[1], region=segment.name, offset=segment.size - 2,
+        nbytes=4,
+    )  # fmt: skip
+    request = wpb.Request(request_id=2, inputs=[ref])
+    daemon.send(execute=wpb.Execute(batch_id=2, requests=[request]))
+    error = daemon.read().result.responses[0].error
+    assert error.code == "INTERNAL"
+    assert error.message == (
+        f"bad request descriptor: range [{segment.size - 2}, {segment.size + 2}) outside "
+        f"segment {segment.name!r} of {segment.size} bytes"
+    )

@@ -21,7 +21,7 @@ import pytest
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import encode_frame
 from pbd_wire.shm import TRITON_PHRASE, Arena, SegmentMap
-from pbd_worker.bls import BlsClient
+from pbd_worker.bls import BlsClient, _Batch
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.model_api.request import InferenceRequest
@@ -128,3 +128,16 @@ def test_async_exec_on_the_worker_loop_still_awaits_its_reply(wired: Wired) -> N
 
     response = wired.aio.run(asyncio.wait_for(call(), 30))
     assert not response.has_error()
+
+
+def test_a_batch_names_the_bls_calls_it_serves_and_its_first_trace() -> None:
+    execute = wpb.Execute(
+        requests=[
+            wpb.Request(request_id=1),
+            wpb.Request(request_id=2, bls_call=5, traceparent="00-a"),
+            wpb.Request(request_id=3, bls_call=6, traceparent="00-b"),
+        ]
+    )
+    batch = _Batch(execute.requests)
+    assert (batch.parents, batch.traceparent) == ([5, 6], "00-a")
+    assert (_Batch().parents, _Batch().traceparent) == ([], "")

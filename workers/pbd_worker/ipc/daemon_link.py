@@ -86,7 +86,9 @@ class DaemonLink:
                 raise BrokenPipeError("not connected to the daemon")
             frames = [encode_frame(m.SerializeToString()) for m in messages]
             for extra in self.pending_frames:  # e.g. BLS releases, ahead of everything
-                frames[:0] = [encode_frame(m.SerializeToString()) for m in extra()]
+                produced = extra()
+                if produced:
+                    frames[:0] = [encode_frame(m.SerializeToString()) for m in produced]
             updates = self.pending_updates()
             if updates is not None:
                 frames.insert(
@@ -109,23 +111,32 @@ class DaemonLink:
     def _read_one(self) -> wpb.DaemonToWorker | None:
         """One frame (caller holds the read lock); a reply someone waits for is filed, not
         returned."""
+        return self._read_keyed()[0]
+
+    def _read_keyed(self) -> tuple[wpb.DaemonToWorker | None, tuple[str, int] | None]:
+        """``_read_one``, and the frame's reply key (None: not a reply)."""
         reader = self.reader
         frame = reader.read() if reader is not None else None
         if frame is None:
-            return None
+            return None, None
         message = wpb.DaemonToWorker.FromString(frame)
         key = _reply_key(message)
         if key is not None:
             with self._replied:
                 self._replies.setdefault(key, collections.deque()).append(message)
                 self._replied.notify_all()
-        return message
+        return message, key
 
     def next(self) -> wpb.DaemonToWorker | None:
         while True:
+            message: wpb.DaemonToWorker | None
             with self._read_lock:
-                message = self._backlog.popleft() if self._backlog else self._read_one()
-            if message is None or _reply_key(message) is None:
+                if self._backlog:
+                    message = self._backlog.popleft()
+                    key = _reply_key(message)
+                else:
+                    message, key = self._read_keyed()
+            if message is None or key is None:
                 return message
 
     def ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:

@@ -228,18 +228,22 @@ class InferenceRequest:
     ) -> InferenceRequest:
         """A request the daemon sent; its fields were validated there."""
         request = cls.__new__(cls)
-        request._init(
-            inputs=inputs,
-            request_id=request_id,
-            correlation_id=correlation_id,
-            requested_output_names=requested_output_names,
-            flags=flags,
-            timeout=timeout,
-            parameters_json=parameters_json,
-            model_name=model_name,
-            model_version=model_version,
-            trace=InferenceTrace(trace_context),
-        )
+        # _init's fields, set here: one request per request served.
+        request._inputs = inputs
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._requested_output_names = requested_output_names
+        request._flags = flags
+        request._timeout = timeout
+        request._parameters_json = parameters_json
+        request._model_name = model_name
+        request._model_version = model_version
+        request._trace = InferenceTrace(trace_context)
+        request._preferred_memory = None
+        request._cancelled = False
+        request._cancel_flag = None
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        request._response_sender = None
         return request
 
     def inputs(self) -> list[Tensor]:

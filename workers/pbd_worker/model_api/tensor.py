@@ -26,6 +26,8 @@ from pbd_wire.dtypes import DataType
 from pbd_worker.model_api import dlpack, serialization
 from pbd_worker.model_api.errors import TritonModelException
 
+_UINT16 = np.dtype(np.uint16)  # BF16's bits
+
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str):
@@ -62,7 +64,14 @@ class Tensor:
         dt = dtypes.from_numpy(array.dtype)
         if dt is None:
             raise TritonModelException("NumPy dtype is not supported.")
-        self._init(name, dt, array.shape, array=array)
+        # _init's fields, for the tensor models build most (numpy's shape holds ints).
+        self._name = name
+        self._dt = dt
+        self._shape = list(array.shape)
+        self._array = array
+        self._serialized = None
+        self._device_array = None
+        self._device_id = 0
 
     def _init(
         self,
@@ -95,26 +104,44 @@ class Tensor:
     ) -> Tensor:
         """An input whose wire-form bytes are ``buffer`` (shared memory); nothing is copied."""
         _check_name(name)
-        dt = dtypes.BY_NAME.get(datatype)
-        if dt is None:
-            raise TritonModelException(f"input '{name}' has unknown datatype '{datatype}'")
-        dims = [int(d) for d in shape]
-        if any(d < 0 for d in dims):
-            raise TritonModelException(f"input '{name}' has a negative dimension in {dims}")
         view = memoryview(buffer)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
+        return cls._over_bytes(name, datatype, [int(d) for d in shape], view)
+
+    @classmethod
+    def _over_bytes(cls, name: str, datatype: str, dims: list[int], view: memoryview) -> Tensor:
+        """``_from_buffer`` for the runtime's inputs: ``name`` a str, ``dims`` a list of ints
+        (a descriptor's), ``view`` a flat memoryview of bytes, kept by the tensor."""
+        if not name:
+            _check_name(name)
+        dt = dtypes.BY_NAME.get(datatype)
+        if dt is None:
+            raise TritonModelException(f"input '{name}' has unknown datatype '{datatype}'")
+        if dims and min(dims) < 0:
+            raise TritonModelException(f"input '{name}' has a negative dimension in {dims}")
+        tensor = cls.__new__(cls)  # _init's fields, dims already ints
+        tensor._name = name
+        tensor._dt = dt
+        tensor._shape = dims
+        tensor._device_array = None
+        tensor._device_id = 0
         if dt.is_bytes:
-            return cls._new(name, dt, dims, serialized=view)
+            tensor._array = None
+            tensor._serialized = view
+            return tensor
         expected = math.prod(dims) * dt.itemsize
         if view.nbytes != expected:
             raise TritonModelException(
                 f"input '{name}': a {datatype} tensor of shape {dims} needs {expected} bytes, "
                 f"the buffer holds {view.nbytes}"
             )
-        np_dtype = dt.numpy if dt.numpy is not None else np.dtype(np.uint16)
-        array = np.frombuffer(view, dtype=np_dtype).reshape(dims)
-        return cls._new(name, dt, dims, array=array)
+        # frombuffer, not ndarray(buffer=...): its array holds ``view``'s export, so the mapping
+        # stays while the model keeps the array (see pbd_wire.shm.Segment.close).
+        np_dtype = dt.numpy if dt.numpy is not None else _UINT16
+        tensor._array = np.frombuffer(view, dtype=np_dtype).reshape(dims)
+        tensor._serialized = None
+        return tensor
 
     @staticmethod
     def from_dlpack(name: str, dlpack_tensor: Any) -> Tensor:
