@@ -6,8 +6,8 @@ front-end process (``pbd serve --frontends N``), each accepting connections from
 socket. Every process waiting on the socket is woken by a new connection and the first to
 ``accept`` gets it; asyncio's own server then accepts every connection waiting, so one front
 end took 12 to 15 of 16 connections opened at once (4 front ends, h2load). Front ends accept
-with :class:`OneByOne` instead: one connection per wake-up, so a front end busy serving comes
-to the socket after the idle ones and the connections spread by load.
+with :class:`OneByOne` instead: one connection per wake-up, left for a moment to a front end
+that holds fewer connections (``pbd.fronts.loads``), so connections spread evenly.
 """
 
 from __future__ import annotations
@@ -111,8 +111,10 @@ def tcp_port(sockets: list[socket.socket]) -> int:
 class OneByOne:
     """Serve connections of a shared listening socket, taking one per wake-up of the loop:
     ``protocol_factory`` (with ``tls`` when given) as ``loop.create_server`` would, which
-    takes as many as are waiting. ``close`` stops accepting (the socket stays open for the
-    processes that share it)."""
+    takes as many as are waiting. With ``share``, a wake-up when ``share()`` says another
+    process should take it (``pbd.fronts.loads``) leaves the connection to the others for
+    ``defer_s``, then takes it if it is still there. ``close`` stops accepting (the socket
+    stays open for the processes that share it)."""
 
     def __init__(
         self,
@@ -120,11 +122,15 @@ class OneByOne:
         protocol_factory: Callable[[], asyncio.BaseProtocol],
         tls: ssl.SSLContext | None = None,
         handshake_timeout: float | None = None,
+        share: Callable[[], bool] | None = None,
+        defer_s: float = 0.0,
     ) -> None:
         self.sock = sock
         self.factory = protocol_factory
         self.tls = tls
         self.handshake_timeout = handshake_timeout
+        self.share = share
+        self.defer_s = defer_s
         self.loop = asyncio.get_running_loop()
         self._starting: set[asyncio.Task[object]] = set()
         self._retry: asyncio.TimerHandle | None = None
@@ -132,7 +138,12 @@ class OneByOne:
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._accept)
 
-    def _accept(self) -> None:
+    def _accept(self, leave: bool = True) -> None:
+        if leave and self.share is not None and not self.share():
+            # Another process holds fewer connections: this one is theirs for a moment.
+            self.loop.remove_reader(self.sock.fileno())
+            self._retry = self.loop.call_later(self.defer_s, self._take_anyway)
+            return
         try:
             conn, _address = self.sock.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -170,6 +181,13 @@ class OneByOne:
         self._retry = None
         if not self._closed:
             self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _take_anyway(self) -> None:
+        """After leaving a connection to the others: take it if nobody did (a process that
+        is stopped or busy costs a new connection ``defer_s`` at most)."""
+        self._resume()
+        if not self._closed and self._retry is None:
+            self._accept(leave=False)
 
     def close(self) -> None:
         if self._closed:

@@ -23,10 +23,12 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from pbd._proto import front_pb2 as fpb
 from pbd.fronts.http_proxy import HttpProxy
+from pbd.fronts.loads import DEFER_S, Loads
 from pbd.fronts.remote_plane import RemotePlane
 from pbd.grpc.calls import Calls
 from pbd.grpc.restricted import parse_restrictions
@@ -44,6 +46,7 @@ SIGNAL_GRACE_MARGIN_S = 10.0
 log = logging.getLogger("pbd.fronts")
 SPEC_ENV = "PBD_FRONT_SPEC"
 SWEEP_S = 5.0  # how often mappings of segments that are gone are let go
+PUBLISH_S = 0.5  # how often the connection count is published when no accept did
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class FrontSpec:
     http_socket: str  # the daemon's own HTTP server, for what is passed on
     grpc_fds: list[int]
     http_fds: list[int]
+    loads_fd: int  # the front ends' connection counts (pbd.fronts.loads)
+    fronts: int  # how many front ends share the sockets
     settings: str  # Settings.to_json()
 
     def to_env(self) -> str:
@@ -79,6 +84,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     )
     plane = RemotePlane(arena, SegmentMap(shm_dir, allowed_prefix=spec.segments_prefix))
     plane.on_log_levels = _apply_log_levels
+    loads = Loads(spec.loads_fd, spec.fronts, spec.index)
     try:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         link.setblocking(False)
@@ -106,16 +112,26 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             buffer,
         )
         grpc_server = GrpcServer(calls, settings, tls_context(settings))
-        await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], one_by_one=True)
-        proxy = HttpProxy(spec.http_socket)
         http: HttpFrontend | None = None
+
+        def held() -> int:
+            return len(grpc_server.connections) + (http.connection_count() if http else 0)
+
+        def share() -> bool:
+            return loads.may_take(held())
+
+        loads.publish(0)
+        grpc_fds = [socket.socket(fileno=fd) for fd in spec.grpc_fds]
+        await grpc_server.start(grpc_fds, one_by_one=True, share=share, defer_s=DEFER_S)
+        proxy = HttpProxy(spec.http_socket)
         if spec.http_fds:
             http = HttpFrontend.front(plane, settings, proxy)
-            await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], one_by_one=True)
+            http_fds = [socket.socket(fileno=fd) for fd in spec.http_fds]
+            await http.start(http_fds, one_by_one=True, share=share, defer_s=DEFER_S)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop_on_signal, plane, settings)
         log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
-        sweeping = asyncio.create_task(_sweep(plane))
+        sweeping = asyncio.create_task(_sweep(plane, lambda: loads.publish(held())))
         await plane.ended
         sweeping.cancel()
         grace = plane.stop_grace if plane.stop_grace is not None else 0.0
@@ -128,12 +144,20 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         plane.close()
         arena.close()
         plane.segments.close()
+        loads.close()
 
 
-async def _sweep(plane: RemotePlane) -> None:
+async def _sweep(plane: RemotePlane, publish: Callable[[], None]) -> None:
+    """Mappings of segments that are gone let go every ``SWEEP_S``; this front end's
+    connection count published every ``PUBLISH_S`` (connections that closed leave it)."""
+    ticks = 0
     while True:
-        await asyncio.sleep(SWEEP_S)
-        plane.sweep()
+        await asyncio.sleep(PUBLISH_S)
+        publish()
+        ticks += 1
+        if ticks * PUBLISH_S >= SWEEP_S:
+            ticks = 0
+            plane.sweep()
 
 
 def _stop_on_signal(plane: RemotePlane, settings: Settings) -> None:

@@ -30,8 +30,10 @@ from collections.abc import Callable
 
 from pbd._proto import front_pb2 as fpb
 from pbd.dataplane import DataPlane
+from pbd.fronts import loads
 from pbd.fronts.front import SPEC_ENV, FrontSpec
 from pbd.fronts.front_link import FrontHub, FrontLink
+from pbd.fronts.loads import Loads
 from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.http.server import HttpFrontend
@@ -65,6 +67,8 @@ class Fronts:
         self._watchers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._fds: tuple[list[socket.socket], list[socket.socket]] = ([], [])
+        self._loads_fd = -1  # the front ends' connection counts (pbd.fronts.loads)
+        self._loads: Loads | None = None
 
     async def start(
         self, dataplane: DataPlane, grpc: list[socket.socket], http: list[socket.socket]
@@ -72,6 +76,8 @@ class Fronts:
         """Serve the private sockets and start every front end on ``grpc`` and ``http``."""
         loop = asyncio.get_running_loop()
         self._fds = (grpc, http)
+        self._loads_fd = loads.create(self.count)
+        self._loads = Loads(self._loads_fd, self.count, 0)  # the daemon marks the gone
         restrictions = parse_restrictions(self.settings.grpc_restricted_protocol)
         hub = self.hub = FrontHub(
             dataplane,
@@ -103,6 +109,8 @@ class Fronts:
             began = time.monotonic()
             process = await self._spawn(index, base)
             code = await process.wait()
+            if self._loads is not None:
+                self._loads.mark_gone(index)  # until its replacement counts its own
             self._forget(index, base)
             if self._stopping:
                 return
@@ -131,6 +139,8 @@ class Fronts:
             http_socket=os.path.join(self._private, "http.sock"),
             grpc_fds=[s.fileno() for s in grpc],
             http_fds=[s.fileno() for s in http],
+            loads_fd=self._loads_fd,
+            fronts=self.count,
             settings=self.settings.to_json(),
         )
         process = await asyncio.create_subprocess_exec(
@@ -138,7 +148,7 @@ class Fronts:
             "-m",
             "pbd.fronts.front",
             env={**os.environ, SPEC_ENV: spec.to_env()},
-            pass_fds=[*spec.grpc_fds, *spec.http_fds],
+            pass_fds=[*spec.grpc_fds, *spec.http_fds, spec.loads_fd],
             stdin=asyncio.subprocess.DEVNULL,
         )
         self.processes[index] = process
@@ -217,6 +227,10 @@ class Fronts:
             shutil.rmtree(self._private, ignore_errors=True)
         for _token, base in self.tokens.values():
             self._forget(-1, base)
+        if self._loads is not None:
+            self._loads.close()
+            self._loads = None
+            os.close(self._loads_fd)
 
 
 def _exit_text(code: int) -> str:

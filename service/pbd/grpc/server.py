@@ -15,6 +15,7 @@ import resource
 import socket
 import ssl
 import time
+from collections.abc import Callable
 
 from pbd.dataplane import DataPlane
 from pbd.grpc.calls import Calls
@@ -104,12 +105,16 @@ class GrpcServer:
         return connection
 
     async def start(
-        self, sockets: list[socket.socket] | None = None, one_by_one: bool = False
+        self,
+        sockets: list[socket.socket] | None = None,
+        one_by_one: bool = False,
+        share: Callable[[], bool] | None = None,
+        defer_s: float = 0.0,
     ) -> int:
         """Listen, on ``sockets`` or on sockets bound now as the settings say; the TCP port
         (0 for a Unix socket). OSError when it cannot bind. ``one_by_one``: the sockets are
-        shared with other processes (front ends): take one connection per wake-up
-        (``pbd.listeners.OneByOne``)."""
+        shared with other processes (front ends): take one connection per wake-up, leaving
+        it to the others when ``share`` says so (``pbd.listeners.OneByOne``)."""
         loop = asyncio.get_running_loop()
         if sockets is None:
             sockets = grpc_sockets(self.settings)
@@ -117,7 +122,7 @@ class GrpcServer:
         for sock in sockets:
             listener: asyncio.Server | OneByOne
             if one_by_one:
-                listener = OneByOne(sock, self._connection, self.tls, timeout)
+                listener = OneByOne(sock, self._connection, self.tls, timeout, share, defer_s)
             elif sock.family == socket.AF_UNIX:
                 listener = await loop.create_unix_server(
                     self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=timeout

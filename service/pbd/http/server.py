@@ -146,11 +146,16 @@ class HttpFrontend:
             r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
     async def start(
-        self, sockets: list[socket.socket] | None = None, one_by_one: bool = False
+        self,
+        sockets: list[socket.socket] | None = None,
+        one_by_one: bool = False,
+        share: Callable[[], bool] | None = None,
+        defer_s: float = 0.0,
     ) -> None:
         """Listen, on ``sockets`` or on sockets bound now as the settings say (OSError when
         they cannot be bound). ``one_by_one``: the sockets are shared with other processes
-        (front ends): take one connection per wake-up (``pbd.listeners.OneByOne``)."""
+        (front ends): take one connection per wake-up, leaving it to the others when
+        ``share`` says so (``pbd.listeners.OneByOne``)."""
         # A client that goes away cancels its handler, and with it its request (the model
         # sees is_cancelled(), as over gRPC); handlers whose work must finish shield it.
         self.runner = web.AppRunner(
@@ -162,10 +167,17 @@ class HttpFrontend:
         for sock in sockets:
             if one_by_one:
                 assert self.runner.server is not None  # made by setup()
-                self.acceptors.append(OneByOne(sock, self.runner.server))
+                self.acceptors.append(
+                    OneByOne(sock, self.runner.server, share=share, defer_s=defer_s)
+                )
             else:
                 await web.SockSite(self.runner, sock).start()
         self.port = tcp_port(sockets)
+
+    def connection_count(self) -> int:
+        """HTTP connections open now."""
+        server = self.runner.server if self.runner is not None else None
+        return len(server.connections) if server is not None else 0
 
     async def stop(self) -> None:
         for acceptor in self.acceptors:

@@ -87,6 +87,40 @@ def test_connections_waiting_are_all_served() -> None:
         sock.close()
 
 
+def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
+    sock = _listening()
+    port = tcp_port([sock])
+    asked = []
+
+    def share() -> bool:  # another process holds fewer connections
+        asked.append(True)
+        return False
+
+    async def scenario() -> tuple[int, int]:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting, share=share, defer_s=0.3)
+        client = socket.create_connection(("127.0.0.1", port))
+        await asyncio.sleep(0.1)
+        left = len(Counting.made)  # asked, and left to the others
+        for _ in range(100):
+            if Counting.made:
+                break
+            await asyncio.sleep(0.02)
+        taken = len(Counting.made)  # nobody took it: taken anyway
+        acceptor.close()
+        client.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+        return left, taken
+
+    try:
+        left, taken = asyncio.run(scenario())
+    finally:
+        sock.close()
+    assert (left, taken) == (0, 1)
+    assert asked  # share() was asked before it was left
+
+
 def test_close_stops_accepting_and_leaves_the_socket_to_the_others() -> None:
     sock = _listening()
     port = tcp_port([sock])
