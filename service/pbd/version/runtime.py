@@ -98,10 +98,11 @@ class VersionRuntime:
     @property
     def ready(self) -> bool:
         """Has a live instance right now (what ModelReady reports), or is scaled to zero on
-        purpose and will start one for the next request."""
+        purpose and will start one for the next request. An instance still running its
+        model_warmup samples (one restarted after a crash) takes no request yet: not it."""
         if not self.serving:
             return False
-        if any(s.instance.state is State.READY for s in self.slots):
+        if any(s.instance.state is State.READY and not s.instance.warming for s in self.slots):
             return True
         # Scaled to zero: no slot, or only retired ones whose workers are on their way out
         # (a slot leaves the list only after its worker has exited).

@@ -67,6 +67,18 @@ def test_a_loaded_version_serves_and_unloads(tmp_path: Path) -> None:
     run(tmp_path, test, config="instance_group [ { count: 2 kind: KIND_CPU } ]")
 
 
+def test_an_instance_warming_up_does_not_make_the_version_ready(tmp_path: Path) -> None:
+    async def test(runtime: VersionRuntime, launcher: FakeLauncher) -> None:
+        first, second = (s.instance for s in runtime.slots)
+        first.warming = second.warming = True  # both restarted, running model_warmup
+        assert runtime.serving and not runtime.ready
+        second.warming = False  # one done: it takes requests
+        assert runtime.ready
+        first.warming = False
+
+    run(tmp_path, test, config="instance_group [ { count: 2 kind: KIND_CPU } ]")
+
+
 def test_a_version_whose_initialize_raises_is_unavailable_with_the_reason(
     tmp_path: Path,
 ) -> None:
