@@ -49,6 +49,8 @@ def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
 
 
 def _dims_match(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    if got == want:  # the common case, without a generator
+        return True
     return len(got) == len(want) and all(w == -1 or g == w for g, w in zip(got, want, strict=True))
 
 
@@ -92,7 +94,7 @@ def _prepare_input(
             f"'{tensor.datatype}', but model '{model}' expects '{cfg.datatype}'"
         )
     shape = tensor.shape
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise invalid_arg(
             f"[request id: {rid}] unexpected shape for input '{tensor.name}' for model "
             f"'{model}'. Shape dimensions must be non-negative, got {_shape_text(shape)}."
@@ -124,7 +126,8 @@ def _prepare_input(
         )
     count = math.prod(shape)
     dt = dtypes.BY_NAME[cfg.datatype]
-    if math.prod(d for d in shape if d) * max(dt.itemsize, 1) > _INT64_MAX:
+    nonzero = count or math.prod(d for d in shape if d)  # the product of the nonzero dims
+    if nonzero * max(dt.itemsize, 1) > _INT64_MAX:
         # Zero elements, but no array of this shape can exist (numpy: "array is too big").
         raise invalid_arg(
             f"[request id: {rid}] unexpected shape for input '{tensor.name}' for model "
@@ -307,6 +310,8 @@ def _prepare_tensors(
 
 def _shm_params(tensor: str, params: dict[str, ParamValue]) -> tuple[str, int, int] | None:
     """(region, offset, byte_size) of a tensor in shared memory, or None; Triton's checks."""
+    if not params:  # nearly every tensor: none of the keys below
+        return None
     region = params.get("shared_memory_region")
     offset = params.get("shared_memory_offset", 0)
     size = params.get("shared_memory_byte_size")

@@ -125,10 +125,10 @@ def infer_request_from_wire(data: Buffer) -> InferRequest:
         raise invalid_arg(f"malformed request: {exc}") from None
     if not raws and msg.raw_input_contents:
         # A small message (or an unusual one split_raw_inputs left whole): protobuf's copies.
-        raws = [memoryview(r) for r in msg.raw_input_contents]
+        raws = [memoryview(r) for r in msg.raw_input_contents[:]]
     raw_iter = iter(raws)
     inputs: list[InputTensor] = []
-    for tensor in msg.inputs:
+    for tensor in msg.inputs[:]:  # a slice: protobuf's iterator is slower
         params = params_from_pb(tensor.parameters) if tensor.parameters else {}
         data_view: memoryview | None = None
         if _has_contents(tensor):
@@ -142,7 +142,7 @@ def infer_request_from_wire(data: Buffer) -> InferRequest:
             # Triton's rule: only inputs without contents or shared memory take a raw entry.
             data_view = next(raw_iter, None)
         inputs.append(
-            InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape), data_view, params)
+            InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape[:]), data_view, params)
         )
     return InferRequest(
         model_name=msg.model_name,
@@ -151,7 +151,7 @@ def infer_request_from_wire(data: Buffer) -> InferRequest:
         inputs=inputs,
         outputs=[
             RequestedOutput(o.name, params_from_pb(o.parameters) if o.parameters else {})
-            for o in msg.outputs
+            for o in msg.outputs[:]
         ],
         parameters=params_from_pb(msg.parameters) if msg.parameters else {},
     )

@@ -165,7 +165,7 @@ class InFlightBatches:
     ) -> list[Any]:
         """One entry per request: an InferResult, a PbdError, or (answered later by the
         response sender) what ``SentRequests.resolve`` waits for."""
-        responses = list(result.responses)
+        responses = result.responses[:]  # a list (faster than protobuf's iterator)
         if len(responses) == 1 and len(request_ids) == 1:
             only = responses[0]
             by_id = {request_ids[0]: only} if only.request_id == request_ids[0] else {}
@@ -214,7 +214,7 @@ class InFlightBatches:
                 try:
                     targets = prepared.output_targets
                     outputs: list[OutputTensor] = []
-                    for ref in response.outputs:
+                    for ref in response.outputs[:]:
                         outputs.append(memory.output(ref, ref.name in targets))
                         if ref.region.startswith(prefix):
                             worker_holds = True

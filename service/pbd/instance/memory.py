@@ -116,7 +116,7 @@ class InstanceMemory:
         """A view of an output; it may point into our own arena (a model returning its input).
         Outputs the worker wrote into a client's region travel as shape and type only."""
         if ref.nbytes == 0 or in_client_shm:
-            return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), _EMPTY)
+            return OutputTensor(ref.name, ref.datatype, tuple(ref.shape[:]), _EMPTY)
         own = self.arena.find(ref.region)
         if own is not None:
             data = own.view(ref.offset, ref.nbytes)
@@ -129,7 +129,8 @@ class InstanceMemory:
                 if lent_data is not None
                 else _peer_view(ref.region, ref.offset, ref.nbytes)
             )
-        return OutputTensor(ref.name, ref.datatype, tuple(ref.shape), data, ref.region, ref.offset)
+        shape = tuple(ref.shape[:])  # a slice: protobuf's iterator is slower
+        return OutputTensor(ref.name, ref.datatype, shape, data, ref.region, ref.offset)
 
     def free(self, blocks: list[Held]) -> None:
         for block in blocks:

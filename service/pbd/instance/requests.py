@@ -184,7 +184,7 @@ class SentRequests:
         targets = entry.prepared.output_targets
         memory = self.memory
         try:
-            outputs = [memory.output(ref, ref.name in targets) for ref in response.outputs]
+            outputs = [memory.output(ref, ref.name in targets) for ref in response.outputs[:]]
         except ValueError:
             return None
 
