@@ -94,6 +94,13 @@ def test_daemons_in_other_pid_namespaces_keep_their_segments(tmp_path: Path) -> 
         assert len(contained_files) >= 2
 
         # Killed with its namespace (its workers with it): nothing removes its segments...
+        # Its workers are stopped first: the daemon's death closes their link before the
+        # kernel kills them, and a worker that ran meanwhile would remove its segments (as a
+        # worker whose daemon is gone does) and race the count below.
+        workers = _children(contained.pid)
+        assert workers
+        for worker in workers:
+            os.kill(worker, signal.SIGSTOP)
         os.kill(contained.pid, signal.SIGKILL)
         assert contained.process is not None
         contained.process.wait(timeout=30)
@@ -117,3 +124,9 @@ def test_daemons_in_other_pid_namespaces_keep_their_segments(tmp_path: Path) -> 
     finally:
         for daemon in (late, contained, host):
             daemon.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (as this namespace sees them)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()]
