@@ -136,13 +136,12 @@ def h2load(
         if run.poll() is None:
             run.kill()
             run.wait()
-    out = subprocess.CompletedProcess(argv, run.returncode, stdout, stderr)
-    if out.returncode != 0:
-        raise RuntimeError(f"h2load failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out.stdout)
-    rate = re.search(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s", out.stdout)
+    if run.returncode != 0:
+        raise RuntimeError(f"h2load failed ({run.returncode}):\n{stdout}\n{stderr}")
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", stdout)
+    rate = re.search(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s", stdout)
     if done is None or rate is None:
-        raise RuntimeError(f"h2load's output was not understood:\n{out.stdout}")
+        raise RuntimeError(f"h2load's output was not understood:\n{stdout}")
     latencies = sorted(
         int(line.split()[2]) / 1000.0
         for line in log.read_text().splitlines()

@@ -21,6 +21,7 @@ import socket
 import ssl
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pbd.settings import Settings
 
@@ -108,29 +109,35 @@ def tcp_port(sockets: list[socket.socket]) -> int:
     return int(sockets[0].getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """Listening sockets shared with other processes (front ends): accept one connection per
+    wake-up, and when ``mine()`` says another process should take it (``pbd.fronts.loads``)
+    leave it to the others for ``defer_s``, then take it if it is still there."""
+
+    mine: Callable[[], bool] = lambda: True
+    defer_s: float = 0.0
+
+
 class OneByOne:
-    """Serve connections of a shared listening socket, taking one per wake-up of the loop:
+    """Serve connections of a shared listening socket as ``sharing`` says:
     ``protocol_factory`` (with ``tls`` when given) as ``loop.create_server`` would, which
-    takes as many as are waiting. With ``share``, a wake-up when ``share()`` says another
-    process should take it (``pbd.fronts.loads``) leaves the connection to the others for
-    ``defer_s``, then takes it if it is still there. ``close`` stops accepting (the socket
-    stays open for the processes that share it)."""
+    takes as many as are waiting. ``close`` stops accepting (the socket stays open for the
+    processes that share it)."""
 
     def __init__(
         self,
         sock: socket.socket,
         protocol_factory: Callable[[], asyncio.BaseProtocol],
+        sharing: Sharing,
         tls: ssl.SSLContext | None = None,
         handshake_timeout: float | None = None,
-        share: Callable[[], bool] | None = None,
-        defer_s: float = 0.0,
     ) -> None:
         self.sock = sock
         self.factory = protocol_factory
+        self.sharing = sharing
         self.tls = tls
         self.handshake_timeout = handshake_timeout
-        self.share = share
-        self.defer_s = defer_s
         self.loop = asyncio.get_running_loop()
         self._starting: set[asyncio.Task[object]] = set()
         self._retry: asyncio.TimerHandle | None = None
@@ -139,10 +146,10 @@ class OneByOne:
         self.loop.add_reader(sock.fileno(), self._accept)
 
     def _accept(self, leave: bool = True) -> None:
-        if leave and self.share is not None and not self.share():
+        if leave and not self.sharing.mine():
             # Another process holds fewer connections: this one is theirs for a moment.
             self.loop.remove_reader(self.sock.fileno())
-            self._retry = self.loop.call_later(self.defer_s, self._take_anyway)
+            self._retry = self.loop.call_later(self.sharing.defer_s, self._take_anyway)
             return
         try:
             conn, _address = self.sock.accept()
@@ -184,7 +191,7 @@ class OneByOne:
 
     def _take_anyway(self) -> None:
         """After leaving a connection to the others: take it if nobody did (a process that
-        is stopped or busy costs a new connection ``defer_s`` at most)."""
+        is stopped or busy costs a new connection ``Sharing.defer_s`` at most)."""
         self._resume()
         if not self._closed and self._retry is None:
             self._accept(leave=False)

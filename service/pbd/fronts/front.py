@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.server import MAX_MESSAGE_BYTES, GrpcServer, tls_context
 from pbd.grpc.servicer import InferenceRpcs, methods
 from pbd.http.server import HttpFrontend
+from pbd.listeners import Sharing
 from pbd.logsettings import log_config
 from pbd.settings import Settings
 from pbd_wire.framing import encode_frame, socket_address
@@ -45,8 +47,9 @@ from pbd_worker.logconfig import LogConfig, apply
 SIGNAL_GRACE_MARGIN_S = 10.0
 log = logging.getLogger("pbd.fronts")
 SPEC_ENV = "PBD_FRONT_SPEC"
-SWEEP_S = 5.0  # how often mappings of segments that are gone are let go
 PUBLISH_S = 0.5  # how often the connection count is published when no accept did
+SWEEP_S = 5.0  # how often mappings of segments that are gone are let go
+SWEEP_EVERY = round(SWEEP_S / PUBLISH_S)
 
 
 @dataclass(frozen=True)
@@ -117,17 +120,13 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         def held() -> int:
             return len(grpc_server.connections) + (http.connection_count() if http else 0)
 
-        def share() -> bool:
-            return loads.may_take(held())
-
         loads.publish(0)
-        grpc_fds = [socket.socket(fileno=fd) for fd in spec.grpc_fds]
-        await grpc_server.start(grpc_fds, one_by_one=True, share=share, defer_s=DEFER_S)
+        sharing = Sharing(lambda: loads.may_take(held()), DEFER_S)
+        await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], sharing)
         proxy = HttpProxy(spec.http_socket)
         if spec.http_fds:
             http = HttpFrontend.front(plane, settings, proxy)
-            http_fds = [socket.socket(fileno=fd) for fd in spec.http_fds]
-            await http.start(http_fds, one_by_one=True, share=share, defer_s=DEFER_S)
+            await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], sharing)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _stop_on_signal, plane, settings)
         log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
@@ -150,13 +149,10 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
 async def _sweep(plane: RemotePlane, publish: Callable[[], None]) -> None:
     """Mappings of segments that are gone let go every ``SWEEP_S``; this front end's
     connection count published every ``PUBLISH_S`` (connections that closed leave it)."""
-    ticks = 0
-    while True:
+    for tick in itertools.count(1):
         await asyncio.sleep(PUBLISH_S)
         publish()
-        ticks += 1
-        if ticks * PUBLISH_S >= SWEEP_S:
-            ticks = 0
+        if tick % SWEEP_EVERY == 0:
             plane.sweep()
 
 

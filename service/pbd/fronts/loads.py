@@ -20,7 +20,7 @@ GONE = 1 << 62  # a front end that exited: never the least loaded
 DEFER_S = 0.002  # how long a loaded front end leaves a connection to the others
 
 
-def create(count: int) -> int:
+def create_memfd(count: int) -> int:
     """A new memfd holding ``count`` counts (all 0), for the daemon to pass to front ends."""
     fd = os.memfd_create("pbd-front-loads", os.MFD_CLOEXEC)
     try:

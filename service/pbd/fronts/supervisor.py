@@ -30,10 +30,9 @@ from collections.abc import Callable
 
 from pbd._proto import front_pb2 as fpb
 from pbd.dataplane import DataPlane
-from pbd.fronts import loads
 from pbd.fronts.front import SPEC_ENV, FrontSpec
 from pbd.fronts.front_link import FrontHub, FrontLink
-from pbd.fronts.loads import Loads
+from pbd.fronts.loads import Loads, create_memfd
 from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.http.server import HttpFrontend
@@ -76,7 +75,7 @@ class Fronts:
         """Serve the private sockets and start every front end on ``grpc`` and ``http``."""
         loop = asyncio.get_running_loop()
         self._fds = (grpc, http)
-        self._loads_fd = loads.create(self.count)
+        self._loads_fd = create_memfd(self.count)
         self._loads = Loads(self._loads_fd, self.count, 0)  # the daemon marks the gone
         restrictions = parse_restrictions(self.settings.grpc_restricted_protocol)
         hub = self.hub = FrontHub(

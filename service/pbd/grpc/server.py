@@ -15,7 +15,6 @@ import resource
 import socket
 import ssl
 import time
-from collections.abc import Callable
 
 from pbd.dataplane import DataPlane
 from pbd.grpc.calls import Calls
@@ -23,7 +22,7 @@ from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.h2.connection import Connection, Refused, Shared
 from pbd.h2.limits import Limits
-from pbd.listeners import OneByOne, grpc_sockets, tcp_port
+from pbd.listeners import OneByOne, Sharing, grpc_sockets, tcp_port
 from pbd.settings import Settings
 
 log = logging.getLogger("pbd.grpc")
@@ -105,24 +104,19 @@ class GrpcServer:
         return connection
 
     async def start(
-        self,
-        sockets: list[socket.socket] | None = None,
-        one_by_one: bool = False,
-        share: Callable[[], bool] | None = None,
-        defer_s: float = 0.0,
+        self, sockets: list[socket.socket] | None = None, sharing: Sharing | None = None
     ) -> int:
         """Listen, on ``sockets`` or on sockets bound now as the settings say; the TCP port
-        (0 for a Unix socket). OSError when it cannot bind. ``one_by_one``: the sockets are
-        shared with other processes (front ends): take one connection per wake-up, leaving
-        it to the others when ``share`` says so (``pbd.listeners.OneByOne``)."""
+        (0 for a Unix socket). OSError when it cannot bind. ``sharing``: the sockets are
+        shared with other processes (front ends; ``pbd.listeners.OneByOne``)."""
         loop = asyncio.get_running_loop()
         if sockets is None:
             sockets = grpc_sockets(self.settings)
         timeout = self._tls_timeout()
         for sock in sockets:
             listener: asyncio.Server | OneByOne
-            if one_by_one:
-                listener = OneByOne(sock, self._connection, self.tls, timeout, share, defer_s)
+            if sharing is not None:
+                listener = OneByOne(sock, self._connection, sharing, self.tls, timeout)
             elif sock.family == socket.AF_UNIX:
                 listener = await loop.create_unix_server(
                     self._connection, sock=sock, ssl=self.tls, ssl_handshake_timeout=timeout

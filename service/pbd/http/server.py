@@ -36,7 +36,7 @@ from pbd.http.tensors import (
     unique_keys,
 )
 from pbd.inference_plane import InferencePlane
-from pbd.listeners import OneByOne, http_sockets, tcp_port
+from pbd.listeners import OneByOne, Sharing, http_sockets, tcp_port
 from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
 
@@ -146,16 +146,11 @@ class HttpFrontend:
             r.add_post(f"/v2/{kind}/region/{{region}}/unregister", self.shm_unregister)
 
     async def start(
-        self,
-        sockets: list[socket.socket] | None = None,
-        one_by_one: bool = False,
-        share: Callable[[], bool] | None = None,
-        defer_s: float = 0.0,
+        self, sockets: list[socket.socket] | None = None, sharing: Sharing | None = None
     ) -> None:
         """Listen, on ``sockets`` or on sockets bound now as the settings say (OSError when
-        they cannot be bound). ``one_by_one``: the sockets are shared with other processes
-        (front ends): take one connection per wake-up, leaving it to the others when
-        ``share`` says so (``pbd.listeners.OneByOne``)."""
+        they cannot be bound). ``sharing``: the sockets are shared with other processes
+        (front ends; ``pbd.listeners.OneByOne``)."""
         # A client that goes away cancels its handler, and with it its request (the model
         # sees is_cancelled(), as over gRPC); handlers whose work must finish shield it.
         self.runner = web.AppRunner(
@@ -165,11 +160,9 @@ class HttpFrontend:
             sockets = http_sockets(self.settings)
         await self.runner.setup()
         for sock in sockets:
-            if one_by_one:
+            if sharing is not None:
                 assert self.runner.server is not None  # made by setup()
-                self.acceptors.append(
-                    OneByOne(sock, self.runner.server, share=share, defer_s=defer_s)
-                )
+                self.acceptors.append(OneByOne(sock, self.runner.server, sharing))
             else:
                 await web.SockSite(self.runner, sock).start()
         self.port = tcp_port(sockets)

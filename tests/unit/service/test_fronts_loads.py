@@ -2,62 +2,56 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pytest
 
-from pbd.fronts.loads import GONE, Loads, create
+from pbd.fronts.loads import GONE, Loads, create_memfd
 
 
-def test_counts_are_shared_and_the_least_loaded_takes() -> None:
-    fd = create(3)
+@contextlib.contextmanager
+def views(count: int, *indexes: int) -> Iterator[list[Loads]]:
+    """A memfd of ``count`` counts, seen by front ends ``indexes``; all closed after."""
+    fd = create_memfd(count)
+    opened: list[Loads] = []
     try:
-        views = [Loads(fd, 3, index) for index in range(3)]
-        views[1].publish(2)
-        views[2].publish(5)
-        # Front end 0 holds 3: front end 1 holds fewer, so 0 leaves new connections to it.
-        assert not views[0].may_take(3)
-        assert views[0].may_take(2)  # a tie takes
-        assert views[1].may_take(2)
-        assert not views[2].may_take(5)
-        for view in views:
-            view.close()
+        opened += [Loads(fd, count, index) for index in indexes]
+        yield opened
     finally:
+        for view in opened:
+            view.close()
         os.close(fd)
 
 
+def test_counts_are_shared_and_the_least_loaded_takes() -> None:
+    with views(3, 0, 1, 2) as (first, second, third):
+        second.publish(2)
+        third.publish(5)
+        # Front end 0 holds 3: front end 1 holds fewer, so 0 leaves new connections to it.
+        assert not first.may_take(3)
+        assert first.may_take(2)  # a tie takes
+        assert second.may_take(2)
+        assert not third.may_take(5)
+
+
 def test_a_gone_front_end_is_never_the_least_loaded() -> None:
-    fd = create(2)
-    try:
-        daemon, survivor = Loads(fd, 2, 0), Loads(fd, 2, 1)
+    with views(2, 0, 1, 0) as (daemon, survivor, replacement):
         daemon.publish(0)
         assert not survivor.may_take(7)
         daemon.mark_gone(0)  # the daemon saw front end 0 exit
         assert survivor.may_take(7)
-        replacement = Loads(fd, 2, 0)
         replacement.publish(0)  # counts its own from its start
         assert not survivor.may_take(7)
-        for view in (daemon, survivor, replacement):
-            view.close()
         assert GONE > 1 << 60
-    finally:
-        os.close(fd)
 
 
 def test_a_lone_front_end_always_takes() -> None:
-    fd = create(1)
-    try:
-        only = Loads(fd, 1, 0)
+    with views(1, 0) as (only,):
         assert only.may_take(1000)
-        only.close()
-    finally:
-        os.close(fd)
 
 
 def test_an_index_outside_the_counts_is_refused() -> None:
-    fd = create(2)
-    try:
-        with pytest.raises(ValueError, match="outside 0..1"):
-            Loads(fd, 2, 2)
-    finally:
-        os.close(fd)
+    with pytest.raises(ValueError, match="outside 0..1"), views(2, 2):
+        pass

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from pbd.listeners import OneByOne, bind_tcp, tcp_port
+from pbd.listeners import OneByOne, Sharing, bind_tcp, tcp_port
 
 
 class Counting(asyncio.Protocol):
@@ -36,7 +36,7 @@ def test_each_wake_up_takes_one_connection() -> None:
 
     async def scenario() -> list[int]:
         Counting.made = []
-        acceptor = OneByOne(sock, Counting)
+        acceptor = OneByOne(sock, Counting, Sharing())
         loop = asyncio.get_running_loop()
         loop.remove_reader(sock.fileno())  # the test wakes it, once per step
         seen = []
@@ -69,7 +69,7 @@ def test_connections_waiting_are_all_served() -> None:
 
     async def scenario() -> int:
         Counting.made = []
-        acceptor = OneByOne(sock, Counting)
+        acceptor = OneByOne(sock, Counting, Sharing())
         for _ in range(100):
             if len(Counting.made) == 3:
                 break
@@ -98,7 +98,7 @@ def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
 
     async def scenario() -> tuple[int, int]:
         Counting.made = []
-        acceptor = OneByOne(sock, Counting, share=share, defer_s=0.3)
+        acceptor = OneByOne(sock, Counting, Sharing(share, 0.3))
         client = socket.create_connection(("127.0.0.1", port))
         await asyncio.sleep(0.1)
         left = len(Counting.made)  # asked, and left to the others
@@ -127,7 +127,7 @@ def test_close_stops_accepting_and_leaves_the_socket_to_the_others() -> None:
 
     async def scenario() -> int:
         Counting.made = []
-        acceptor = OneByOne(sock, Counting)
+        acceptor = OneByOne(sock, Counting, Sharing())
         acceptor.close()
         acceptor.close()  # twice is fine
         client = socket.create_connection(("127.0.0.1", port))
