@@ -76,20 +76,10 @@ class LiveRequests:
                 if live is not None:
                     live[0]._set_cancelled()
 
-    def start(self, msg: wpb.Request, request: InferenceRequest) -> None:
-        request_id = msg.request_id
-        request._uid = request_id  # type: ignore[attr-defined]
-        if self.flags is not None:
-            request._cancel_flag = functools.partial(self.flags.cancelled, request_id)
-        with self._lock:
-            self._live[request_id] = (request, msg)
-            if not self.decoupled:
-                self._executing.add(request_id)
-
     def start_batch(
         self, ids: list[int], msgs: list[wpb.Request], requests: list[InferenceRequest]
     ) -> None:
-        """``start`` for each request of a batch (``ids``: their ``request_id``s), under one
+        """Record a batch's requests as live (``ids``: their ``request_id``s), under one
         lock."""
         flags = self.flags
         executing = not self.decoupled

@@ -62,8 +62,11 @@ def test_a_non_decoupled_model_returns_none_for_a_rescheduled_request() -> None:
 def test_the_result_entry_says_rescheduled_and_the_request_is_done_here() -> None:
     live = LiveRequests(lambda *sent: None, decoupled=True)
     handed_back, answered_later = _request(RESCHEDULE), _request()
-    live.start(wpb.Request(request_id=1), handed_back)
-    live.start(wpb.Request(request_id=2), answered_later)
+    live.start_batch(
+        [1, 2],
+        [wpb.Request(request_id=1), wpb.Request(request_id=2)],
+        [handed_back, answered_later],
+    )
     first = unanswered(1, handed_back, live)
     second = unanswered(2, answered_later, live)
     assert (first.rescheduled, first.streamed) == (True, False)
