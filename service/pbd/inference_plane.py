@@ -9,7 +9,7 @@ state itself: a front end passes those RPCs on to the daemon whole.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from pbd.types import InferRequest, InferResult
@@ -31,6 +31,6 @@ class InferencePlane(Protocol):
 
     async def infer(self, request: InferRequest) -> InferResult: ...
 
-    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResult]: ...
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResult, None]: ...
 
     def is_decoupled(self, request: InferRequest) -> bool: ...

@@ -19,6 +19,17 @@ from pbd.errors import Code, PbdError
 from pbd.types import InferResult
 
 
+class BacklogFull(Exception):
+    """A streamed request's client reads slower than its model writes, past the stream's
+    limit (``flag``, the setting that sets it): the request is cancelled."""
+
+    def __init__(self, waiting: int, limit: int, flag: str) -> None:
+        super().__init__(
+            f"the client reads too slowly: {waiting} bytes of responses would wait to be "
+            f"sent, past the limit of {limit} ({flag}); the request was cancelled"
+        )
+
+
 @dataclass
 class StreamResult:
     """One response: ``result`` (outputs), or ``error``, or neither (a final flag alone)."""

@@ -257,6 +257,76 @@ def test_a_client_that_stops_reading_holds_back_its_own_stream_only(
         channel.close()
 
 
+FLOOD_RESPONSES = 400  # 100 MiB of 256 KiB responses, against a 1 MiB buffer
+
+
+def test_a_decoupled_request_whose_client_stops_reading_is_cancelled_past_the_buffer(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """One request of a model that streams without pause, from a client that reads nothing:
+    pausing the client's requests does not bound it, so past the buffer the request is
+    cancelled (its model sees is_cancelled()) and ends with an error, in band, after the
+    responses that were waiting. Other clients are served meanwhile."""
+    repository = make_repository(
+        tmp_path / "repo",
+        {
+            "flood_decoupled": TEST_MODELS / "flood_decoupled",
+            "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
+        },
+    )
+    daemon = start_daemon(
+        repository,
+        "--grpc-stream-buffer-bytes", str(1 << 20),
+        settle=["flood_decoupled", "identity_fp32"],
+    )  # fmt: skip
+    where = tmp_path / "probe"
+    where.mkdir()
+    request = service_pb2.ModelInferRequest(model_name="flood_decoupled", id="flood")
+    for name, value in (("ID", 1), ("COUNT", FLOOD_RESPONSES), ("FLOATS", RESPONSE_FLOATS)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1])
+        request.raw_input_contents.append(np.array([value], np.int32).tobytes())
+    request.inputs.add(name="DIR", datatype="BYTES", shape=[1])
+    text = str(where).encode()
+    request.raw_input_contents.append(len(text).to_bytes(4, "little") + text)
+    done = threading.Event()
+
+    def requests() -> Iterator[service_pb2.ModelInferRequest]:
+        yield request
+        done.wait(120)  # the stream stays open (no half-close) while nothing is read
+
+    channel = grpc.insecure_channel(
+        daemon.url, options=[("grpc.max_receive_message_length", -1)]
+    )
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        call = stub.ModelStreamInfer(requests(), timeout=120)  # nothing read yet
+        record = where / "sent-1"
+        wait_until(record.exists, SETTLE_TIMEOUT_S, "the model to stop sending")
+        sent, state = record.read_text().split()
+        assert state == "cancelled" and int(sent) < FLOOD_RESPONSES // 2, (sent, state)
+        other = daemon.client().infer(
+            "identity_fp32", [infer_input("INPUT0", np.ones((1, 4), np.float32), "FP32")]
+        )
+        assert other.as_numpy("OUTPUT0").tolist() == [[1.0] * 4]
+        # Now the client reads: the responses that waited, in order, then the error.
+        values = []
+        for response in call:
+            if response.error_message:
+                error = response.error_message
+                break
+            raw = response.infer_response.raw_output_contents[0]
+            values.append(int(np.frombuffer(raw[:4], np.float32)[0]))
+        done.set()
+        call.cancel()
+        assert values == list(range(len(values))) and 0 < len(values) <= int(sent)
+        assert "the client reads too slowly" in error, error
+        assert f"past the limit of {1 << 20} (--grpc-stream-buffer-bytes)" in error, error
+        assert "the request was cancelled" in error, error
+    finally:
+        done.set()
+        channel.close()
+
+
 def _steady(count: Callable[[], int]) -> Callable[[], int | None]:
     """A predicate: the count once two looks 0.5 s apart agree (None before)."""
     last = [-1]

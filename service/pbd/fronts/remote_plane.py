@@ -21,7 +21,7 @@ import functools
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
@@ -112,7 +112,7 @@ class RemotePlane(asyncio.Protocol):
             self._give_up(call)
             raise
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResult]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResult, None]:
         stream = ResponseStream()
         call = self._submit(request, None, stream)
         try:

@@ -16,7 +16,9 @@
 - A client that reads slower than the model writes holds back its own call, not the
   server's memory: past ``buffer_bytes`` of responses waiting (here, and in the HTTP/2
   stream for the client's window: ``pbd.grpc.calls``), the call reads none of the client's
-  next requests until it catches up, so HTTP/2 flow control stops the client's sending.
+  next requests until it catches up, so HTTP/2 flow control stops the client's sending. A
+  decoupled request streams on regardless: one of its responses that finds the buffer full
+  here as well cancels it and ends it with an error, as a slow SSE client's does.
 - Each request is traced as a ModelInfer is, when the trace settings pick it: a decoupled
   request's server span has a ``response`` span per response sent and ends with its final one.
 """
@@ -25,16 +27,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from pbd.errors import PbdError
+from pbd.errors import Code, PbdError
 from pbd.grpc import convert
 from pbd.grpc.status import finishing
 from pbd.inference_plane import InferencePlane
-from pbd.responses import StreamResult
+from pbd.responses import BacklogFull, StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
+
+log = logging.getLogger("pbd.grpc")
 
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
 # Answers one non-decoupled request (traced when picked), as bytes to write.
@@ -147,24 +152,38 @@ class StreamSession:
                     await self._responses(request, trace)
         except PbdError as exc:
             ends = self.grpc_error and not exc.before_model
-            self._put(
-                exc if ends else convert.stream_error_to_wire(request, exc.message)
-            )
+            self._put(exc if ends else convert.stream_error_to_wire(request, exc.message))
         except (ValueError, TypeError) as exc:
             message = f"malformed request: {exc}"
             self._put(convert.stream_error_to_wire(request, message))
 
     async def _responses(self, request: InferRequest, trace: RequestTrace | None) -> None:
         empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
-        async for item in self.dp.infer_stream(request):
-            if item.error is not None and self.grpc_error:
-                raise item.error  # ends the call (in _decoupled)
-            replying = time.time_ns()
-            data = self._encode(request, item, empty_final)
-            if data is not None:
+        # Leaving early (the client too far behind, the call over) cancels the request.
+        async with contextlib.aclosing(self.dp.infer_stream(request)) as items:
+            async for item in items:
+                if item.error is not None and self.grpc_error:
+                    raise item.error  # ends the call (in _decoupled)
+                replying = time.time_ns()
+                data = self._encode(request, item, empty_final)
+                if data is None:
+                    continue
+                if not item.final:
+                    self._check_backlog(request, len(data))
                 self._put(data)
                 if trace is not None:
                     trace.responded(replying)
+
+    def _check_backlog(self, request: InferRequest, nbytes: int) -> None:
+        """A decoupled request may stream without end, so pausing the reading of requests
+        does not bound it: a response that finds the client behind by more than the buffer
+        (in the HTTP/2 stream) and the buffer again (here) cancels its request, which ends
+        with an error (in band; with ``triton_grpc_error``, the call ends)."""
+        waiting = self._out_bytes
+        if self.buffer_bytes and waiting and waiting + nbytes > self.buffer_bytes:
+            full = BacklogFull(waiting + nbytes, self.buffer_bytes, "--grpc-stream-buffer-bytes")
+            log.warning("ModelStreamInfer of model '%s': %s", request.model_name, full)
+            raise PbdError(Code.RESOURCE_EXHAUSTED, str(full))
 
     @staticmethod
     def _encode(request: InferRequest, item: StreamResult, empty_final: bool) -> bytes | None:

@@ -31,9 +31,9 @@ from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode, generate_answer, parse_generate_request
-from pbd.http.sse import CONTENT_TYPE, BacklogFull, EventStream, event, send_events
+from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
 from pbd.http.status import finish_failed, finishing, http_status
-from pbd.responses import StreamResult
+from pbd.responses import BacklogFull, StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
 

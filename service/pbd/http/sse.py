@@ -20,18 +20,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from pbd.responses import BacklogFull
+
 CONTENT_TYPE = "text/event-stream; charset=utf-8"
-
-
-class BacklogFull(Exception):
-    """The client reads slower than the model writes, past the stream's limit."""
-
-    def __init__(self, waiting: int, limit: int) -> None:
-        super().__init__(
-            f"the client reads too slowly: {waiting} bytes of responses would wait to be "
-            f"sent, past the limit of {limit} (--http-stream-buffer-bytes); the request was "
-            "cancelled"
-        )
 
 
 def event(payload: bytes) -> bytes:
@@ -56,7 +47,7 @@ class EventStream:
         if self._closed:
             return
         if self._items and self._bytes + len(data) > self.limit:
-            raise BacklogFull(self._bytes + len(data), self.limit)
+            raise BacklogFull(self._bytes + len(data), self.limit, "--http-stream-buffer-bytes")
         self._append(data)
 
     def end(self, data: bytes = b"") -> None:

@@ -10,7 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from pbd.http.sse import BacklogFull, EventStream, event, send_events
+from pbd.http.sse import EventStream, event, send_events
+from pbd.responses import BacklogFull
 
 WAIT_S = 10.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pbd.errors import Code, PbdError
-from pbd.responses import ResponseStream, StreamResult
+from pbd.responses import BacklogFull, ResponseStream, StreamResult
 from pbd.types import InferResult
 
 
@@ -127,3 +127,11 @@ def test_first_and_last_of_a_response_then_an_error():
     with_nothing = ResponseStream()
     with_nothing.put(StreamResult(final=True))
     assert isinstance(asyncio.run(with_nothing.first()), PbdError)
+
+
+def test_a_full_backlog_names_the_setting_that_bounds_it() -> None:
+    full = BacklogFull(3_000_000, 1 << 20, "--grpc-stream-buffer-bytes")
+    assert str(full) == (
+        "the client reads too slowly: 3000000 bytes of responses would wait to be sent, past "
+        "the limit of 1048576 (--grpc-stream-buffer-bytes); the request was cancelled"
+    )

@@ -38,9 +38,9 @@ from pbd.http.openai.convention import build_request, follows_convention, read_r
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
 from pbd.http.openai.requests import Options, check_object, parse_chat, parse_completion
 from pbd.http.openai.stops import StopScanner
-from pbd.http.sse import CONTENT_TYPE, BacklogFull, EventStream, event, send_events
+from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
 from pbd.http.status import finish_failed
-from pbd.responses import StreamResult
+from pbd.responses import BacklogFull, StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
 
