@@ -1,13 +1,18 @@
 """How the small-request rate grows with pbd's front ends, against Triton's in the same run.
 
     python -m bench.cores [--frontends 1 2 4 8] [--instances 1 4] [--connections 16]
-                          [--streams 4] [--duration 5] [--triton-threads 0] [--json PATH]
+                          [--streams 4] [--duration 5] [--triton-threads 0]
+                          [--protocol grpc|http] [--json PATH]
 
 The load is h2load's (Debian's ``nghttp2-client``: C, one thread per ``--h2load-threads``), so
 the client costs little beside the servers it measures: ``--connections`` HTTP/2 connections,
 ``--streams`` calls in flight on each, every call the same prebuilt gRPC ModelInfer (FP32
 [1,16]) to an identity model with ``--instances`` CPU instances, bounded by ``--duration``
-after a one-second warm-up. Each configuration is one server started fresh:
+after a one-second warm-up. With ``--protocol http`` the calls are KServe v2 HTTP/REST infer
+requests over HTTP/1.1 instead (``h2load --h1``, one call in flight per connection: ``--streams``
+does not apply), with the binary tensor data extension as tritonclient.http sends them (a JSON
+header, then the input's 64 bytes; the output asked for in binary). Each configuration is one
+server started fresh:
 
 - pbd with ``--frontends`` 1 (the daemon serves the ports itself), 2, 4, 8;
 - Triton with its defaults; and, with ``--triton-threads N`` (Triton 2.57 and later: 2.51,
@@ -42,13 +47,14 @@ import tritonclient.grpc as grpcclient
 from bench import procstat
 from bench.cpu_split import ThreadSample, threads
 from bench.loadgen import build_request, percentile
-from bench.servers import ROOT, ServerProcess, start_pbd, start_triton
+from bench.servers import ROOT, ServerProcess, free_port, start_pbd, start_triton
 from bench.vs_triton import install_triton
 
 MODEL = "identity"
 SOURCE = ROOT / "bench" / "models" / "identity_fp32_x2"
 RESULTS = ROOT / "bench" / "results"
 PATH = "/inference.GRPCInferenceService/ModelInfer"
+HTTP_PATH = f"/v2/models/{MODEL}/infer"
 
 
 @dataclass
@@ -85,6 +91,27 @@ def grpc_body(path: Path) -> Path:
     return path
 
 
+def http_body(path: Path) -> tuple[Path, int]:
+    """A file holding one HTTP infer body (binary tensor data extension), and the length of
+    its JSON header (``Inference-Header-Content-Length``)."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 16],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 64},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        },
+        separators=(",", ":"),
+    ).encode()
+    path.write_bytes(header + bytes(range(64)))
+    return path, len(header)
+
+
 def all_pids(root: int) -> list[int]:
     """``root`` and every process under it (pbd: front ends and workers; Triton: stubs)."""
     found, queue = [], [root]
@@ -111,21 +138,34 @@ def h2load(
     log: Path,
     opts: argparse.Namespace,
     spread: Callable[[], None] | None = None,
+    http_header: int | None = None,
 ) -> dict[str, float]:
-    """One bounded run; calls done and succeeded, and the latencies of the measured ones."""
+    """One bounded run; calls done and succeeded, and the latencies of the measured ones.
+    ``http_header``: the body is an HTTP infer body with a JSON header that long, sent over
+    HTTP/1.1 to ``target`` (its HTTP address); else a gRPC ModelInfer over HTTP/2."""
     argv = [
         "h2load",
         f"--threads={opts.h2load_threads}",
         f"--clients={opts.connections}",
-        f"--max-concurrent-streams={opts.streams}",
         f"--duration={opts.duration}",
         "--warm-up-time=1",
         f"--data={body}",
-        "--header=content-type: application/grpc",
-        "--header=te: trailers",
         f"--log-file={log}",
-        f"http://{target}{PATH}",
     ]
+    if http_header is None:
+        argv += [
+            f"--max-concurrent-streams={opts.streams}",
+            "--header=content-type: application/grpc",
+            "--header=te: trailers",
+            f"http://{target}{PATH}",
+        ]
+    else:
+        argv += [
+            "--h1",
+            "--header=content-type: application/octet-stream",
+            f"--header=inference-header-content-length: {http_header}",
+            f"http://{target}{HTTP_PATH}",
+        ]
     run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         if spread is not None:
@@ -160,7 +200,12 @@ def measure(
     server: ServerProcess, label: str, instances: int, fronts: int, work: Path,
     opts: argparse.Namespace,
 ) -> Result:  # fmt: skip
-    body = grpc_body(work / "body.grpc")
+    http_header: int | None = None
+    if opts.protocol == "http":
+        body, http_header = http_body(work / "body.http")
+        target = f"127.0.0.1:{server.http_port}"
+    else:
+        body, target = grpc_body(work / "body.grpc"), server.target
     log = work / f"{label}-{instances}-{fronts}.h2load.log"
     before_ok, before_failed = succeeded(server.target)
     pids = all_pids(server.pid)
@@ -168,11 +213,11 @@ def measure(
     held: list[int] = []
 
     def look() -> None:  # who holds the connections, mid-run
-        port = int(server.target.rsplit(":", 1)[1])
+        port = int(target.rsplit(":", 1)[1])
         counts = [procstat.established(pid, port) for pid in all_pids(server.pid)]
         held.extend(sorted((c for c in counts if c), reverse=True))
 
-    run = h2load(server.target, body, log, opts, look)
+    run = h2load(target, body, log, opts, look, http_header)
     after = cpu_by_thread(all_pids(server.pid))
     after_ok, after_failed = succeeded(server.target)
     answered = after_ok - before_ok
@@ -234,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         "--triton-threads", type=int, nargs="*", default=[0],
         help="0: Triton's defaults; N: --grpc-infer-thread-count N (Triton 2.57+)",
     )  # fmt: skip
+    parser.add_argument(
+        "--protocol", choices=("grpc", "http"), default="grpc",
+        help="gRPC ModelInfer over HTTP/2, or HTTP/REST infer over HTTP/1.1",
+    )  # fmt: skip
     parser.add_argument("--tritonserver", default="", help="Triton's launcher (default: install)")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pbd")
     parser.add_argument("--json", type=Path, default=RESULTS / "cores.json")
@@ -257,10 +306,12 @@ def main(argv: list[str] | None = None) -> int:
                     server.stop()
                 print(table(results).splitlines()[-1], flush=True)
             for fronts in opts.frontends:
+                http_port = free_port()
                 server = start_pbd(
                     opts.python, RESULTS, repo, MODEL, f"pbdcores{os.getpid()}",
-                    [f"--frontends={fronts}"],
+                    [f"--frontends={fronts}", f"--http-port={http_port}"],
                 )  # fmt: skip
+                server.http_port = http_port
                 try:
                     results.append(measure(server, "pbd", instances, fronts, work, opts))
                 finally:
