@@ -122,6 +122,10 @@ class HttpFrontend:
                 r.add_post(base + "/infer", self.infer)
             r.add_route("*", "/{tail:.*}", proxy)
             return
+        # aiohttp tries the routes under one prefix in the order they were added: infer,
+        # the one called per request, first.
+        for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            r.add_post(base + "/infer", self.infer)
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/v2", self.server_metadata)
@@ -129,7 +133,6 @@ class HttpFrontend:
             r.add_get(base, self.model_metadata)
             r.add_get(base + "/ready", self.model_ready)
             r.add_get(base + "/config", self.model_config)
-            r.add_post(base + "/infer", self.infer)
             r.add_get(base + "/stats", self.statistics)
         r.add_get("/v2/models/stats", self.statistics)
         extensions.add_routes(self.app, self.dp, _json)
