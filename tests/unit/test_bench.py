@@ -243,3 +243,15 @@ def test_established_counts_the_connections_a_process_accepted_on_a_port() -> No
             with served:
                 # The accepted end (local port = port) counts; the client's end does not.
                 assert procstat.established(os.getpid(), port) == 1
+
+
+def test_the_cores_http_body_is_an_infer_request_pbd_parses(tmp_path: Path) -> None:
+    from bench.cores import MODEL, http_body
+    from pbd.http.tensors import parse_infer_request
+
+    path, header = http_body(tmp_path / "body")
+    parsed = parse_infer_request(path.read_bytes(), str(header), MODEL, "")
+    (tensor,) = parsed.request.inputs
+    assert (tensor.name, tensor.datatype, list(tensor.shape)) == ("INPUT0", "FP32", [1, 16])
+    assert bytes(tensor.data) == bytes(range(64))
+    assert parsed.binary_outputs == {"OUTPUT0"}
