@@ -7,6 +7,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from http.client import HTTPConnection
 from typing import Any
 
 import numpy as np
@@ -163,6 +164,52 @@ def test_plain_json_requests_like_curl(examples_daemon: Daemon) -> None:
     outputs = {o["name"]: o for o in reply["outputs"]}
     assert outputs["OUTPUT0"]["data"] == [2, 3, 4, 5] and outputs["OUTPUT0"]["shape"] == [4]
     assert reply["model_version"] == "1"
+
+
+def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None:
+    """Readiness, then inference, then metadata, then inference again, on one connection: the
+    edge answers the first ones (aiohttp would add its Server header), aiohttp everything
+    from the metadata request on; every answer is right either way."""
+    host, port = examples_daemon.http_url.rsplit(":", 1)
+    connection = HTTPConnection(host, int(port), timeout=30)
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+                {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [1, 1, 1, 1]},
+            ]
+        }
+    )
+
+    def ask(method: str, path: str, payload: str | None = None) -> tuple[int, str, bytes]:
+        connection.request(method, path, payload)
+        answer = connection.getresponse()
+        return answer.status, answer.getheader("Server") or "", answer.read()
+
+    try:
+        assert ask("GET", "/v2/health/ready")[:2] == (200, "")
+        assert ask("GET", "/v2/models/add_sub/ready")[:2] == (200, "")
+        status, server, reply = ask("POST", "/v2/models/add_sub/infer", body)
+        assert (status, server) == (200, "")
+        sums = {o["name"]: o["data"] for o in json.loads(reply)["outputs"]}
+        assert sums["OUTPUT0"] == [2, 3, 4, 5]
+        status, server, reply = ask("GET", "/v2/models/add_sub")
+        assert status == 200 and "aiohttp" in server and json.loads(reply)["name"] == "add_sub"
+        status, server, reply = ask("POST", "/v2/models/add_sub/versions/1/infer", body)
+        assert status == 200 and "aiohttp" in server
+        assert json.loads(reply)["outputs"][0]["data"] in ([2, 3, 4, 5], [0, 1, 2, 3])
+        status, _, reply = ask("POST", "/v2/models/nope/infer", body)
+        assert status == 404 and "unknown model" in json.loads(reply)["error"]
+    finally:
+        connection.close()
+    # A new connection starts at the edge again, errors included.
+    connection = HTTPConnection(host, int(port), timeout=30)
+    try:
+        status, server, reply = ask("POST", "/v2/models/nope/infer", body)
+        assert (status, server) == (404, "")
+        assert json.loads(reply) == {"error": "Request for unknown model: 'nope' is not found"}
+    finally:
+        connection.close()
 
 
 def test_bad_input_over_http(examples_daemon: Daemon) -> None:

@@ -1,7 +1,9 @@
 """KServe v2 HTTP/REST routes, as Triton serves them, over the same dataplane as gRPC.
 
 aiohttp runs on the daemon's event loop (no second thread or process), parses HTTP in C,
-decompresses gzip/deflate request bodies itself and compresses responses on request.
+decompresses gzip/deflate request bodies itself and compresses responses on request. Each
+connection starts at pbd's edge (:mod:`pbd.http.edge`), which answers infer and the health
+checks itself (``edge_route``) and hands the connection to aiohttp at any other request.
 Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
 Inference requests are traced as gRPC ones are (the ``traceparent`` header honoured), under an
 HTTP server span. The generate extension (:mod:`pbd.http.generate`) and the OpenAI API
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import socket
 import time
@@ -26,6 +29,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from pbd.answer import answer_request
 from pbd.errors import Code, PbdError
 from pbd.http import extensions, generate
+from pbd.http.edge import Edge, Head, Reply, Route
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.openai import routes as openai_routes
 from pbd.http.status import error_response, finishing, http_status
@@ -44,6 +48,9 @@ if TYPE_CHECKING:
     from pbd.dataplane import DataPlane
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SHUTDOWN_S = 60.0  # aiohttp's shutdown_timeout: a request being answered at stop gets it
+INFER_ROUTE = "/v2/models/{model}/infer"
+INFER_VERSION_ROUTE = "/v2/models/{model}/versions/{version}/infer"
 
 
 def _json(value: Any, request: web.Request) -> web.Response:
@@ -76,6 +83,8 @@ class HttpFrontend:
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.acceptors: list[OneByOne] = []  # front end: its shared sockets
+        self.servers: list[asyncio.Server] = []  # the daemon: its own sockets
+        self.edges: set[Edge] = set()  # connections the edge holds
 
     @classmethod
     def front(cls, plane: InferencePlane, settings: Settings, proxy: Handler) -> HttpFrontend:
@@ -118,14 +127,14 @@ class HttpFrontend:
     def _routes(self, proxy: Handler | None) -> None:
         r = self.app.router
         if proxy is not None:
-            for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-                r.add_post(base + "/infer", self.infer)
+            for route in (INFER_ROUTE, INFER_VERSION_ROUTE):
+                r.add_post(route, self.infer)
             r.add_route("*", "/{tail:.*}", proxy)
             return
         # aiohttp tries the routes under one prefix in the order they were added: infer,
         # the one called per request, first.
-        for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-            r.add_post(base + "/infer", self.infer)
+        for route in (INFER_ROUTE, INFER_VERSION_ROUTE):
+            r.add_post(route, self.infer)
         r.add_get("/v2/health/live", self.live)
         r.add_get("/v2/health/ready", self.ready)
         r.add_get("/v2", self.server_metadata)
@@ -162,22 +171,33 @@ class HttpFrontend:
         if sockets is None:
             sockets = http_sockets(self.settings)
         await self.runner.setup()
+        server = self.runner.server
+        assert server is not None  # made by setup()
+        max_body = self.settings.http_max_body_bytes
+
+        def edge() -> Edge:  # each connection starts at the edge (pbd.http.edge)
+            return Edge(self.edge_route, server, max_body, self.edges)
+
+        loop = asyncio.get_running_loop()
         for sock in sockets:
             if sharing is not None:
-                assert self.runner.server is not None  # made by setup()
-                self.acceptors.append(OneByOne(sock, self.runner.server, sharing))
+                self.acceptors.append(OneByOne(sock, edge, sharing))
             else:
-                await web.SockSite(self.runner, sock).start()
+                self.servers.append(await loop.create_server(edge, sock=sock))
         self.port = tcp_port(sockets)
 
     def connection_count(self) -> int:
-        """HTTP connections open now."""
+        """HTTP connections open now (the edge's and aiohttp's)."""
         server = self.runner.server if self.runner is not None else None
-        return len(server.connections) if server is not None else 0
+        return len(self.edges) + (len(server.connections) if server is not None else 0)
 
     async def stop(self) -> None:
         for acceptor in self.acceptors:
             acceptor.close()
+        for server in self.servers:
+            server.close()
+        # As aiohttp's own shutdown: what is being answered gets its time, then it closes.
+        await asyncio.gather(*(edge.stop(SHUTDOWN_S) for edge in list(self.edges)))
         if self.runner is not None:
             await self.runner.cleanup()
 
@@ -230,19 +250,36 @@ class HttpFrontend:
     async def infer(self, request: web.Request) -> web.Response:
         began = time.time_ns()
         body = await request.read()
-        parsed = parse_infer_request(
-            body, request.headers.get(HEADER_LENGTH), *self._target(request)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        reply = await self.infer_reply(
+            *self._target(request), request.headers.get, body, route, began
         )
+        response = web.Response(
+            body=reply.body, content_type=reply.content_type, headers=dict(reply.headers)
+        )
+        compress(request, response)
+        return response
+
+    async def infer_reply(
+        self,
+        model: str,
+        version: str,
+        header: Callable[[str], str | None],
+        body: bytes,
+        route: str,
+        began: int,
+    ) -> Reply:
+        """An infer request's answer, for aiohttp's route and the edge's alike."""
+        parsed = parse_infer_request(body, header(HEADER_LENGTH), model, version)
         if self.plane.is_decoupled(parsed.request):
             # Triton's HTTP words; the dataplane's refusal names the gRPC RPC.
             raise PbdError(
                 Code.UNSUPPORTED,
                 "HTTP end point doesn't support models with decoupled transaction policy",
             )
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else request.path
         trace = self.plane.start_trace(
-            parsed.request, route, began, lambda: request.headers.get("traceparent"), "http"
+            parsed.request, route, began, lambda: header("traceparent"), "http"
         )
         answer = await answer_request(
             parsed.request,
@@ -254,15 +291,47 @@ class HttpFrontend:
         assert answer is not None  # None only for an edge that sends its answer itself
         payload, json_length = answer
         if json_length is None:
-            response = web.Response(body=payload, content_type="application/json")
-        else:
-            response = web.Response(
-                body=payload,
-                content_type="application/octet-stream",
-                headers={HEADER_LENGTH: str(json_length)},
-            )
-        compress(request, response)
-        return response
+            return Reply(200, payload, "application/json")
+        return Reply(200, payload, "application/octet-stream", ((HEADER_LENGTH, str(json_length)),))
+
+    # -- the edge's routes (pbd.http.edge) ----------------------------------------------------
+
+    def edge_route(self, head: Head) -> Route | None:
+        """The edge's answer to ``head``'s route, when it is one the edge answers."""
+        parts = head.path.split("/")  # "", "v2", ...
+        if len(parts) < 3 or parts[1] != "v2" or not all(parts[2:]):
+            return None
+        if head.method == b"POST" and parts[-1] == "infer" and parts[2] == "models":
+            if len(parts) == 5:
+                return functools.partial(self._edge_infer, parts[3], "", INFER_ROUTE)
+            if len(parts) == 7 and parts[4] == "versions":
+                return functools.partial(self._edge_infer, parts[3], parts[5], INFER_VERSION_ROUTE)
+            return None
+        if head.method != b"GET" or self._control is None:
+            return None  # a front end's other routes are the daemon's
+        if parts[2] == "health" and len(parts) == 4 and parts[3] in ("live", "ready"):
+            return self._edge_live if parts[3] == "live" else self._edge_ready
+        if parts[2] == "models" and parts[-1] == "ready":
+            if len(parts) == 5:
+                return functools.partial(self._edge_model_ready, parts[3], "")
+            if len(parts) == 7 and parts[4] == "versions":
+                return functools.partial(self._edge_model_ready, parts[3], parts[5])
+        return None
+
+    async def _edge_infer(
+        self, model: str, version: str, route: str, head: Head, body: bytes
+    ) -> Reply:
+        began = time.time_ns()
+        return await self.infer_reply(model, version, head.header, body, route, began)
+
+    async def _edge_live(self, head: Head, body: bytes) -> Reply:
+        return Reply(200 if self.dp.server_live() else 400)
+
+    async def _edge_ready(self, head: Head, body: bytes) -> Reply:
+        return Reply(200 if self.dp.server_ready() else 400)
+
+    async def _edge_model_ready(self, model: str, version: str, head: Head, body: bytes) -> Reply:
+        return Reply(200 if await self.dp.model_ready_checked(model, version) else 400)
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")

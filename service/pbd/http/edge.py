@@ -1,0 +1,267 @@
+"""The HTTP port's connections: the calls made per request answered here, the rest by aiohttp.
+
+aiohttp costs about 50 µs of CPU per call beyond what HTTP/1.1 itself needs
+(``bench.http1_floor``), a quarter of the daemon's thread for a small infer call. So each
+connection starts with :class:`Edge`, which reads requests itself and answers the routes a
+client calls per request (infer; and health and model readiness, which tritonclient.http
+asks on the same connection before it infers) through ``Routes``. At the first request it
+does not answer itself, or does not read in full (another HTTP version, a chunked or encoded
+body, ``Expect``, ``Upgrade``, a query, an escaped path, a head past the limit, an
+``Accept-Encoding`` asking for gzip or deflate), it hands the connection to aiohttp's
+protocol (``web.Server`` makes one per connection) with the bytes read so far: aiohttp
+serves that request and every later one on it, as it served every request before. So nothing
+the edge does not do is done worse than before; what it does (a request line, header lines,
+a ``Content-Length`` body, keep-alive, ``Connection: close``, requests sent before the
+previous answer came, a client that leaves mid-request cancelling its request) it does as
+aiohttp does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from pbd.errors import PbdError
+from pbd.http.status import http_status
+
+log = logging.getLogger("pbd.http")
+
+MAX_HEAD_BYTES = 16384  # a longer request head goes to aiohttp (which refuses it: 431/400)
+AHEAD_BYTES = 65536  # read ahead of the request being answered; more waits (pause_reading)
+KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout: an idle connection is closed after it
+# Headers whose presence means a request the edge does not read itself.
+HANDED_OVER = frozenset((b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"))
+STATUS_TEXT = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 500: b"Internal Server Error"}
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer: status, body, content type ("" for none), other headers."""
+
+    status: int
+    body: bytes = b""
+    content_type: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    method: bytes
+    path: str
+    headers: dict[bytes, bytes]  # lower-cased names; a repeated name is handed over
+
+    def header(self, name: str) -> str | None:
+        value = self.headers.get(name.lower().encode())
+        return None if value is None else value.decode("latin-1")
+
+
+# Answers a request the edge reads itself; None: not one of its routes (aiohttp's then).
+Route = Callable[[Head, bytes], Awaitable[Reply]]
+Routes = Callable[[Head], Route | None]
+
+
+def error_reply(error: PbdError) -> Reply:
+    """Triton's error body, as the aiohttp routes send it."""
+    body = json.dumps({"error": error.message}).encode()
+    return Reply(http_status(error.code), body, "application/json; charset=utf-8")
+
+
+def encode_reply(reply: Reply, close: bool) -> bytes:
+    status = STATUS_TEXT.get(reply.status) or str(reply.status).encode()
+    lines = [b"HTTP/1.1 %d %s" % (reply.status, status)]
+    if reply.content_type:
+        lines.append(b"Content-Type: " + reply.content_type.encode())
+    for name, value in reply.headers:
+        lines.append(f"{name}: {value}".encode("latin-1"))
+    lines.append(b"Content-Length: %d" % len(reply.body))
+    if close:
+        lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n" + reply.body
+
+
+def parse_head(raw: bytes) -> tuple[Head, int] | None:
+    """The request head in ``raw`` (up to its blank line) and its body's length; None when
+    the edge does not read this request itself."""
+    lines = raw.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1":
+        return None
+    method, target = parts[0], parts[1]
+    if not target.startswith(b"/") or b"?" in target or b"%" in target or b"#" in target:
+        return None
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip() or b" " in name or b"\t" in name:
+            return None  # no colon, folded lines, whitespace before the colon
+        key = name.lower()
+        if key in headers or key in HANDED_OVER:
+            return None
+        headers[key] = value.strip(b" \t")
+    accept = headers.get(b"accept-encoding", b"")
+    if b"gzip" in accept or b"deflate" in accept:
+        return None  # the answer is compressed: aiohttp's (pbd.http.encoding.compress)
+    connection = headers.get(b"connection", b"keep-alive").lower()
+    if connection not in (b"keep-alive", b"close"):
+        return None
+    length = headers.get(b"content-length")
+    if length is None:
+        nbytes = 0
+        if method == b"POST":
+            return None
+    elif not length.isdigit() or len(length) > 18:
+        return None
+    else:
+        nbytes = int(length)
+    try:
+        path = target.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return Head(method, path, headers), nbytes
+
+
+class Edge(asyncio.Protocol):
+    """One connection of the HTTP port (see the module's docstring)."""
+
+    def __init__(
+        self,
+        routes: Routes,
+        aiohttp: Callable[[], asyncio.Protocol],
+        max_body: int,
+        edges: set[Edge],
+    ) -> None:
+        self.routes = routes
+        self.aiohttp = aiohttp  # makes aiohttp's protocol for a connection
+        self.max_body = max_body
+        self.edges = edges  # every connection the edge still holds (counted, closed at stop)
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.task: asyncio.Task[None] | None = None  # the request being answered
+        self.closing = False  # the client said Connection: close, or the server stops
+        self.paused = False
+        self.idle: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.edges.add(self)
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.task is None:
+            self._next()
+        elif len(self.buffer) > AHEAD_BYTES and not self.paused:
+            assert self.transport is not None
+            self.transport.pause_reading()  # a client far ahead of its answers waits
+            self.paused = True
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost cancels what is running
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.edges.discard(self)
+        self._disarm_idle()
+        if self.task is not None:
+            self.task.cancel()  # the client left: its request is cancelled, as with aiohttp
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start on the next request in the buffer, if it is all here."""
+        transport = self.transport
+        if transport is None or self.task is not None:
+            return
+        if self.closing:
+            transport.close()
+            return
+        end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+        if end < 0:
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                self._hand_over()
+            return
+        parsed = parse_head(bytes(self.buffer[:end]))
+        route = None if parsed is None else self.routes(parsed[0])
+        if parsed is None or route is None or parsed[1] > self.max_body:
+            self._hand_over()
+            return
+        head, nbytes = parsed
+        start = end + 4
+        if len(self.buffer) < start + nbytes:
+            return  # the body is still coming
+        body = bytes(self.buffer[start : start + nbytes])
+        del self.buffer[: start + nbytes]
+        self.closing = head.headers.get(b"connection", b"").lower() == b"close"
+        self._disarm_idle()
+        self.task = asyncio.get_running_loop().create_task(self._answer(route, head, body))
+
+    async def _answer(self, route: Route, head: Head, body: bytes) -> None:
+        try:
+            try:
+                reply = await route(head, body)
+            except PbdError as exc:
+                reply = error_reply(exc)
+        except asyncio.CancelledError:
+            return  # the client left
+        except Exception:
+            log.exception("HTTP %s %s failed", head.method.decode(), head.path)
+            reply = Reply(500, b"500 Internal Server Error\n\nServer got itself in trouble",
+                          "text/plain; charset=utf-8")  # fmt: skip
+            self.closing = True
+        finally:
+            self.task = None
+        transport = self.transport
+        if transport is None:
+            return
+        transport.write(encode_reply(reply, self.closing))
+        if self.paused:
+            self.paused = False
+            transport.resume_reading()
+        self._arm_idle()
+        self._next()
+
+    def _hand_over(self) -> None:
+        """aiohttp serves this connection from here on, starting with what is buffered."""
+        transport = self.transport
+        assert transport is not None and self.task is None
+        self._disarm_idle()
+        self.edges.discard(self)
+        self.transport = None
+        if self.paused:
+            transport.resume_reading()
+        protocol = self.aiohttp()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        buffered, self.buffer = bytes(self.buffer), bytearray()
+        if buffered:
+            protocol.data_received(buffered)
+
+    # -- idle connections and stopping ------------------------------------------------------------
+
+    def _arm_idle(self) -> None:
+        self._disarm_idle()
+        self.idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_expired)
+
+    def _disarm_idle(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+
+    def _idle_expired(self) -> None:
+        self.idle = None
+        if self.task is None and self.transport is not None:
+            self.transport.close()
+
+    async def stop(self, timeout: float) -> None:
+        """Answer the request being answered (within ``timeout``), then close."""
+        self.closing = True
+        task = self.task
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout)
+        if self.transport is not None:
+            self.transport.close()
