@@ -122,6 +122,15 @@ def parse_head(raw: bytes) -> tuple[Head, int] | None:
     return Head(method, path, headers), nbytes
 
 
+@dataclass(slots=True)
+class _Body:
+    route: Route
+    head: Head
+    nbytes: int
+    parts: list[bytes]
+    have: int = 0
+
+
 class Edge(asyncio.Protocol):
     """One connection of the HTTP port (see the module's docstring)."""
 
@@ -142,6 +151,7 @@ class Edge(asyncio.Protocol):
         self.closing = False  # the client said Connection: close, or the server stops
         self.paused = False
         self.idle: asyncio.TimerHandle | None = None
+        self.body: _Body | None = None  # the request whose body is still coming
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
 
@@ -152,6 +162,13 @@ class Edge(asyncio.Protocol):
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
+        if self.body is not None:  # a body still coming: its pieces are joined once, at the end
+            self.body.parts.append(data)
+            self.body.have += len(data)
+            self._arm_idle()  # closed only when the body stops coming, not when it is long
+            if self.body.have >= self.body.nbytes:
+                self._body_complete()
+            return
         self.buffer += data
         if self.task is None:
             self._next()
@@ -192,11 +209,26 @@ class Edge(asyncio.Protocol):
             return
         head, nbytes = parsed
         start = end + 4
-        if len(self.buffer) < start + nbytes:
-            return  # the body is still coming
+        self.closing = head.headers.get(b"connection", b"").lower() == b"close"
+        self._disarm_idle()
+        if len(self.buffer) < start + nbytes:  # the body is still coming
+            self.body = _Body(route, head, nbytes, [bytes(self.buffer[start:])])
+            self.body.have = len(self.body.parts[0])
+            self.buffer.clear()
+            self._arm_idle()  # a body that stops coming holds the connection no longer
+            return
         body = bytes(self.buffer[start : start + nbytes])
         del self.buffer[: start + nbytes]
-        self.closing = head.headers.get(b"connection", b"").lower() == b"close"
+        self._start(route, head, body)
+
+    def _body_complete(self) -> None:
+        pending, self.body = self.body, None
+        assert pending is not None
+        joined = b"".join(pending.parts)
+        self.buffer += joined[pending.nbytes :]  # what the client sent after it
+        self._start(pending.route, pending.head, joined[: pending.nbytes])
+
+    def _start(self, route: Route, head: Head, body: bytes) -> None:
         self._disarm_idle()
         self.task = asyncio.get_running_loop().create_task(self._answer(route, head, body))
 
@@ -254,7 +286,7 @@ class Edge(asyncio.Protocol):
 
     def _idle_expired(self) -> None:
         self.idle = None
-        if self.task is None and self.transport is not None:
+        if self.task is None and self.transport is not None:  # idle, or a request half-sent
             self.transport.close()
 
     async def stop(self, timeout: float) -> None:

@@ -278,3 +278,26 @@ def test_stop_answers_what_is_being_answered_then_closes() -> None:
             writer.close()
 
     asyncio.run(run())
+
+
+def test_a_body_that_comes_in_pieces_is_joined_and_what_follows_is_read_next() -> None:
+    async def run() -> None:
+        async with _serving(_Routes()) as (port, edges):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            request = _post("/echo", b"z" * 300_000)
+            cut = request.index(b"\r\n\r\n") + 10  # the head and 6 bytes of the body
+            pieces = [request[:cut]]
+            pieces += [request[i : i + 100_000] for i in range(cut, len(request), 100_000)]
+            pieces[-1] += _post("/echo", b"next")  # the next request right behind the body
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.02)
+                if piece is pieces[0]:
+                    (edge,) = edges
+                    assert edge.body is not None  # the head is read, the body awaited
+            assert (await _read_reply(reader))[2] == b"edge:" + b"z" * 300_000
+            assert (await _read_reply(reader))[2] == b"edge:next"
+            writer.close()
+
+    asyncio.run(run())
