@@ -84,6 +84,9 @@ def encode_reply(reply: Reply, close: bool) -> bytes:
 def parse_head(raw: bytes) -> tuple[Head, int] | None:
     """The request head in ``raw`` (up to its blank line) and its body's length; None when
     the edge does not read this request itself."""
+    joined = raw.replace(b"\r\n", b"")
+    if b"\n" in joined or b"\r" in joined:
+        return None  # a bare LF or CR: only aiohttp's parser decides what it means
     lines = raw.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[2] != b"HTTP/1.1":
@@ -129,6 +132,16 @@ class _Body:
     nbytes: int
     parts: list[bytes]
     have: int = 0
+
+
+def _bare_lf(data: bytearray) -> bool:
+    """A line of ``data`` ends with LF alone (the edge's requests end lines with CRLF)."""
+    at = data.find(b"\n")
+    while at >= 0:
+        if at == 0 or data[at - 1] != 0x0D:
+            return True
+        at = data.find(b"\n", at + 1)
+    return False
 
 
 class Edge(asyncio.Protocol):
@@ -199,8 +212,8 @@ class Edge(asyncio.Protocol):
             return
         end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
         if end < 0:
-            if len(self.buffer) > MAX_HEAD_BYTES:
-                self._hand_over()
+            if len(self.buffer) > MAX_HEAD_BYTES or _bare_lf(self.buffer):
+                self._hand_over()  # too long, or lines ended some other way: aiohttp's
             return
         parsed = parse_head(bytes(self.buffer[:end]))
         route = None if parsed is None else self.routes(parsed[0])

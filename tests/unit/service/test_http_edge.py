@@ -52,6 +52,8 @@ def test_a_plain_request_is_read_here() -> None:
         b"GET http://h/v2/health/live HTTP/1.1",  # an absolute form
         b"GET  /v2/health/live HTTP/1.1",  # two spaces
         "GET /v2/models/é/ready HTTP/1.1".encode(),  # not ASCII
+        b"GET /v2/health/live HTTP/1.1\r\nX-A: 1\nX-B: 2",  # a bare LF inside the head
+        b"GET /v2/health/live HTTP/1.1\r\nX-A: 1\rX-B: 2",  # a bare CR
     ],
 )
 def test_anything_else_goes_to_aiohttp(raw: bytes) -> None:
@@ -298,6 +300,19 @@ def test_a_body_that_comes_in_pieces_is_joined_and_what_follows_is_read_next() -
                     assert edge.body is not None  # the head is read, the body awaited
             assert (await _read_reply(reader))[2] == b"edge:" + b"z" * 300_000
             assert (await _read_reply(reader))[2] == b"edge:next"
+            writer.close()
+
+    asyncio.run(run())
+
+
+def test_a_request_whose_lines_end_with_lf_alone_goes_to_aiohttp_at_once() -> None:
+    async def run() -> None:
+        async with _serving(_Routes()) as (port, edges):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /echo HTTP/1.1\nHost: t\nContent-Length: 2\n\nhi")
+            status, _, body = await _read_reply(reader)
+            assert status == 400 and b"Bad status line" in body  # aiohttp's answer, at once
+            assert not edges
             writer.close()
 
     asyncio.run(run())
