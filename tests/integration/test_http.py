@@ -168,10 +168,10 @@ def test_plain_json_requests_like_curl(examples_daemon: Daemon) -> None:
 
 
 def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None:
-    """Readiness, then inference, then metadata, then inference again, on one connection: the
-    edge answers the first ones (aiohttp would add its Server header), aiohttp everything
-    from the metadata request on; every answer is right either way. With front ends
-    (PBD_TEST_FRONTENDS), the readiness checks are left out: they go to aiohttp there."""
+    """Readiness, metadata, config and inference, then statistics, then the same again, on one
+    connection: the edge answers up to the statistics (aiohttp would add its Server header),
+    aiohttp from there on; the answers are the same either way. With front ends
+    (PBD_TEST_FRONTENDS), whose edge answers infer only, the rest goes to aiohttp."""
     host, port = examples_daemon.http_url.rsplit(":", 1)
     connection = HTTPConnection(host, int(port), timeout=30)
     body = json.dumps(
@@ -188,23 +188,30 @@ def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None
         answer = connection.getresponse()
         return answer.status, answer.getheader("Server") or "", answer.read()
 
-    # A front end's edge answers infer only: readiness is the daemon's, reached through aiohttp.
     fronts = int(os.environ.get("PBD_TEST_FRONTENDS") or 1) > 1
+    control = ["/v2/health/ready", "/v2/models/add_sub/ready", "/v2/models/add_sub",
+               "/v2/models/add_sub/versions/1/config"]  # fmt: skip
     try:
+        first = {}
         if not fronts:
-            assert ask("GET", "/v2/health/ready")[:2] == (200, "")
-            assert ask("GET", "/v2/models/add_sub/ready")[:2] == (200, "")
+            for path in control:
+                status, server, first[path] = ask("GET", path)
+                assert (status, server) == (200, ""), path
+            assert json.loads(first["/v2/models/add_sub"])["name"] == "add_sub"
+        for path in ("/v2/models/add_sub/infer", "/v2/models/add_sub/versions/1/infer"):
+            status, server, reply = ask("POST", path, body)
+            assert (status, server) == (200, "")
+            sums = {o["name"]: o["data"] for o in json.loads(reply)["outputs"]}
+            assert sums == {"OUTPUT0": [2, 3, 4, 5], "OUTPUT1": [0, 1, 2, 3]}
+        status, server, _ = ask("GET", "/v2/models/add_sub/stats")
+        assert status == 200 and "aiohttp" in server
+        for path in control if not fronts else ():
+            status, server, again = ask("GET", path)
+            assert status == 200 and "aiohttp" in server, path
+            assert json.loads(again or b"{}") == json.loads(first[path] or b"{}"), path
         status, server, reply = ask("POST", "/v2/models/add_sub/infer", body)
-        assert (status, server) == (200, "")
-        sums = {o["name"]: o["data"] for o in json.loads(reply)["outputs"]}
-        assert sums["OUTPUT0"] == [2, 3, 4, 5]
-        status, server, reply = ask("GET", "/v2/models/add_sub")
-        assert status == 200 and "aiohttp" in server and json.loads(reply)["name"] == "add_sub"
-        status, server, reply = ask("POST", "/v2/models/add_sub/versions/1/infer", body)
         assert status == 200 and "aiohttp" in server
         assert json.loads(reply)["outputs"][0]["data"] in ([2, 3, 4, 5], [0, 1, 2, 3])
-        status, _, reply = ask("POST", "/v2/models/nope/infer", body)
-        assert status == 404 and "unknown model" in json.loads(reply)["error"]
     finally:
         connection.close()
     # A new connection starts at the edge again, errors included.
@@ -213,6 +220,10 @@ def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None
         status, server, reply = ask("POST", "/v2/models/nope/infer", body)
         assert (status, server) == (404, "")
         assert json.loads(reply) == {"error": "Request for unknown model: 'nope' is not found"}
+        if not fronts:
+            status, server, reply = ask("GET", "/v2/models/nope")
+            assert (status, server) == (404, "")
+            assert "unknown model" in json.loads(reply)["error"]
     finally:
         connection.close()
 

@@ -3,17 +3,18 @@
 aiohttp costs about 50 µs of CPU per call beyond what HTTP/1.1 itself needs
 (``bench.http1_floor``), a quarter of the daemon's thread for a small infer call. So each
 connection starts with :class:`Edge`, which reads requests itself and answers the routes a
-client calls per request (infer; and health and model readiness, which tritonclient.http
-asks on the same connection before it infers) through ``Routes``. At the first request it
-does not answer itself, or does not read in full (another HTTP version, a chunked or encoded
-body, ``Expect``, ``Upgrade``, a query, an escaped path, a head past the limit, an
-``Accept-Encoding`` asking for gzip or deflate), it hands the connection to aiohttp's
-protocol (``web.Server`` makes one per connection) with the bytes read so far: aiohttp
-serves that request and every later one on it, as it served every request before. So nothing
-the edge does not do is done worse than before; what it does (a request line, header lines,
-a ``Content-Length`` body, keep-alive, ``Connection: close``, requests sent before the
-previous answer came, a client that leaves mid-request cancelling its request) it does as
-aiohttp does."""
+client calls per request (infer; and health, model readiness, metadata and config, which
+tritonclient.http asks on the same connection before it infers) through ``Routes``. At the
+first request it does not answer itself, or does not read in full (another HTTP version, a
+chunked or encoded body, ``Expect``, ``Upgrade``, a query, an escaped path, a bare LF or CR,
+a head past the limit, an ``Accept-Encoding`` asking for gzip or deflate), it hands the
+connection to aiohttp's protocol (``web.Server`` makes one per connection) with the bytes
+read so far: aiohttp serves that request and every later one on it, as it served every
+request before. So nothing the edge does not do is done worse than before; what it does (a
+request line, header lines, a ``Content-Length`` body, keep-alive, ``Connection: close``,
+requests sent before the previous answer came, a client that leaves mid-request cancelling
+its request) it does as aiohttp does.
+"""
 
 from __future__ import annotations
 
@@ -62,10 +63,14 @@ Route = Callable[[Head, bytes], Awaitable[Reply]]
 Routes = Callable[[Head], Route | None]
 
 
+def json_reply(value: object, status: int = 200) -> Reply:
+    """``value`` as JSON, as aiohttp's ``json_response`` sends it."""
+    return Reply(status, json.dumps(value).encode(), "application/json; charset=utf-8")
+
+
 def error_reply(error: PbdError) -> Reply:
     """Triton's error body, as the aiohttp routes send it."""
-    body = json.dumps({"error": error.message}).encode()
-    return Reply(http_status(error.code), body, "application/json; charset=utf-8")
+    return json_reply({"error": error.message}, http_status(error.code))
 
 
 def encode_reply(reply: Reply, close: bool) -> bytes:

@@ -2,8 +2,9 @@
 
 aiohttp runs on the daemon's event loop (no second thread or process), parses HTTP in C,
 decompresses gzip/deflate request bodies itself and compresses responses on request. Each
-connection starts at pbd's edge (:mod:`pbd.http.edge`), which answers infer and the health
-checks itself (``edge_route``) and hands the connection to aiohttp at any other request.
+connection starts at pbd's edge (:mod:`pbd.http.edge`), which answers infer, the health
+checks and a model's metadata and config itself (``edge_route``) and hands the connection to
+aiohttp at any other request.
 Errors are ``{"error": "<message>"}`` with Triton's HTTP codes and the same messages as gRPC.
 Inference requests are traced as gRPC ones are (the ``traceparent`` header honoured), under an
 HTTP server span. The generate extension (:mod:`pbd.http.generate`) and the OpenAI API
@@ -29,7 +30,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from pbd.answer import answer_request
 from pbd.errors import Code, PbdError
 from pbd.http import extensions, generate
-from pbd.http.edge import Edge, Head, Reply, Route
+from pbd.http.edge import Edge, Head, Reply, Route, json_reply
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.openai import routes as openai_routes
 from pbd.http.status import error_response, finishing, http_status
@@ -222,7 +223,10 @@ class HttpFrontend:
         return web.Response(status=200 if ready else 400)
 
     async def model_metadata(self, request: web.Request) -> web.Response:
-        config, versions = self.dp.model_metadata(*self._target(request))
+        return _json(self.model_metadata_value(*self._target(request)), request)
+
+    def model_metadata_value(self, model: str, version: str) -> dict[str, Any]:
+        config, versions = self.dp.model_metadata(model, version)
         batch = [-1] if config.max_batch_size > 0 else []
 
         def tensors(items: Any) -> list[dict[str, Any]]:
@@ -231,19 +235,19 @@ class HttpFrontend:
                 for t in items
             ]
 
-        return _json(
-            {
-                "name": config.name,
-                "versions": versions,
-                "platform": config.platform or config.backend,
-                "inputs": tensors(config.inputs),
-                "outputs": tensors(config.outputs),
-            },
-            request,
-        )
+        return {
+            "name": config.name,
+            "versions": versions,
+            "platform": config.platform or config.backend,
+            "inputs": tensors(config.inputs),
+            "outputs": tensors(config.outputs),
+        }
 
     async def model_config(self, request: web.Request) -> web.Response:
-        return _json(dict(self.dp.model_config(*self._target(request)).as_dict), request)
+        return _json(self.model_config_value(*self._target(request)), request)
+
+    def model_config_value(self, model: str, version: str) -> dict[str, Any]:
+        return dict(self.dp.model_config(model, version).as_dict)
 
     # -- inference -----------------------------------------------------------------------------
 
@@ -311,11 +315,19 @@ class HttpFrontend:
             return None  # a front end's other routes are the daemon's
         if parts[2] == "health" and len(parts) == 4 and parts[3] in ("live", "ready"):
             return self._edge_live if parts[3] == "live" else self._edge_ready
-        if parts[2] == "models" and parts[-1] == "ready":
-            if len(parts) == 5:
-                return functools.partial(self._edge_model_ready, parts[3], "")
-            if len(parts) == 7 and parts[4] == "versions":
-                return functools.partial(self._edge_model_ready, parts[3], parts[5])
+        if parts[2] != "models" or len(parts) < 4:
+            return None
+        # /v2/models/M[/versions/V][/ready|/config]
+        model, rest = parts[3], parts[4:]
+        version = ""
+        if len(rest) >= 2 and rest[0] == "versions":
+            version, rest = rest[1], rest[2:]
+        if not rest:
+            return functools.partial(self._edge_json, self.model_metadata_value, model, version)
+        if rest == ["config"]:
+            return functools.partial(self._edge_json, self.model_config_value, model, version)
+        if rest == ["ready"]:
+            return functools.partial(self._edge_model_ready, model, version)
         return None
 
     async def _edge_infer(
@@ -329,6 +341,16 @@ class HttpFrontend:
 
     async def _edge_ready(self, head: Head, body: bytes) -> Reply:
         return Reply(200 if self.dp.server_ready() else 400)
+
+    async def _edge_json(
+        self,
+        value: Callable[[str, str], dict[str, Any]],
+        model: str,
+        version: str,
+        head: Head,
+        body: bytes,
+    ) -> Reply:
+        return json_reply(value(model, version))
 
     async def _edge_model_ready(self, model: str, version: str, head: Head, body: bytes) -> Reply:
         return Reply(200 if await self.dp.model_ready_checked(model, version) else 400)
