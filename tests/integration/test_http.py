@@ -228,6 +228,15 @@ def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None
         connection.close()
 
 
+def test_every_models_statistics_on_a_new_connection(examples_daemon: Daemon) -> None:
+    """GET /v2/models/stats is every model's statistics, not the metadata of a model named
+    "stats", also as the first request of a connection (the edge hands it to aiohttp)."""
+    status, reply = _urlopen(examples_daemon, "/v2/models/stats")
+    assert status == 200
+    names = {entry["name"] for entry in reply["model_stats"]}
+    assert {"add_sub", "identity_fp32"} <= names
+
+
 def test_bad_input_over_http(examples_daemon: Daemon) -> None:
     cases = [
         ("/v2/models/nope/infer", {"inputs": []}, 404, "Request for unknown model: 'nope'"),

@@ -323,6 +323,8 @@ class HttpFrontend:
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
         if not rest:
+            if model == "stats" and not version:
+                return None  # GET /v2/models/stats: every model's statistics (aiohttp's)
             return functools.partial(self._edge_json, self.model_metadata_value, model, version)
         if rest == ["config"]:
             return functools.partial(self._edge_json, self.model_config_value, model, version)
