@@ -303,25 +303,25 @@ class HttpFrontend:
     def edge_route(self, head: Head) -> Route | None:
         """The edge's answer to ``head``'s route, when it is one the edge answers."""
         parts = head.path.split("/")  # "", "v2", ...
-        if len(parts) < 3 or parts[1] != "v2" or not all(parts[2:]):
+        if len(parts) < 4 or parts[1] != "v2" or not all(parts[2:]):
             return None
-        if head.method == b"POST" and parts[-1] == "infer" and parts[2] == "models":
-            if len(parts) == 5:
-                return functools.partial(self._edge_infer, parts[3], "", INFER_ROUTE)
-            if len(parts) == 7 and parts[4] == "versions":
-                return functools.partial(self._edge_infer, parts[3], parts[5], INFER_VERSION_ROUTE)
+        daemon = self._control is not None  # a front end's routes but infer are the daemon's
+        if parts[2] == "health":
+            if head.method == b"GET" and daemon and parts[3:] in (["live"], ["ready"]):
+                return self._edge_live if parts[3] == "live" else self._edge_ready
             return None
-        if head.method != b"GET" or self._control is None:
-            return None  # a front end's other routes are the daemon's
-        if parts[2] == "health" and len(parts) == 4 and parts[3] in ("live", "ready"):
-            return self._edge_live if parts[3] == "live" else self._edge_ready
-        if parts[2] != "models" or len(parts) < 4:
+        if parts[2] != "models":
             return None
-        # /v2/models/M[/versions/V][/ready|/config]
+        # /v2/models/M[/versions/V][/infer|/ready|/config]
         model, rest = parts[3], parts[4:]
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
+        if head.method == b"POST" and rest == ["infer"]:
+            route = INFER_VERSION_ROUTE if version else INFER_ROUTE
+            return functools.partial(self._edge_infer, model, version, route)
+        if head.method != b"GET" or not daemon:
+            return None
         if not rest:
             if model == "stats" and not version:
                 return None  # GET /v2/models/stats: every model's statistics (aiohttp's)
