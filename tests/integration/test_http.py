@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -235,6 +236,62 @@ def test_every_models_statistics_on_a_new_connection(examples_daemon: Daemon) ->
     assert status == 200
     names = {entry["name"] for entry in reply["model_stats"]}
     assert {"add_sub", "identity_fp32"} <= names
+
+
+_ADD_SUB = json.dumps(
+    {
+        "inputs": [
+            {"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]},
+            {"name": "INPUT1", "shape": [4], "datatype": "FP32", "data": [1, 1, 1, 1]},
+        ]
+    }
+).encode()
+_INFER = b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+
+
+def _plain_infer() -> bytes:
+    return _INFER + b"Content-Length: %d\r\n\r\n" % len(_ADD_SUB) + _ADD_SUB
+
+
+@pytest.mark.parametrize(
+    ("raw", "statuses"),
+    [
+        (_INFER + b"Content-Length: %d\r\nContent-Length: 0\r\n\r\n" % len(_ADD_SUB) + _ADD_SUB,
+         [400]),
+        (_INFER + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", [400]),
+        (_INFER + b"Content-Length: -1\r\n\r\n", [400]),
+        (_INFER + b"Content-Length: +%d\r\n\r\n" % len(_ADD_SUB) + _ADD_SUB, [400]),
+        (b"GET /v2/health/ready HTTP/1.1\nHost: x\n\n", [400]),
+        (b"GET /v2/health/ready HTTP/1.1\r\nX-A: " + b"a" * 20000 + b"\r\n\r\n", [400]),
+        (b"get /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n", [400]),
+        (b"GET /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n\r\n", [405]),
+        (_plain_infer() + _plain_infer(), [200, 200]),
+    ],
+    ids=["two-lengths", "length-and-chunked", "negative-length", "signed-length", "bare-lf",
+         "long-head", "lower-case-method", "get-infer", "pipelined"],
+)  # fmt: skip
+def test_requests_an_attacker_sends(
+    examples_daemon: Daemon, raw: bytes, statuses: list[int]
+) -> None:
+    """Raw requests as an attacker (or a careless client) writes them, on a new connection
+    each: refused with 400 where Triton 2.51 closes the connection without an answer (405
+    and two answers where it answers so), and the daemon serves on."""
+    host, port = examples_daemon.http_url.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(raw)
+        reader = sock.makefile("rb")
+        got = []
+        for _ in statuses:
+            status = int(reader.readline().split()[1])
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            reader.read(length)
+            got.append(status)
+    assert got == statuses
+    assert _urlopen(examples_daemon, "/v2/health/ready")[0] == 200
 
 
 def test_bad_input_over_http(examples_daemon: Daemon) -> None:
