@@ -16,3 +16,18 @@ TOKEN_ENV = "PBD_WORKER_TOKEN"
 # The environment variable that names the CPU scheduling policy a worker puts itself under
 # ("batch" or "normal"; the daemon's --worker-scheduling).
 SCHEDULING_ENV = "PBD_WORKER_SCHEDULING"
+# The direct path: front end k numbers its requests and batches from (k + 1) << FRONT_ID_SHIFT;
+# the daemon's ids stay below 1 << FRONT_ID_SHIFT (worker.proto). ``front_of(id)`` is the index
+# of the front end an id belongs to, or -1 for the daemon's (streamed held ids, top bit set,
+# are the worker's own: masked off first).
+FRONT_ID_SHIFT = 40
+_ID_MASK = (1 << 63) - 1
+
+
+def front_base(front: int) -> int:
+    """The first id of front end ``front`` (its ids are this plus 1, 2, ...)."""
+    return (front + 1) << FRONT_ID_SHIFT
+
+
+def front_of(ident: int) -> int:
+    return ((ident & _ID_MASK) >> FRONT_ID_SHIFT) - 1

@@ -213,7 +213,7 @@ class Hello(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ..., initialized: _Optional[bool] = ...) -> None: ...
 
 class Initialize(_message.Message):
-    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region", "backend_dir")
+    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region", "backend_dir", "front_socket", "front_token")
     class ArgsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,8 @@ class Initialize(_message.Message):
     SHM_DIR_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REGION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_DIR_FIELD_NUMBER: _ClassVar[int]
+    FRONT_SOCKET_FIELD_NUMBER: _ClassVar[int]
+    FRONT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     args: _containers.ScalarMap[str, str]
     model_path: str
     model_dir: str
@@ -243,7 +245,17 @@ class Initialize(_message.Message):
     shm_dir: str
     cancel_region: str
     backend_dir: str
-    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ..., backend_dir: _Optional[str] = ...) -> None: ...
+    front_socket: str
+    front_token: str
+    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ..., backend_dir: _Optional[str] = ..., front_socket: _Optional[str] = ..., front_token: _Optional[str] = ...) -> None: ...
+
+class FrontHello(_message.Message):
+    __slots__ = ("token", "front")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRONT_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    front: int
+    def __init__(self, token: _Optional[str] = ..., front: _Optional[int] = ...) -> None: ...
 
 class Initialized(_message.Message):
     __slots__ = ("error", "adopted")
@@ -474,7 +486,7 @@ class BlsControl(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
 
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed", "pool_grant")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed", "pool_grant", "front_hello")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -487,6 +499,7 @@ class DaemonToWorker(_message.Message):
     BLS_REPLY_FIELD_NUMBER: _ClassVar[int]
     CUDA_CLOSED_FIELD_NUMBER: _ClassVar[int]
     POOL_GRANT_FIELD_NUMBER: _ClassVar[int]
+    FRONT_HELLO_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
@@ -499,7 +512,8 @@ class DaemonToWorker(_message.Message):
     bls_reply: BlsReply
     cuda_closed: CudaRegionsClosed
     pool_grant: PoolGrant
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ..., pool_grant: _Optional[_Union[PoolGrant, _Mapping]] = ...) -> None: ...
+    front_hello: FrontHello
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ..., pool_grant: _Optional[_Union[PoolGrant, _Mapping]] = ..., front_hello: _Optional[_Union[FrontHello, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
     __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc")

@@ -194,12 +194,82 @@ class Hello(_message.Message):
     def __init__(self, token: _Optional[str] = ..., index: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class Models(_message.Message):
-    __slots__ = ("decoupled", "barrier")
+    __slots__ = ("decoupled", "barrier", "direct")
     DECOUPLED_FIELD_NUMBER: _ClassVar[int]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_FIELD_NUMBER: _ClassVar[int]
     decoupled: _containers.RepeatedScalarFieldContainer[str]
     barrier: int
-    def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ...) -> None: ...
+    direct: _containers.RepeatedCompositeFieldContainer[DirectVersion]
+    def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ..., direct: _Optional[_Iterable[_Union[DirectVersion, _Mapping]]] = ...) -> None: ...
+
+class DirectVersion(_message.Message):
+    __slots__ = ("model", "version", "latest", "config_json", "instances")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: str
+    latest: bool
+    config_json: str
+    instances: _containers.RepeatedCompositeFieldContainer[DirectInstance]
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., latest: _Optional[bool] = ..., config_json: _Optional[str] = ..., instances: _Optional[_Iterable[_Union[DirectInstance, _Mapping]]] = ...) -> None: ...
+
+class DirectInstance(_message.Message):
+    __slots__ = ("name", "socket", "token", "cancel_region")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REGION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    socket: str
+    token: str
+    cancel_region: str
+    def __init__(self, name: _Optional[str] = ..., socket: _Optional[str] = ..., token: _Optional[str] = ..., cancel_region: _Optional[str] = ...) -> None: ...
+
+class InstanceGone(_message.Message):
+    __slots__ = ("socket", "message")
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    socket: str
+    message: str
+    def __init__(self, socket: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StatsAsk(_message.Message):
+    __slots__ = ("ask",)
+    ASK_FIELD_NUMBER: _ClassVar[int]
+    ask: int
+    def __init__(self, ask: _Optional[int] = ...) -> None: ...
+
+class VersionStats(_message.Message):
+    __slots__ = ("model", "version", "record")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: str
+    record: str
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., record: _Optional[str] = ...) -> None: ...
+
+class StatsReport(_message.Message):
+    __slots__ = ("ask", "versions", "loads")
+    ASK_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    LOADS_FIELD_NUMBER: _ClassVar[int]
+    ask: int
+    versions: _containers.RepeatedCompositeFieldContainer[VersionStats]
+    loads: _containers.RepeatedCompositeFieldContainer[LinkLoad]
+    def __init__(self, ask: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ..., loads: _Optional[_Iterable[_Union[LinkLoad, _Mapping]]] = ...) -> None: ...
+
+class LinkLoad(_message.Message):
+    __slots__ = ("socket", "inflight")
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    socket: str
+    inflight: int
+    def __init__(self, socket: _Optional[str] = ..., inflight: _Optional[int] = ...) -> None: ...
 
 class Synced(_message.Message):
     __slots__ = ("barrier",)
@@ -228,33 +298,39 @@ class Stop(_message.Message):
     def __init__(self, grace_s: _Optional[float] = ...) -> None: ...
 
 class FrontToDaemon(_message.Message):
-    __slots__ = ("hello", "infer", "release", "cancel", "call", "synced")
+    __slots__ = ("hello", "infer", "release", "cancel", "call", "synced", "stats")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INFER_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     SYNCED_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     infer: Infer
     release: Release
     cancel: Cancel
     call: Call
     synced: Synced
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., synced: _Optional[_Union[Synced, _Mapping]] = ...) -> None: ...
+    stats: StatsReport
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., synced: _Optional[_Union[Synced, _Mapping]] = ..., stats: _Optional[_Union[StatsReport, _Mapping]] = ...) -> None: ...
 
 class DaemonToFront(_message.Message):
-    __slots__ = ("answer", "reply", "models", "log_levels", "stop", "inputs_free")
+    __slots__ = ("answer", "reply", "models", "log_levels", "stop", "inputs_free", "stats_ask", "instance_gone")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     LOG_LEVELS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FREE_FIELD_NUMBER: _ClassVar[int]
+    STATS_ASK_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_GONE_FIELD_NUMBER: _ClassVar[int]
     answer: Answer
     reply: CallReply
     models: Models
     log_levels: LogLevels
     stop: Stop
     inputs_free: InputsFree
-    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., reply: _Optional[_Union[CallReply, _Mapping]] = ..., models: _Optional[_Union[Models, _Mapping]] = ..., log_levels: _Optional[_Union[LogLevels, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., inputs_free: _Optional[_Union[InputsFree, _Mapping]] = ...) -> None: ...
+    stats_ask: StatsAsk
+    instance_gone: InstanceGone
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., reply: _Optional[_Union[CallReply, _Mapping]] = ..., models: _Optional[_Union[Models, _Mapping]] = ..., log_levels: _Optional[_Union[LogLevels, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., inputs_free: _Optional[_Union[InputsFree, _Mapping]] = ..., stats_ask: _Optional[_Union[StatsAsk, _Mapping]] = ..., instance_gone: _Optional[_Union[InstanceGone, _Mapping]] = ...) -> None: ...
