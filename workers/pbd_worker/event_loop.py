@@ -7,8 +7,12 @@ and it watches the daemon's socket itself (``add_reader``), so a BLS reply resum
 coroutine that awaits it without a thread in between. Frames for the main loop (an Execute, a
 Cancel, a Release) read meanwhile are kept for ``next``.
 
-- ``next()``: the main loop's next frame. With no coroutine alive this is a plain blocking read
-  (``DaemonLink.next``): a model without coroutines pays nothing for the loop.
+- ``next()``: the main loop's next frame, and where it came from (None: the daemon; or a front
+  link, ``ipc.front_links``). With no coroutine alive this is a plain blocking read
+  (``DaemonLink.next``): a model without coroutines pays nothing for the loop. A worker that
+  listens for front ends waits on the daemon's socket and theirs at once instead (one poll,
+  ``FrontLinks.wait``; the daemon's frames first), and while coroutines are alive the loop
+  watches the front links too.
 - ``run(awaitable)``: a default-mode ``async def execute`` is awaited before its batch is
   answered (Triton awaits it too); frames read meanwhile wait in ``next``.
 - ``spawn(coroutine, failed)``: a decoupled ``async def execute`` runs in the background and
@@ -27,15 +31,19 @@ from typing import Any
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_worker.ipc.daemon_link import DaemonLink
+from pbd_worker.ipc.front_links import FrontLink, FrontLinks
 
 log = logging.getLogger("pbd_worker")
 
 Failed = Callable[[BaseException], None]
+# A frame for the main loop and the front link it came on (None: the daemon's).
+Arrival = tuple[FrontLink | None, wpb.DaemonToWorker]
 
 
 class WorkerLoop:
-    def __init__(self, link: DaemonLink) -> None:
+    def __init__(self, link: DaemonLink, fronts: FrontLinks | None = None) -> None:
         self.link = link
+        self.fronts = fronts
         self.loop = asyncio.new_event_loop()
         self._kept: collections.deque[wpb.DaemonToWorker] = collections.deque()
         self._closed = False  # the daemon closed the connection (until the next one)
@@ -47,20 +55,35 @@ class WorkerLoop:
 
     # -- the main loop's side ------------------------------------------------------------------
 
-    def next(self) -> wpb.DaemonToWorker | None:
-        """The next frame for the main loop; None when the daemon closed the connection."""
+    def next(self) -> Arrival | None:
+        """The next frame for the main loop and its link; None when the daemon closed the
+        connection."""
+        fronts = self.fronts
         if not self._kept and not self._closed and not self._alive():
-            return self.link.next()
+            if fronts is None or not fronts.active:
+                message = self.link.next()
+                return None if message is None else (None, message)
+            while True:  # the daemon's socket and the front links at once
+                got = self.link.next_or(fronts.wait)
+                if got is None:
+                    return None
+                if got is not False:
+                    return None, got
+                taken = fronts.take()
+                if taken is not None:
+                    return taken
         if not self._kept and not self._closed:
             self._arrived = self.loop.create_future()
             try:
-                self._read_ready()
-                if not self._arrived.done():
+                self._read_ready()  # the daemon's frames first
+                if not self._arrived.done() and not (fronts is not None and fronts.ready()):
                     self._run_reading(self._arrived)
             finally:
                 self._arrived = None
         if self._kept:
-            return self._kept.popleft()
+            return None, self._kept.popleft()
+        if fronts is not None and (taken := fronts.take()) is not None:
+            return taken
         self._closed = False  # reported once; a reconnected link starts afresh
         return None
 
@@ -94,10 +117,15 @@ class WorkerLoop:
             return self.loop.run_until_complete(until)
         fd = sock.fileno()
         self.loop.add_reader(fd, self._read_ready)
+        fronts = self.fronts if self.fronts is not None and self.fronts.active else None
+        if fronts is not None:
+            fronts.attach(self.loop, self._front_arrived)
         try:
             return self.loop.run_until_complete(until)
         finally:
             self.loop.remove_reader(fd)
+            if fronts is not None:
+                fronts.detach()
 
     def _read_ready(self) -> None:
         """Read the frames that are here: replies wake their waiters, others are kept."""
@@ -114,6 +142,11 @@ class WorkerLoop:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _front_arrived(self) -> None:
+        """A front link's frame is in its inbox: ``next`` has one to return."""
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
 
     def _woke(self) -> None:
         """Another thread read frames (``DaemonLink.wait_reply``): look again, on the loop."""

@@ -1,8 +1,10 @@
 """The worker's requests still being answered: cancellation and response-sender delivery.
 
-Request ids are the daemon's, unique for the connection. A request is *live* from the moment
-its batch starts until its last response left (execute returned its response, or the sender
-sent the final flag). The daemon cancels a request on its cancellation page
+Request ids are the daemon's, unique for the connection, or a front end's (the direct path:
+an id names its front link, ``pbd_wire.front_of``; ``send`` takes a response where its
+request came from, ``ipc.front_links``). A request is *live* from the moment its batch starts
+until its last response left (execute returned its response, or the sender sent the final
+flag). The daemon cancels a request on its cancellation page
 (``ipc.cancel_flags``), which ``is_cancelled()`` reads at once, and with a ``CancelRequests``
 frame, which the main loop reads between batches; ids of finished requests are ignored.
 
@@ -50,6 +52,7 @@ class ResponseWriter(Protocol):
     def hold(self, held_id: int, blocks: list[Block]) -> None: ...
     def release(self, batch_ids: list[int]) -> None: ...
 
+
 STREAM_HELD_BIT = 1 << 63
 
 
@@ -75,6 +78,11 @@ class LiveRequests:
                 live = self._live.get(request_id)
                 if live is not None:
                     live[0]._set_cancelled()
+
+    def live_ids(self) -> list[int]:
+        """The ids of the requests live now."""
+        with self._lock:
+            return list(self._live)
 
     def start_batch(
         self, ids: list[int], msgs: list[wpb.Request], requests: list[InferenceRequest]

@@ -8,8 +8,10 @@ a heartbeat thread sends
 ``Heartbeat`` every interval (and exits the process if the daemon can no longer be reached,
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
 or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
-model. Under systemd it also speaks sd_notify: READY=1 once initialize() returned, STATUS=
-with its request count, WATCHDOG=1 from the heartbeat thread.
+model. Given a front socket (``Initialize.front_socket``), it also serves front ends that send
+their requests straight to it (``ipc.front_links``): their results and streamed responses go
+back on their own links. Under systemd it also speaks sd_notify: READY=1 once initialize()
+returned, STATUS= with its request count, WATCHDOG=1 from the heartbeat thread.
 Every frame the worker sends is preceded by the custom-metric updates buffered since the last
 one. A metric query (``MetricFamily(...)``, ``Metric.value()``) reads frames until its reply
 comes, keeping the others for the main loop.
@@ -39,6 +41,7 @@ from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc.daemon_link import DaemonLink
+from pbd_worker.ipc.front_links import FrontLink, FrontLinks
 from pbd_worker.lifecycle import (
     ask_ready,
     auto_complete,
@@ -109,7 +112,11 @@ class WorkerRuntime:
         state.bls_executor, state.model_control = self.bls.exec, self.bls.control
         state.bls_async_executor = self.bls.exec_async
         forked.install(self.link)  # processes the model forks call through this one
-        self.live = LiveRequests(self.link.send, decoupled=False)
+        # Front ends of the direct path; none until an Initialize names a front socket.
+        self.fronts = FrontLinks(self.link.send, lambda: self.executor, lambda: self.live)
+        self.aio.fronts = self.fronts
+        # Streamed responses go where their request came from: the daemon or a front link.
+        self.live = LiveRequests(self.fronts.route, decoupled=False)
         state.response_sender_factory = self.live.sender_for
 
     def _heartbeat(self, interval_s: float) -> None:
@@ -163,10 +170,10 @@ class WorkerRuntime:
                 )
             )
             while self.exit_code is None:
-                message = self.aio.next()
-                if message is None:
+                arrival = self.aio.next()
+                if arrival is None:
                     return
-                self.handle(message)
+                self.handle(arrival[1], arrival[0])
         except (OSError, ValueError):
             return  # the connection broke (or was closed under us): same as EOF
         except Exception:  # a malformed frame: the connection cannot be trusted any more
@@ -176,13 +183,18 @@ class WorkerRuntime:
             self.attached.clear()
             self.link.disconnect()
 
-    def handle(self, message: wpb.DaemonToWorker) -> None:
+    def handle(self, message: wpb.DaemonToWorker, front: FrontLink | None = None) -> None:
+        """Run one frame of the daemon, or of ``front`` (only execute, release and cancel
+        come from a front link; their ids are checked, the result goes back on it)."""
         kind = message.WhichOneof("kind")
         if kind == "execute":
             assert self.executor is not None
             execute = message.execute
+            if front is not None and front.closed:
+                return  # its link closed meanwhile: nobody to answer
             if execute.release:
-                self.executor.release(execute.release[:])
+                released = execute.release[:]
+                self.executor.release(released if front is None else front.take_owned(released))
             self.bls.begin_batch(execute)
             frame = wpb.WorkerToDaemon()
             try:
@@ -197,7 +209,13 @@ class WorkerRuntime:
                 self.bls.end_batch()
             self.executed += 1
             self.requests += len(execute.requests)
-            self.send(frame)
+            if front is None:
+                self.send(frame)
+            else:
+                self.fronts.send_result(front, frame)
+                # What rides ahead of the daemon's next frame (metric updates, BLS releases)
+                # must not wait for a heartbeat: sent now, if there is any.
+                self.link.send()
             tracing = self.executor.tracing
             if tracing is not None and tracing.pending():
                 # Encoded after the result went out (the daemon answers the client meanwhile);
@@ -211,13 +229,19 @@ class WorkerRuntime:
             self.live.cancel(list(message.cancel.request_ids))
         elif kind == "release":
             assert self.executor is not None
-            self.executor.release(list(message.release.batch_ids))
+            released = list(message.release.batch_ids)
+            self.executor.release(released if front is None else front.take_owned(released))
+        elif front is not None:
+            return  # nothing else comes from a front link (FrontLink.problem)
         elif kind == "settings":
             self._apply_settings(message.settings)
         elif kind == "cuda_closed" and self.executor is not None:
             self.executor.forget_cuda_regions(list(message.cuda_closed.generations))
         elif kind == "initialize":
-            reply = self._initialize(message.initialize)
+            init = message.initialize
+            reply = self._initialize(init)
+            if not reply.HasField("error"):  # listening before the daemon hears we are ready
+                self.fronts.listen(init.front_socket, init.front_token)
             self.send(wpb.WorkerToDaemon(initialized=reply))
             if reply.HasField("error"):
                 self.exit_code = EXIT_STALE if self.model is not None else EXIT_INIT_FAILED
@@ -265,6 +289,7 @@ class WorkerRuntime:
     def _forget_daemon(self) -> None:
         """The daemon is gone: what it held (our outputs, its input segments) is void."""
         self.notify.status(f"{self.instance}: waiting for the daemon to come back")
+        self.fronts.close()  # the front ends follow the daemon that let them in
         if self.executor is not None:
             self.executor.release(self.executor.held_batches())
         self.live.forget_all()
@@ -427,6 +452,7 @@ class WorkerRuntime:
         self._finalize()
 
     def close(self) -> None:
+        self.fronts.close()
         self.bls.cuda.close()
         self.inputs.close()
         self.bls.callee_segments.close()

@@ -46,7 +46,7 @@ def test_each_reply_resumes_its_own_coroutine(wired: tuple[WorkerLoop, socket.so
     aio.spawn(call("b", 2), pytest.fail)
     release = wpb.DaemonToWorker(release=wpb.Release(batch_ids=[9]))
     send(conn, reply(2), reply(1), release)
-    assert aio.next() == release
+    assert aio.next() == (None, release)
     aio.run(asyncio.sleep(0))  # the coroutines resumed by the last read finish
     assert got == {"a": 1, "b": 2}
 
@@ -55,7 +55,7 @@ def test_without_coroutines_next_is_a_plain_read(wired: tuple[WorkerLoop, socket
     aio, conn = wired
     cancel = wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[3]))
     send(conn, reply(5), cancel)
-    assert aio.next() == cancel
+    assert aio.next() == (None, cancel)
     assert aio.link.take_reply(("bls_reply", 5)) == reply(5)
 
 
@@ -68,7 +68,7 @@ def test_run_awaits_while_frames_are_kept(wired: tuple[WorkerLoop, socket.socket
         return (await aio.reply(("bls_reply", 7))).bls_reply.call_id
 
     assert aio.run(execute()) == 7
-    assert aio.next() == release
+    assert aio.next() == (None, release)
 
 
 def test_a_failed_coroutine_is_reported(wired: tuple[WorkerLoop, socket.socket]) -> None:

@@ -1,3 +1,3 @@
-"""The worker's end of the daemon link: the socket it talks to the daemon on, and the inbox
-thread that reads it. The wire itself (messages, framing, shared memory) is ``pbd_wire``.
+"""The worker's connections: to the daemon (``daemon_link``) and, on the direct path, from front
+ends (``front_links``). The wire itself (messages, framing, shared memory) is ``pbd_wire``.
 """

@@ -8,6 +8,8 @@ its reply: it reads frames itself when no one else is reading, keeping the other
 Execute, a Release) for the main loop, which reads with ``next``. While coroutines of the
 model are alive, the main thread reads through ``pbd_worker.event_loop`` instead: only frames
 that are already here (``read_ready``), and ``woke`` tells it when another reader took some.
+A worker that listens for front ends waits with ``next_or``: on the daemon's socket and the
+front links' at once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable
+from typing import Literal
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import SocketFrameReader, encode_frame, socket_address
@@ -139,6 +142,27 @@ class DaemonLink:
             if message is None or key is None:
                 return message
 
+    def next_or(
+        self, wait: Callable[[socket.socket], bool]
+    ) -> wpb.DaemonToWorker | None | Literal[False]:
+        """``next``, waiting with ``wait(sock)`` instead of in ``recv``: it blocks until the
+        socket or something else (a front link, ``ipc.front_links``) is ready, True for the
+        socket. False: the other thing is ready, nothing was read. The read lock is held while
+        waiting, as ``next`` holds it in ``recv``: replies are filed here, for whoever waits."""
+        while True:
+            message: wpb.DaemonToWorker | None
+            with self._read_lock:
+                if self._backlog:
+                    return self._backlog.popleft()
+                reader, sock = self.reader, self.sock
+                if reader is None or sock is None:
+                    return None
+                if not reader.buffered() and not wait(sock):
+                    return False
+                message, key = self._read_keyed()
+            if message is None or key is None:
+                return message
+
     def ask(self, updates: wpb.MetricUpdates) -> wpb.MetricReply:
         """Send a metric query and wait for its reply."""
         self.send(wpb.WorkerToDaemon(metrics=updates))
@@ -158,14 +182,15 @@ class DaemonLink:
                     # of the lock: reading now would wait for a frame that never comes.
                     reply = self.take_reply(key)
                     message = self._read_one() if reply is None else None
+                    # Kept before the lock goes: the next reader looks here first.
+                    if message is not None and _reply_key(message) is None:
+                        self._backlog.append(message)
                 finally:
                     self._read_lock.release()
                 if reply is not None:
                     return reply
                 if message is None:
                     raise RuntimeError("the daemon closed the connection")
-                if _reply_key(message) is None:
-                    self._backlog.append(message)
                 if self.woke is not None:
                     self.woke()
             else:
