@@ -103,6 +103,52 @@ class ModelStats:
         self.success.ns += miss_ns
         self.cache_miss.add(miss_ns)
 
+    def to_record(self) -> dict[str, Any]:
+        """The counters as JSON-ready data (a front end's direct-path statistics, reported to
+        the daemon: ``merge_record``). The first-response histogram is not carried: versions
+        served directly have none (``--metrics-config histogram_latencies`` keeps them off the
+        direct path)."""
+        durations = {name: [d.count, d.ns] for name, d in self._durations().items()}
+        return {
+            "durations": durations,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "last_inference_ms": self.last_inference_ms,
+            "batches": {
+                str(size): [[d.count, d.ns] for d in _batch_durations(b)]
+                for size, b in self.batches.items()
+            },
+            "failures": dict(self.failures),
+        }
+
+    def merge_record(self, record: Mapping[str, Any]) -> None:
+        """Add the counters of ``record`` (``to_record``) to these."""
+        own = self._durations()
+        for name, (count, ns) in record["durations"].items():
+            own[name].add(int(ns), int(count))
+        self.inference_count += int(record["inference_count"])
+        self.execution_count += int(record["execution_count"])
+        self.last_inference_ms = max(self.last_inference_ms, int(record["last_inference_ms"]))
+        for size, durations in record["batches"].items():
+            per_size = self.batches.setdefault(int(size), BatchStats())
+            for mine, (count, ns) in zip(_batch_durations(per_size), durations, strict=True):
+                mine.add(int(ns), int(count))
+        for reason, count in record["failures"].items():
+            if reason in self.failures:
+                self.failures[reason] += int(count)
+
+    def _durations(self) -> dict[str, Duration]:
+        return {
+            "success": self.success,
+            "fail": self.fail,
+            "queue": self.queue,
+            "compute_input": self.compute_input,
+            "compute_infer": self.compute_infer,
+            "compute_output": self.compute_output,
+            "cache_hit": self.cache_hit,
+            "cache_miss": self.cache_miss,
+        }
+
     def executed(
         self,
         requests: int,
@@ -132,6 +178,10 @@ class ModelStats:
         self.compute_infer.add(infer_ns, requests)
         self.compute_output.add(output_ns, requests)
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+
+def _batch_durations(stats: BatchStats) -> tuple[Duration, Duration, Duration]:
+    return stats.compute_input, stats.compute_infer, stats.compute_output
 
 
 def first_response_buckets(config: Mapping[str, Any]) -> tuple[float, ...]:

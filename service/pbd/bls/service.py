@@ -127,6 +127,7 @@ class BlsService:
         began = time.time_ns()
         trace = None
         waiter = self.graph.add_call(caller, call.model_name, list(call.parents))
+        caller.calling += 1
         try:
             request = self._request(caller, call)
             request.bls_call = waiter.gid
@@ -164,6 +165,7 @@ class BlsService:
             log.exception("BLS call from %s failed", caller.describe())
             response.error.CopyFrom(wpb.Error(code="INTERNAL", message=f"BLS call failed: {exc}"))
         finally:
+            caller.calling -= 1
             self.graph.remove_call(waiter)
             # The callee's request is over (answered, or cancelled and awaited): its GPU
             # inputs' pool blocks go back.

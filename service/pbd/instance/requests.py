@@ -160,13 +160,9 @@ class SentRequests:
     def on_frame(self, frame: wpb.StreamedResponse) -> None:
         entry = self._entries.get(frame.request_id)
         final = bool(frame.flags & FINAL)
-        item = StreamResult(final=final)
-        if frame.HasField("response"):
-            response = frame.response
-            if response.HasField("error"):
-                item.error = PbdError(Code.parse(response.error.code), response.error.message)
-            elif entry is not None:
-                item.result = self._result(entry, response, frame.held)
+        item = stream_item(
+            frame, lambda r: self._result(entry, r, frame.held) if entry is not None else None
+        )
         if frame.held and item.result is None:
             self.releases.add(frame.held)
         if entry is None:
@@ -219,6 +215,22 @@ class SentRequests:
         for entry in entries.values():
             if not entry.own or entry.has_stream:
                 entry.stream.fail(error)
+
+
+def stream_item(
+    frame: wpb.StreamedResponse, result: Callable[[wpb.Response], InferResult | None]
+) -> StreamResult:
+    """What a response sender's frame brings: its final flag, and its error or the result
+    ``result`` makes of its outputs (None: none to hand on). A front end's direct path reads
+    these frames too (``pbd.fronts.direct``)."""
+    item = StreamResult(final=bool(frame.flags & FINAL))
+    if frame.HasField("response"):
+        response = frame.response
+        if response.HasField("error"):
+            item.error = PbdError(Code.parse(response.error.code), response.error.message)
+        else:
+            item.result = result(response)
+    return item
 
 
 def _placeholder(result: InferResult) -> InferResult:

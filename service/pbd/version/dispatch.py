@@ -72,13 +72,10 @@ class Dispatch:
         ready = [
             i
             for i in (s.instance for s in self.slots)
-            if i.state is State.READY
-            and not i.draining
-            and not i.warming
-            and i.batches.inflight < depth
+            if i.state is State.READY and not i.draining and not i.warming and busy(i) < depth
         ]
         if len(ready) > 1:
-            ready.sort(key=_inflight)
+            ready.sort(key=busy)
         return ready
 
     async def wait_capacity(self) -> None:
@@ -149,7 +146,7 @@ class Dispatch:
         least = self.depth
         for slot in self.slots:
             instance = slot.instance
-            inflight = instance.batches.inflight
+            inflight = busy(instance)
             if (
                 inflight < least
                 and instance.state is State.READY
@@ -233,5 +230,9 @@ class Dispatch:
         self.queue.deliver(batch, outcomes)
 
 
-def _inflight(instance: Instance) -> int:
-    return instance.batches.inflight
+def busy(instance: Instance) -> int:
+    """The batches ``instance`` has in its worker, as far as choosing goes: one at least
+    while it waits on a BLS call it made (it is in execute(), perhaps for a request a front end
+    sent it directly, which the daemon does not count)."""
+    inflight = instance.batches.inflight
+    return inflight if inflight or not instance.calling else 1

@@ -3,6 +3,8 @@ buckets."""
 
 from __future__ import annotations
 
+import json
+
 from pbd.stats import (
     FIRST_RESPONSE_BUCKETS_MS,
     FIRST_RESPONSE_FAMILY,
@@ -32,3 +34,26 @@ def test_first_response_is_recorded_in_whole_milliseconds_with_the_models_bucket
     assert stats.first_response is not None
     assert stats.first_response.counts == [2, 1, 1]  # 0 ms, 1 ms | 10 ms | 50 ms
     assert stats.first_response.total == 61
+
+
+def test_a_record_adds_up_where_it_is_merged() -> None:
+    """A front end's direct-path counters, as JSON, added to the daemon's: every counter."""
+    theirs = ModelStats()
+    theirs.executed(2, 10, 20, 30, batch_size=3, failed=(1, 1))
+    theirs.success.add(100)
+    theirs.queue.add(5)
+    theirs.failed(7, "BACKEND")
+    theirs.failed(9, "CANCELED")
+    ours = ModelStats()
+    ours.executed(1, 1, 2, 3)
+    ours.success.add(50)
+    ours.merge_record(json.loads(json.dumps(theirs.to_record())))
+    assert (ours.success.count, ours.success.ns) == (2, 150)
+    assert (ours.fail.count, ours.fail.ns) == (2, 16)
+    assert (ours.queue.count, ours.queue.ns) == (1, 5)
+    assert (ours.compute_infer.count, ours.compute_infer.ns) == (2, 22)
+    assert (ours.execution_count, ours.inference_count) == (2, 3)
+    assert sorted(ours.batches) == [1, 2]
+    assert ours.batches[2].compute_output.ns == 30
+    assert ours.failures == {"REJECTED": 0, "CANCELED": 1, "BACKEND": 1, "OTHER": 0}
+    assert ours.last_inference_ms == max(ours.last_inference_ms, theirs.last_inference_ms) > 0

@@ -50,6 +50,7 @@ class FakeInstance:
         self.state = State.READY
         self.draining = False
         self.batches = Room()
+        self.calling = 0  # BLS calls its worker waits on
         self.warming = False
         self.reason = ""
         self.on_capacity: Callable[[], None] = lambda: None
@@ -165,6 +166,23 @@ def test_a_free_instance_is_taken_at_once_least_loaded_first() -> None:
         b.finish()
         assert (await first).id == "0@a" and (await second).id == "1@b"
         assert (a.inflight, b.inflight) == (0, 0)
+
+    run(scenario)
+
+
+def test_an_instance_waiting_on_its_own_bls_call_counts_as_busy() -> None:
+    """Its worker is in execute() (for a request a front end sent it directly, which the
+    daemon does not count): the call it made goes to the other instance, not behind it."""
+
+    async def scenario() -> None:
+        queue: RequestQueue[FakeInstance] = RequestQueue("m")
+        dispatch, (a, b) = make_dispatch(queue, "a", "b", depth=2)
+        a.calling = 1
+        call = infer(dispatch, 0)
+        await until(lambda: b.running == 1)
+        assert a.running == 0
+        b.finish()
+        assert (await call).id == "0@b"
 
     run(scenario)
 
