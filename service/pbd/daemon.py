@@ -24,6 +24,7 @@ from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.ensemble.runtime import EnsembleRuntime, Ensembles
 from pbd.errors import PbdError, unavailable
+from pbd.fronts.routes import Routes
 from pbd.fronts.supervisor import Fronts
 from pbd.gpus import visible_gpus
 from pbd.grpc.restricted import parse_restrictions
@@ -80,7 +81,15 @@ class Daemon:
         shm_name = segment_namer(settings.shm_prefix, self.daemon_id)
         count = settings.front_count()
         # Front-end processes serve the ports (``--frontends``); they follow the dataplane.
-        self.fronts = Fronts(count, settings, self.daemon_id, shm_name) if count > 1 else None
+        # With them, the direct path: front ends send eligible requests straight to workers.
+        self.routes = (
+            Routes(self.daemon_id, settings, self.tracing)
+            if count > 1 and settings.frontend_direct
+            else None
+        )
+        self.fronts = (
+            Fronts(count, settings, self.daemon_id, shm_name, self.routes) if count > 1 else None
+        )
         self.repository = ModelRepository(
             settings.model_repository.resolve(),
             self._make_runtime,
@@ -121,6 +130,7 @@ class Daemon:
             custom_metrics=self.custom_metrics,
             tracing=self.tracing,
             bls=self.bls,
+            routes=self.routes,
         )
         self.port = 0
         self._stop = asyncio.Event()
@@ -278,7 +288,7 @@ class Daemon:
         """Every accepted request gets an answer before the listeners close: its result if it
         finishes within ``timeout``, else UNAVAILABLE (queued ones are not started; running
         ones end with their instance)."""
-        draining = asyncio.ensure_future(self.dataplane.drain(timeout))
+        draining = asyncio.ensure_future(self._drain_requests(timeout))
         await self._until_forced(draining, timeout)
         if draining.done() and draining.result():
             return
@@ -303,6 +313,14 @@ class Daemon:
         )
         # Let the handlers send those answers before the server stops.
         await self.dataplane.drain(SHUTDOWN_ANSWER_S)
+
+    async def _drain_requests(self, timeout: float) -> bool:
+        """Wait for the requests in flight: the daemon's, and those front ends sent straight to
+        workers (``pbd.fronts.routes``). True when none is left within ``timeout``."""
+        waits = [self.dataplane.drain(timeout)]
+        if self.routes is not None:
+            waits.append(self.routes.drain(timeout))
+        return all(await asyncio.gather(*waits))
 
     async def run(self) -> int:
         """Start, load the models, serve until asked to stop, then stop: every part started is
@@ -361,6 +379,7 @@ class Daemon:
                 [PbdCollector(self.dataplane), *cpu, self.custom_metrics],
                 settings.metrics_address,
                 settings.metrics_port,
+                before=self.dataplane.collect_stats,
             )
             try:
                 await metrics.start()

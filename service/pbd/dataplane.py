@@ -53,6 +53,18 @@ class Follower(Protocol):
 
     def log_settings_changed(self) -> None: ...
 
+    def direct_changed(self) -> None:
+        """What decides the direct path changed (trace settings): the followers hear soon."""
+
+    async def collect_stats(self) -> None:
+        """The followers' statistics (the direct path's) are added to the daemon's."""
+
+    def direct_inflight(self) -> int:
+        """Requests sent straight to workers, not answered yet (at the last collect)."""
+
+    def direct_pending(self, runtime: VersionRuntime) -> int:
+        """Of those, ``runtime``'s that wait in a worker (at the last collect)."""
+
 
 class DataPlane:
     def __init__(
@@ -277,9 +289,11 @@ class DataPlane:
             return False
         return True
 
-    def model_statistics(self, name: str, version: str) -> list[tuple[str, int, ModelStats]]:
+    async def model_statistics(self, name: str, version: str) -> list[tuple[str, int, ModelStats]]:
         """(model, version, counters) for ``name`` ("" = every model) and ``version`` ("" =
-        every ready version), with Triton's errors for unknown models and versions."""
+        every ready version), with Triton's errors for unknown models and versions; what the
+        front ends ran directly is added first."""
+        await self.collect_stats()
         entries = self.repository.entries
         names = sorted(entries) if not name else [name]
         out: list[tuple[str, int, ModelStats]] = []
@@ -308,7 +322,27 @@ class DataPlane:
             raise invalid_arg(f"Request for unknown model : {model}")
         if values:
             self.tracing.settings.update(model, values)
+            if self.follower is not None:  # a traced model leaves the direct path
+                self.follower.direct_changed()
         return self.tracing.settings.answer(model)
+
+    async def collect_stats(self) -> None:
+        """Before statistics are read (ModelStatistics, /metrics): the front ends' direct-path
+        counters are added to the daemon's."""
+        if self.follower is not None:
+            await self.follower.collect_stats()
+
+    def requests_inflight(self) -> int:
+        """Requests being served now: the daemon's, and those front ends sent straight to
+        workers (as of the last ``collect_stats``)."""
+        direct = self.follower.direct_inflight() if self.follower is not None else 0
+        return self.inflight + direct
+
+    def pending(self, runtime: VersionRuntime) -> int:
+        """Requests of ``runtime`` waiting for an instance: in its queue, or sent straight to
+        a busy worker by a front end (as of the last ``collect_stats``)."""
+        direct = self.follower.direct_pending(runtime) if self.follower is not None else 0
+        return len(runtime.queue) + direct
 
     def log_settings(
         self, values: Mapping[str, tuple[str | None, Any]], wording: Wording = GRPC

@@ -265,6 +265,11 @@ class Settings:
         "processes serving the gRPC and HTTP ports (0: one per 4 usable CPUs, 1 to 8; "
         "1: the daemon serves them itself)",
     )
+    frontend_direct: bool = _opt(
+        True,
+        "with front-end processes, they send requests of eligible model versions straight to "
+        "the workers, the daemon out of the way (docs/frontends.md says which versions)",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:

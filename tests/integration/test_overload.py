@@ -190,11 +190,15 @@ def test_sigterm_under_load_answers_every_accepted_request(
 ) -> None:
     queued_unary, queued_streamed = 6, 4
     # Verbose, the daemon logs how many requests wait: the test knows when all are queued.
+    # The daemon's queue is what this test is about: with front ends (PBD_TEST_FRONTENDS),
+    # their direct path would send the requests to wait in the worker instead
+    # (test_direct_path.py checks that shutdown).
     daemon = start_daemon(
         repository,
         "--worker-pipeline-depth", "1",
         "--exit-timeout-secs", str(EXIT_TIMEOUT_S),
         "--log-verbose", "1",
+        "--frontend-direct", "false",
         settle=["gated"],
     )  # fmt: skip
     first, second = tmp_path / "first", tmp_path / "second"
@@ -267,6 +271,7 @@ def test_exit_timeout_bounds_shutdown_with_a_model_stuck_in_execute(
         "--exit-timeout-secs", str(exit_timeout),
         "--model-finalize-timeout-secs", str(finalize_timeout),
         "--log-verbose", "1",
+        "--frontend-direct", "false",  # the daemon's queue, as in the test above
         settle=["gated"],
     )  # fmt: skip
     stuck, behind = tmp_path / "stuck", tmp_path / "behind"

@@ -220,9 +220,7 @@ def test_a_client_that_stops_reading_holds_back_its_own_stream_only(
             yield request
         all_sent.set()
 
-    channel = grpc.insecure_channel(
-        daemon.url, options=[("grpc.max_receive_message_length", -1)]
-    )
+    channel = grpc.insecure_channel(daemon.url, options=[("grpc.max_receive_message_length", -1)])
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         call = stub.ModelStreamInfer(requests(), timeout=120)  # nothing read yet
@@ -294,9 +292,7 @@ def test_a_decoupled_request_whose_client_stops_reading_is_cancelled_past_the_bu
         yield request
         done.wait(120)  # the stream stays open (no half-close) while nothing is read
 
-    channel = grpc.insecure_channel(
-        daemon.url, options=[("grpc.max_receive_message_length", -1)]
-    )
+    channel = grpc.insecure_channel(daemon.url, options=[("grpc.max_receive_message_length", -1)])
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         call = stub.ModelStreamInfer(requests(), timeout=120)  # nothing read yet

@@ -87,6 +87,8 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     )
     plane = RemotePlane(arena, SegmentMap(shm_dir, allowed_prefix=spec.segments_prefix))
     plane.on_log_levels = _apply_log_levels
+    if settings.frontend_direct:
+        plane.direct_path(spec.index, shm_dir, direct_bytes(settings, spec.fronts))
     loads = Loads(spec.loads_fd, spec.fronts, spec.index)
     try:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -144,6 +146,14 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         arena.close()
         plane.segments.close()
         loads.close()
+
+
+def direct_bytes(settings: Settings, fronts: int) -> int:
+    """Input bytes of direct requests one front end may hold: an eighth of
+    --max-queued-bytes shared by the front ends (0: unbounded, as the limit). What a front
+    end cannot take goes through the daemon, whose budget holds: the service holds at most
+    --max-queued-bytes plus that eighth."""
+    return max(settings.max_queued_bytes // (8 * fronts), 1) if settings.max_queued_bytes else 0
 
 
 async def _sweep(plane: RemotePlane, publish: Callable[[], None]) -> None:

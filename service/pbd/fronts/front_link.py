@@ -70,6 +70,11 @@ class FrontHub:
         self.tokens = tokens
         self.links: dict[int, FrontLink] = {}
         self.decoupled: list[str] = []
+        # The direct path's table (``pbd.fronts.routes``): recomputed for every Models frame.
+        self.direct: Callable[[], list[fpb.DirectVersion]] = list
+        # A front end's direct-path statistics (``StatsReport``, with its index), to add to
+        # the daemon's.
+        self.on_stats: Callable[[int, fpb.StatsReport], None] = lambda index, report: None
         self._barriers = itertools.count(1)
         self._waiting: dict[int, tuple[set[int], asyncio.Future[None]]] = {}
         self.on_attach: Callable[[FrontLink], None] = lambda link: None
@@ -79,7 +84,7 @@ class FrontHub:
         self.links[link.index] = link
         if old is not None and old is not link:
             old.close()
-        link.send(_models_frame(self.decoupled, 0))
+        link.send(self._models_frame(0))
         self.on_attach(link)
 
     def lost(self, link: FrontLink) -> None:
@@ -88,23 +93,51 @@ class FrontHub:
         for barrier in list(self._waiting):
             self.synced(link.index, barrier)
 
-    async def sync(self, decoupled: list[str], timeout: float = 10.0) -> None:
-        """Tell every front end the decoupled models, and return once each has them."""
-        self.decoupled = decoupled
+    async def sync(self, decoupled: list[str] | None = None, timeout: float = 10.0) -> bool:
+        """Tell every front end the model table (the decoupled models, when given, and the
+        direct path's), and return once each has it: for a table that takes an instance off
+        the direct path, once nothing a front end sent there is unanswered."""
+        if decoupled is not None:
+            self.decoupled = decoupled
+        return await self._ask(self._models_frame, timeout, "confirm the model table")
+
+    def announce(self) -> None:
+        """Tell every front end the model table, waiting for no one."""
+        self.broadcast(self._models_frame(0))
+
+    async def collect_stats(self, timeout: float = 5.0) -> None:
+        """Every front end's direct-path statistics, added to the daemon's before this
+        returns (``on_stats``)."""
+
+        def frame(ask: int) -> bytes:
+            message = fpb.DaemonToFront(stats_ask=fpb.StatsAsk(ask=ask))
+            return encode_frame(message.SerializeToString())
+
+        await self._ask(frame, timeout, "report their statistics")
+
+    async def _ask(self, frame: Callable[[int], bytes], timeout: float, what: str) -> bool:
+        """Send every front end ``frame(n)`` and wait until each answered ``n`` (``synced``):
+        True, or False once ``timeout`` passed."""
         if not self.links:
-            return
+            return True
         barrier = next(self._barriers)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[barrier] = (set(self.links), future)
-        frame = _models_frame(decoupled, barrier)
+        data = frame(barrier)
         for link in list(self.links.values()):
-            link.send(frame)
+            link.send(data)
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
-            log.warning("front ends did not confirm the model table within %gs", timeout)
+            log.warning("front ends did not %s within %gs", what, timeout)
+            return False
         finally:
             self._waiting.pop(barrier, None)
+        return True
+
+    def _models_frame(self, barrier: int) -> bytes:
+        models = fpb.Models(decoupled=self.decoupled, barrier=barrier, direct=self.direct())
+        return encode_frame(fpb.DaemonToFront(models=models).SerializeToString())
 
     def synced(self, index: int, barrier: int) -> None:
         waiting = self._waiting.get(barrier)
@@ -118,11 +151,6 @@ class FrontHub:
     def broadcast(self, frame: bytes) -> None:
         for link in list(self.links.values()):
             link.send(frame)
-
-
-def _models_frame(decoupled: list[str], barrier: int) -> bytes:
-    message = fpb.DaemonToFront(models=fpb.Models(decoupled=decoupled, barrier=barrier))
-    return encode_frame(message.SerializeToString())
 
 
 class FrontLink(asyncio.Protocol):
@@ -192,6 +220,9 @@ class FrontLink(asyncio.Protocol):
             self._call(message.call)
         elif kind == "synced":
             self.hub.synced(self.index, message.synced.barrier)
+        elif kind == "stats":
+            self.hub.on_stats(self.index, message.stats)
+            self.hub.synced(self.index, message.stats.ask)
         elif kind == "hello":
             self._hello(message.hello)
 

@@ -27,13 +27,17 @@ from typing import Any
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import Code, PbdError, unavailable
 from pbd.fronts import wire
+from pbd.fronts.direct import Direct
 from pbd.grpc.protocol import Abort, Buffer, Context
 from pbd.responses import ResponseStream, StreamResult
-from pbd.types import InferRequest, InferResult
+from pbd.types import InferRequest, InferResult, ShmSlice
 from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
 from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 
 log = logging.getLogger("pbd.fronts")
+# How long a table's barrier waits for requests on instances it took off the direct path (the
+# daemon waits as long as its unload's grace, then stops them anyway).
+DRAIN_WAIT_S = 600.0
 
 
 class _Pending:
@@ -81,6 +85,19 @@ class RemotePlane(asyncio.Protocol):
         self._released: list[int] = []
         self._flush: asyncio.Handle | None = None
         self._models = asyncio.Event()  # the first model table came
+        # The direct path (``pbd.fronts.direct``): requests of the versions the daemon lists
+        # go straight to workers. None: every request goes through the daemon.
+        self.direct: Direct | None = None
+        self._barriers: set[asyncio.Future[None]] = set()  # barriers waiting for a drain
+
+    def direct_path(self, index: int, shm_dir: str, budget_bytes: int = 0) -> Direct:
+        """Turn the direct path on (before the link's first table); ``budget_bytes``: the
+        input bytes of direct requests it may hold (``pbd.fronts.front.direct_bytes``)."""
+        self.direct = Direct(
+            index, shm_dir, self._view, lambda region: self.arena.find(region) is not None,
+            self._free, budget_bytes,
+        )  # fmt: skip
+        return self.direct
 
     async def ready(self) -> None:
         """Until the daemon sent its first model table (it answers the Hello with it)."""
@@ -104,6 +121,11 @@ class RemotePlane(asyncio.Protocol):
         request.trace = wire.TraceAsk(method, system, start_ns, traceparent() or "")
 
     async def infer(self, request: InferRequest) -> InferResult:
+        direct = self.direct
+        if direct is not None and (version := direct.route(request)) is not None:
+            result = await direct.infer(request, version, self._place_direct)
+            if result is not None:
+                return result
         future: asyncio.Future[InferResult] = self._loop.create_future()
         call = self._submit(request, future, None)
         try:
@@ -156,6 +178,22 @@ class RemotePlane(asyncio.Protocol):
         stream: ResponseStream | None,
     ) -> int:
         call = next(self._ids)
+        blocks, places = self._place(request)
+        if self.transport is None or self.transport.is_closing():
+            self._free(blocks)
+            raise unavailable("the daemon is not reachable from this front end")
+        self._pending[call] = _Pending(request, blocks, future, stream)
+        trace = request.trace if isinstance(request.trace, wire.TraceAsk) else None
+        release, self._released = self._released, []
+        frame = wire.infer_frame(
+            call, request, places, stream=stream is not None, trace=trace, release=release
+        )
+        self.transport.write(frame)
+        return call
+
+    def _place(self, request: InferRequest) -> tuple[list[Block], list[wire.Place]]:
+        """Copy the request's input bytes into the arena: the blocks, and where each input
+        lies (None: it names a client's region instead)."""
         blocks: list[Block] = []
         places: list[wire.Place] = []
         try:
@@ -173,17 +211,18 @@ class RemotePlane(asyncio.Protocol):
         except ShmExhausted as exc:
             self._free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
-        if self.transport is None or self.transport.is_closing():
-            self._free(blocks)
-            raise unavailable("the daemon is not reachable from this front end")
-        self._pending[call] = _Pending(request, blocks, future, stream)
-        trace = request.trace if isinstance(request.trace, wire.TraceAsk) else None
-        release, self._released = self._released, []
-        frame = wire.infer_frame(
-            call, request, places, stream=stream is not None, trace=trace, release=release
-        )
-        self.transport.write(frame)
-        return call
+        return blocks, places
+
+    def _place_direct(self, request: InferRequest) -> list[Block]:
+        """``_place`` for the direct path: each input then reads from the arena, where the
+        worker maps it (``placed``)."""
+        blocks, places = self._place(request)
+        for tensor, place in zip(request.inputs, places, strict=True):
+            if place is not None and place[2]:
+                region, offset, nbytes = place
+                tensor.data = self._view(region, offset, nbytes)
+                tensor.placed = ShmSlice(region, offset, nbytes)
+        return blocks
 
     def _give_up(self, call: int) -> None:
         """The caller is gone: the daemon cancels the request; its inputs stay lent until
@@ -236,6 +275,8 @@ class RemotePlane(asyncio.Protocol):
         for future in self._replies.values():
             if not future.done():
                 future.set_exception(Abort(_status(14), error.message))
+        if self.direct is not None:
+            self.direct.close()
         if not self.ended.done():
             self.ended.set_result(None)
 
@@ -253,17 +294,45 @@ class RemotePlane(asyncio.Protocol):
             if future is not None and not future.done():
                 future.set_result(message.reply)
         elif kind == "models":
-            self.decoupled = frozenset(message.models.decoupled)
-            self._models.set()
-            if message.models.barrier:
-                synced = fpb.FrontToDaemon(synced=fpb.Synced(barrier=message.models.barrier))
-                self._write(encode_frame(synced.SerializeToString()))
+            self._on_models(message.models)
+        elif kind == "instance_gone":
+            if self.direct is not None:
+                gone = message.instance_gone
+                self.direct.instance_gone(gone.socket, gone.message)
+        elif kind == "stats_ask":
+            ask = message.stats_ask.ask
+            report = self.direct.report(ask) if self.direct else fpb.StatsReport(ask=ask)
+            self._write(encode_frame(fpb.FrontToDaemon(stats=report).SerializeToString()))
         elif kind == "log_levels":
             self.on_log_levels(message.log_levels)
         elif kind == "stop":
+            if self.direct is not None:
+                self.direct.clear()  # the daemon answers (refuses) whatever comes now
             self.stop_grace = message.stop.grace_s
             if not self.ended.done():
                 self.ended.set_result(None)
+
+    def _on_models(self, models: fpb.Models) -> None:
+        """A new model table: the decoupled models, the direct path's versions. Its barrier is
+        answered once it applies, and once nothing sent to instances it took off the direct
+        path is unanswered."""
+        self.decoupled = frozenset(models.decoupled)
+        if self.direct is not None:
+            self.direct.update(list(models.direct))
+        self._models.set()
+        if not models.barrier:
+            return
+        synced = fpb.FrontToDaemon(synced=fpb.Synced(barrier=models.barrier))
+        frame = encode_frame(synced.SerializeToString())
+        busy = self.direct.retired_busy() if self.direct is not None else []
+        if not busy:
+            self._write(frame)
+            return
+        assert self.direct is not None
+        drained = asyncio.ensure_future(self.direct.drained(busy, DRAIN_WAIT_S))
+        self._barriers.add(drained)  # the loop keeps only weak references to tasks
+        drained.add_done_callback(self._barriers.discard)
+        drained.add_done_callback(lambda _done: self._write(frame))
 
     def _answer(self, answer: fpb.Answer) -> None:
         call = answer.call

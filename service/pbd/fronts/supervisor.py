@@ -33,11 +33,13 @@ from pbd.dataplane import DataPlane
 from pbd.fronts.front import SPEC_ENV, FrontSpec
 from pbd.fronts.front_link import FrontHub, FrontLink
 from pbd.fronts.loads import Loads, create_memfd
+from pbd.fronts.routes import Routes
 from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.http.server import HttpFrontend
 from pbd.memory import lent
 from pbd.settings import Settings
+from pbd.version.runtime import VersionRuntime
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import remove_instance_segments
 
@@ -49,9 +51,15 @@ KILL_AFTER_S = 5.0
 
 class Fronts:
     def __init__(
-        self, count: int, settings: Settings, daemon_id: str, segment_name: Callable[[], str]
+        self,
+        count: int,
+        settings: Settings,
+        daemon_id: str,
+        segment_name: Callable[[], str],
+        routes: Routes | None = None,
     ) -> None:
         self.count = count
+        self.routes = routes  # the direct path (``pbd.fronts.routes``); None: off
         self.settings = settings
         self.daemon_id = daemon_id
         self.segment_name = segment_name  # a fresh name base for each start's arena
@@ -85,6 +93,8 @@ class Fronts:
             self.tokens,
         )
         hub.decoupled = dataplane.decoupled_models()
+        if self.routes is not None:
+            self.routes.attach(hub, dataplane.repository)
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         link.bind(socket_address(self._address))
         self._link_server = await loop.create_unix_server(lambda: FrontLink(hub), sock=link)
@@ -173,6 +183,20 @@ class Fronts:
         """Every front end learns the decoupled models; returns once each has."""
         if self.hub is not None:
             await self.hub.sync(decoupled)
+
+    def direct_changed(self) -> None:
+        if self.routes is not None:
+            self.routes.changed()
+
+    async def collect_stats(self) -> None:
+        if self.routes is not None:
+            await self.routes.collect_stats()
+
+    def direct_inflight(self) -> int:
+        return self.routes.inflight() if self.routes is not None else 0
+
+    def direct_pending(self, runtime: VersionRuntime) -> int:
+        return self.routes.pending(runtime) if self.routes is not None else 0
 
     def log_settings_changed(self) -> None:
         s = self.settings

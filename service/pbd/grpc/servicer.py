@@ -223,7 +223,8 @@ class InferenceServicer(InferenceRpcs):
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> Any:
-        return convert.statistics_to_pb(self.dp.model_statistics(request.name, request.version))
+        rows = await self.dp.model_statistics(request.name, request.version)
+        return convert.statistics_to_pb(rows)
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> Any:
         values = convert.trace_setting_from_pb(request)

@@ -359,7 +359,7 @@ class HttpFrontend:
 
     async def statistics(self, request: web.Request) -> web.Response:
         name = request.match_info.get("model", "")
-        rows = self.dp.model_statistics(name, request.match_info.get("version", ""))
+        rows = await self.dp.model_statistics(name, request.match_info.get("version", ""))
         stats = [
             {
                 "name": model,

@@ -62,6 +62,25 @@ def progress_marks() -> Iterator[float]:
     yield from itertools.count(60.0, 60.0)
 
 
+class DirectRoutes(Protocol):
+    """Where front ends send requests straight to workers (``pbd.fronts.routes``): an instance
+    gets a socket for them when it starts, says when it can take their requests, and is taken
+    out of their table before it stops."""
+
+    def socket_for(self, instance: Instance) -> tuple[str, str]:
+        """A fresh (socket, token) for the worker's front ends."""
+
+    def changed(self) -> None:
+        """An instance became ready or went away: the front ends hear of it soon."""
+
+    async def withdraw(self, instance: Instance, timeout: float) -> bool:
+        """Return once no front end sends to ``instance``: True once what they sent there is
+        answered, False when ``timeout`` passed first (its execute() may be running)."""
+
+    def gone(self, instance: Instance, message: str) -> None:
+        """``instance``'s worker is gone: what front ends sent it fails with ``message``."""
+
+
 class BlsSink(Protocol):
     """Where an instance hands its worker's BLS messages (``pbd.bls.service.BlsService``: a
     model's call re-enters the daemon at the dataplane, far above the instances)."""
@@ -82,6 +101,7 @@ class InstanceServices:
     custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
     tracing: Tracing | None = None
     bls: BlsSink | None = None
+    routes: DirectRoutes | None = None  # front-end processes with the direct path
 
 
 class Instance:
@@ -123,6 +143,10 @@ class Instance:
         self.draining = False  # being scaled away: finishes its work, takes no more
         self.warming = False  # running its model_warmup samples: takes no requests yet
         self.disconnected = asyncio.Event()  # the worker's connection ended
+        self.front: tuple[str, str] = ("", "")  # its socket for front ends, and their token
+        # BLS calls its worker made and waits on: it is in execute(), whatever it runs (a
+        # request a front end sent it directly is not in ``batches``).
+        self.calling = 0
         self._ending: asyncio.Task[None] | None = None
         self.custom_metrics = services.custom_metrics.session(self.id)
         description = self.describe()
@@ -182,6 +206,9 @@ class Instance:
         warmup = warmup_samples(self.config, self.model_dir)
         token = self.launcher.token(self.id)
         connected = hub.expect(self.id, token)
+        routes = self.services.routes
+        if routes is not None:
+            self.front = routes.socket_for(self)
         try:
             env = self.worker_env
             self.handle = handle = await self.launcher.start(
@@ -234,6 +261,8 @@ class Instance:
         )
         if self.on_capacity is not None:
             self.on_capacity()
+        if routes is not None:
+            routes.changed()
 
     async def _initialize(self, conn: WorkerLink) -> wpb.Initialized:
         """Send Initialize; the reply (model metric families it makes come first)."""
@@ -241,6 +270,7 @@ class Instance:
         init = initialize_message(
             self.config, self.version, self.plan, self.model_dir, self.settings, self.memory
         )
+        init.front_socket, init.front_token = self.front
         conn.send(wpb.DaemonToWorker(initialize=init))
         limit = self.settings.model_init_timeout_secs
         began = self._loop.time()
@@ -348,6 +378,9 @@ class Instance:
         log.error("%s", reason)
         self.batches.fail_all(unavailable(reason))
         self.died.set()
+        if self.services.routes is not None:
+            self.services.routes.gone(self, reason)
+            self.services.routes.changed()
         if self.handle is not None:
             await self.launcher.abort(self.handle)
         self._release_resources()
@@ -449,11 +482,21 @@ class Instance:
         (SIGTERM, SIGKILL after ``grace``, 5 s at most); or, while the
         daemon restarts under systemd, let go of a running worker without finalize().
         Requests still executing fail with a message that ends with ``why``."""
+        routes = self.services.routes
+        direct_busy = False
+        if routes is not None and self.state is State.READY:
+            # Front ends stop sending here, and what they sent is answered, before it goes.
+            self.draining = True
+            direct_busy = not await routes.withdraw(self, grace)
         if self.launcher.detaching and self.state is State.READY:
             self.state = State.STOPPED
             self._release_resources()
             return
-        if self.state is State.READY and self.conn is not None and self.batches.inflight:
+        if (
+            self.state is State.READY
+            and self.conn is not None
+            and (self.batches.inflight or direct_busy)
+        ):
             # finalize() would only run after execute() returns: waiting for it blames
             # finalize() for execute()'s time and lets pipelined requests start meanwhile.
             log.warning("%s: execute() still running; stopping its worker without finalize()",
@@ -466,9 +509,10 @@ class Instance:
         self.state = State.STOPPED
         await self._terminate(grace=min(grace, 5.0))
         # Batches the worker never answered: their callers get an answer, not silence.
-        self.batches.fail_all(
-            unavailable(f"{self.describe()} was stopped before execute() returned{why}")
-        )
+        stopped = f"{self.describe()} was stopped before execute() returned{why}"
+        self.batches.fail_all(unavailable(stopped))
+        if routes is not None:
+            routes.gone(self, stopped)
 
     async def _terminate(self, grace: float) -> None:
         if self.handle is not None:

@@ -116,7 +116,7 @@ class PbdCollector:
         yield from self._instances(runtimes)
         yield from self._memory(runtimes)
         inflight = _family("pbd_inflight_requests", "Requests the daemon is serving now", "gauge")
-        inflight.add_sample("pbd_inflight_requests", {}, self.dp.inflight)
+        inflight.add_sample("pbd_inflight_requests", {}, self.dp.requests_inflight())
         yield inflight
 
     def _first_response(self, runtimes: list[tuple[dict[str, str], VersionRuntime]]) -> Metric:
@@ -150,7 +150,7 @@ class PbdCollector:
             "pbd_model_ready", "1 if the model version takes requests, else 0", "gauge"
         )
         for labels, rt in runtimes:
-            pending.add_sample(pending.name, labels, len(rt.queue))
+            pending.add_sample(pending.name, labels, self.dp.pending(rt))
             count.add_sample(count.name, labels, len(rt.slots))
             alive = sum(1 for s in rt.slots if s.instance.state is State.READY)
             ready.add_sample(ready.name, labels, alive)

@@ -10,7 +10,7 @@ name as the samples, so the output reads exactly as Triton's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Protocol
 
 from aiohttp import web
@@ -50,8 +50,15 @@ def exposition(sources: Iterable[Source]) -> bytes:
 
 
 class MetricsServer:
-    def __init__(self, sources: Iterable[Source], address: str, port: int) -> None:
+    def __init__(
+        self,
+        sources: Iterable[Source],
+        address: str,
+        port: int,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.sources = list(sources)
+        self.before = before  # brings the counters up to date (front ends' direct path)
         self.address = address
         self.port = port
         self.app = web.Application()
@@ -59,6 +66,8 @@ class MetricsServer:
         self.runner: web.AppRunner | None = None
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.before is not None:
+            await self.before()
         body = exposition(self.sources)
         response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
         if "gzip" in request.headers.get("Accept-Encoding", ""):

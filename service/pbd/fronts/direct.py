@@ -1,0 +1,649 @@
+"""The direct path, from a front end's side: requests of the versions the daemon lists
+(``Models.direct``, ``pbd.fronts.routes``) go straight to a worker, over a link of this front
+end's own (``worker.proto``, "The direct path"); the daemon is not in the request's way.
+
+A request's run here is the daemon's for Triton's default scheduler, step for step, with the
+same code where it can be: validated against the version's configuration (``prepare_request``),
+described for the worker (``describe_request``: its inputs already lie in this front end's
+arena, so nothing is copied), sent to the instance with the fewest of this front end's requests
+in flight, answered from the worker's ``ExecuteResult`` (or, for a model that answers through
+its response sender, from its ``StreamedResponse`` frames, as ``ResponseStream`` picks them),
+and counted in the version's statistics as the daemon counts them, to be reported when the
+daemon asks (``StatsReport``).
+
+Ids: this front end numbers its requests (one per batch: the default scheduler does not batch)
+from ``front_base(index)``, so a worker tells its links apart by id and a cancellation can be
+marked on the instance's cancellation page at once, as the daemon marks its own.
+
+What a request holds: its input blocks in the arena, until the worker can no longer read them
+(its result came, or its final streamed response) and no result of it is still being encoded
+(an output may be an input returned in place); the worker's output blocks, until the edge
+released the result (``Release``, riding on the next Execute, as the daemon sends them).
+
+A worker link that closes fails what it carries with UNAVAILABLE; the version's other instances
+(or the daemon, once the table names none here) take the next requests. An instance leaving
+the table is sent nothing more, and the table's barrier is answered once nothing sent there is
+unanswered (``retired``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pbd._proto import front_pb2 as fpb
+from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, unavailable
+from pbd.instance.error_log import ErrorBucket, log_failed_batch
+from pbd.instance.inflight import failed_share
+from pbd.instance.memory import describe_request
+from pbd.instance.releases import PendingReleases
+from pbd.instance.requests import FINAL, json_params, stream_item
+from pbd.modelconfig.model import ModelConfig
+from pbd.modelconfig.parse import model_config_from_json
+from pbd.responses import ResponseStream
+from pbd.stats import ModelStats, failure_reason
+from pbd.types import InferRequest, InferResult, OutputTensor, PreparedRequest, batch_rows
+from pbd.validation import prepare_request
+from pbd_wire import front_base
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.cancel_flags import CancelFlags
+from pbd_wire.framing import FrameError, FrameSplitter, encode_frame, socket_address
+from pbd_wire.shm import Block
+
+log = logging.getLogger("pbd.fronts")
+# How long the requests of a worker whose link ended wait for the daemon's words for its end
+# (the daemon sees the process's exit status within about two seconds).
+GONE_WAIT_S = 5.0
+REASONS_KEPT = 64
+SHM_PARAMS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+_EMPTY = memoryview(b"")
+
+# (segment, offset, nbytes) -> a view: this front end's arena, or a worker's segment.
+View = Callable[[str, int, int], memoryview]
+# Is ``region`` one of this front end's arena segments (an input returned in place)?
+Own = Callable[[str], bool]
+# Frees input blocks in the arena.
+Free = Callable[[list[Block]], None]
+# Copies a request's inputs into the arena, setting each one's ``placed``; its blocks.
+Place = Callable[[InferRequest], list[Block]]
+
+
+class DirectVersion:
+    """One version the front end runs directly: its configuration and its instances' links."""
+
+    __slots__ = ("model", "version", "config", "links", "key")
+
+    def __init__(self, model: str, version: str, config: ModelConfig) -> None:
+        self.model = model
+        self.version = version
+        self.config = config
+        self.links: list[WorkerLink] = []
+        self.key = (model, version)  # its statistics' (``Direct.stats_of``)
+
+    def pick(self) -> WorkerLink | None:
+        """The connected instance with the fewest of this front end's requests in flight."""
+        best: WorkerLink | None = None
+        least = -1
+        for link in self.links:
+            if link.usable and (best is None or len(link.calls) < least):
+                best, least = link, len(link.calls)
+        return best
+
+
+class _Call:
+    """A request sent to a worker, until its input blocks may be reused."""
+
+    __slots__ = (
+        "request", "prepared", "version", "blocks", "future", "stream", "gone", "holds", "final",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request: InferRequest,
+        prepared: PreparedRequest,
+        version: DirectVersion,
+        blocks: list[Block],
+        future: asyncio.Future[InferResult],
+    ) -> None:
+        self.request = request
+        self.prepared = prepared
+        self.version = version
+        self.blocks = blocks
+        self.future = future
+        self.stream: ResponseStream | None = None  # answered by the response sender
+        self.gone = False  # the caller gave up
+        self.holds = 1  # the worker may read the inputs (1), results not yet released
+        self.final = False  # its final streamed response came (it may precede the result)
+
+
+class WorkerLink(asyncio.Protocol):
+    """This front end's connection to one instance's worker."""
+
+    def __init__(self, direct: Direct, spec: fpb.DirectInstance) -> None:
+        self.direct = direct
+        self.name = spec.name
+        self.socket = spec.socket
+        self.token = spec.token
+        self.cancel_region = spec.cancel_region
+        self.transport: asyncio.Transport | None = None
+        self.usable = False  # connected, and still in the table
+        self.retired = False  # out of the table: finishes what it has, then closes
+        self.closed = False
+        self.calls: dict[int, _Call] = {}  # by request id (= batch id)
+        self.streams: dict[int, _Call] = {}  # answered by the response sender, not final yet
+        self.releases = PendingReleases(self._send_release)
+        self.flags: CancelFlags | None = None
+        self.errors = ErrorBucket()
+        self.idle = asyncio.Event()  # nothing in flight (for a retired link's barrier)
+        self.idle.set()
+        self._give_up: asyncio.TimerHandle | None = None  # the daemon's words were not heard
+        self._frames = FrameSplitter()
+
+    # -- connecting ------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, socket_address(self.socket))
+            await loop.create_unix_connection(lambda: self, sock=sock)
+        except OSError as exc:
+            sock.close()
+            log.warning("front end %d: cannot reach %s directly (%s); its requests go through "
+                        "the daemon", self.direct.index, self.name, exc)  # fmt: skip
+            self.closed = True
+            return
+        if self.cancel_region:
+            try:
+                self.flags = CancelFlags.attach(self.cancel_region, self.direct.shm_dir)
+            except (OSError, ValueError):
+                self.flags = None  # cancellation then reaches the worker between batches
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        hello = wpb.DaemonToWorker(
+            front_hello=wpb.FrontHello(token=self.token, front=self.direct.index)
+        )
+        transport.write(encode_frame(hello.SerializeToString()))
+        self.usable = not self.retired and not self.closed
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self._frames.split(data):
+                message = wpb.WorkerToDaemon.FromString(frame)  # type: ignore[arg-type]
+                kind = message.WhichOneof("kind")
+                if kind == "result":
+                    self._on_result(message.result)
+                elif kind == "streamed":
+                    self._on_streamed(message.streamed)
+        except (FrameError, ValueError) as exc:
+            log.error("%s sent an undecodable frame (%s); closing the link", self.name, exc)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The worker is gone (or closed this link). What it had fails with the daemon's
+        words for it (``InstanceGone``: how it died, or that it was stopped), which come
+        when the daemon has seen its end; with this link's own after ``GONE_WAIT_S``."""
+        self.usable = False
+        self.closed = True
+        if self.flags is not None:
+            self.flags.close()
+            self.flags = None
+        self.direct.lost(self)
+        reason = self.direct.reasons.get(self.socket)
+        if reason is not None or not (self.calls or self.streams):
+            self.fail_all(reason)
+            return
+        loop = asyncio.get_running_loop()
+        self._give_up = loop.call_later(GONE_WAIT_S, self.fail_all, None)
+
+    def fail_all(self, reason: str | None) -> None:
+        """Fail what the gone worker had, with ``reason`` (None: that it closed the link)."""
+        if self._give_up is not None:
+            self._give_up.cancel()
+            self._give_up = None
+        if self.direct._lost.get(self.socket) is self:
+            del self.direct._lost[self.socket]
+        error = unavailable(reason or f"worker for {self.name} closed its connection")
+        calls = {**self.calls, **self.streams}
+        self.calls.clear()
+        self.streams.clear()
+        for call in calls.values():
+            if not call.future.done():
+                call.future.set_exception(error)
+            if call.stream is not None:
+                call.stream.fail(error)
+            self._drop_hold(call)
+        self.idle.set()
+
+    def close(self) -> None:
+        self.usable = False
+        if self.transport is not None:
+            self.transport.close()
+        else:
+            self.closed = True
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def send(self, request_id: int, call: _Call) -> None:
+        frame = wpb.DaemonToWorker()
+        execute = frame.execute
+        execute.batch_id = request_id
+        describe_request(request_id, call.prepared, [], execute.requests.add(), None)
+        released = self.releases.take()
+        if released:
+            execute.release.extend(released)
+        self.calls[request_id] = call
+        self.idle.clear()
+        assert self.transport is not None
+        self.transport.write(encode_frame(frame.SerializeToString()))
+
+    def cancel(self, request_id: int) -> None:
+        """The caller gave up: the model sees it at once (``is_cancelled()``); the inputs
+        stay lent until the worker is done with them."""
+        call = self.calls.get(request_id) or self.streams.get(request_id)
+        if call is None:
+            return
+        call.gone = True
+        if call.stream is not None:
+            call.stream.close()
+        if self.flags is not None:
+            self.flags.cancel(request_id)
+        cancel = wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[request_id]))
+        self._write(encode_frame(cancel.SerializeToString()))
+
+    def _send_release(self, ids: list[int]) -> None:
+        release = wpb.DaemonToWorker(release=wpb.Release(batch_ids=ids))
+        self._write(encode_frame(release.SerializeToString()))
+
+    def _write(self, frame: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def _on_result(self, result: wpb.ExecuteResult) -> None:
+        request_id = result.batch_id
+        call = self.calls.pop(request_id, None)
+        if not self.calls and not self.streams:
+            self.idle.set()
+        if call is None:
+            self.releases.add(request_id)
+            return
+        version = call.version
+        stats = self.direct.stats_of(version)
+        responses = result.responses[:]
+        response = responses[0] if len(responses) == 1 else None
+        if response is not None and response.request_id != request_id:
+            response = None
+        worker_holds = True
+        outcome: InferResult | PbdError | None = None
+        if response is None:
+            outcome = PbdError(Code.INTERNAL, f"{self.name} returned no response")
+        elif response.streamed:
+            _stream_of(call)
+            if not call.final:
+                self.streams[request_id] = call
+                self.idle.clear()
+        elif response.rescheduled:
+            outcome = PbdError(Code.INTERNAL, NOT_RESCHEDULABLE)
+        elif response.HasField("error"):
+            err = response.error
+            log_failed_batch(self.errors, self.name, err)
+            outcome = PbdError(Code.parse(err.code), err.message)
+        else:
+            try:
+                outputs, worker_holds = self._outputs(response)
+            except ValueError as exc:
+                outcome = PbdError(Code.INTERNAL, f"{self.name}: {exc}")
+            else:
+                outcome = self._result(call, outputs, response.parameters_json, request_id,
+                                       worker_holds)  # fmt: skip
+                worker_holds = False  # released with the result
+        if not call.gone:  # as the daemon: a batch whose caller left is not counted
+            prepared = [call.prepared]
+            size = batch_rows(prepared, version.config.max_batch_size)
+            failed = failed_share(prepared, [outcome], version.config)
+            stats.executed(1, result.input_ns, result.infer_ns, result.output_ns, size, failed)
+        if worker_holds:
+            self.releases.add(request_id)
+        if call.stream is not None:
+            if not call.gone and not call.future.done():
+                answer = call.stream.first() if call.request.first_answer else call.stream.last()
+                task = asyncio.ensure_future(answer)
+                task.add_done_callback(lambda done: _settle(call.future, done))
+        elif outcome is not None:
+            self._deliver(call, outcome)
+        self._drop_hold(call)
+
+    def _on_streamed(self, frame: wpb.StreamedResponse) -> None:
+        """A response of the response sender; it may come before the batch's result (the
+        worker sends a default-mode response kept during execute() just ahead of it)."""
+        request_id = frame.request_id
+        call = self.streams.get(request_id) or self.calls.get(request_id)
+        final = bool(frame.flags & FINAL)
+
+        def result(response: wpb.Response) -> InferResult | None:
+            if call is None or call.gone:
+                return None
+            try:
+                outputs, _ = self._outputs(response)
+            except ValueError:
+                return None  # as the daemon: outputs it cannot map are not handed on
+            held = frame.held
+            return self._result(call, outputs, response.parameters_json, held, bool(held))
+
+        item = stream_item(frame, result)
+        if frame.held and item.result is None:
+            self.releases.add(frame.held)
+        if call is None:
+            return
+        stream = _stream_of(call)
+        if not stream.closed:
+            stream.put(item)
+        elif item.result is not None:
+            item.result.release()
+        if final and not call.final:
+            call.final = True
+            self.streams.pop(request_id, None)
+            if not self.calls and not self.streams:
+                self.idle.set()
+            self._drop_hold(call)
+
+    def _outputs(self, response: wpb.Response) -> tuple[list[OutputTensor], bool]:
+        """The outputs' views, and whether the worker holds blocks for them."""
+        view, own = self.direct.view, self.direct.own
+        outputs: list[OutputTensor] = []
+        worker_holds = False
+        for ref in response.outputs[:]:
+            if not ref.nbytes:
+                data = _EMPTY
+            else:
+                data = view(ref.region, ref.offset, ref.nbytes)
+                if not own(ref.region):
+                    worker_holds = True
+            outputs.append(OutputTensor(ref.name, ref.datatype, tuple(ref.shape[:]), data))
+        return outputs, worker_holds
+
+    def _result(
+        self, call: _Call, outputs: list[OutputTensor], params: str, held: int, holds: bool
+    ) -> InferResult:
+        call.holds += 1
+
+        def release() -> None:
+            if holds:
+                self.releases.add(held)
+            self._drop_hold(call)
+
+        version = call.version
+        return InferResult(
+            model_name=version.model,
+            model_version=version.version,
+            id=call.request.id,
+            outputs=outputs,
+            parameters=json_params(params),
+            _release=release,
+        )
+
+    def _deliver(self, call: _Call, outcome: InferResult | PbdError) -> None:
+        future = call.future
+        if future.done() or call.gone:
+            if isinstance(outcome, InferResult):
+                outcome.release()
+        elif isinstance(outcome, PbdError):
+            future.set_exception(outcome)
+        else:
+            respond = call.request.respond
+            if respond is not None:
+                respond(outcome)  # answered in this read, before the caller's task resumes
+            future.set_result(outcome)
+
+    def _drop_hold(self, call: _Call) -> None:
+        call.holds -= 1
+        if call.holds == 0:
+            self.direct.free(call.blocks)
+        if self.retired and not self.calls and not self.streams:
+            self.close()
+
+
+def _stream_of(call: _Call) -> ResponseStream:
+    """The stream of a request answered by its response sender, made at its first sign (its
+    result saying so, or a response): its inputs stay lent until the final response."""
+    if call.stream is None:
+        call.stream = ResponseStream()
+        call.holds += 1
+        if call.gone:
+            call.stream.close()
+    return call.stream
+
+
+def _settle(future: asyncio.Future[InferResult], done: asyncio.Future[Any]) -> None:
+    """The answer of a request answered by its response sender, as its stream picked it."""
+    if future.done():
+        if not done.cancelled() and isinstance(done.result(), InferResult):
+            done.result().release()
+        return
+    if done.cancelled():
+        future.cancel()
+        return
+    answer = done.result()
+    if isinstance(answer, PbdError):
+        future.set_exception(answer)
+    else:
+        future.set_result(answer)
+
+
+class Direct:
+    """The direct path of one front end: the table, the links, the statistics."""
+
+    def __init__(
+        self, index: int, shm_dir: str, view: View, own: Own, free: Free, budget_bytes: int = 0
+    ) -> None:
+        self.index = index
+        # Input bytes of direct requests it may hold (0: any); a request past it goes
+        # through the daemon, whose --max-queued-bytes budget then decides.
+        self.budget = budget_bytes
+        self.held = 0
+        self.shm_dir = shm_dir
+        self.view = view
+        self.own = own
+        self.free = free
+        self.versions: dict[tuple[str, str], DirectVersion] = {}
+        self.links: dict[str, WorkerLink] = {}  # by socket
+        self.stats: dict[tuple[str, str], ModelStats] = {}
+        self._ids = itertools.count(front_base(index) + 1)
+        self._configs: dict[str, ModelConfig] = {}  # by config JSON: parsed once
+        self._connecting: set[asyncio.Future[None]] = set()  # the loop keeps weak references
+        # Why workers went, by socket, as the daemon said (``InstanceGone``), the latest kept.
+        self.reasons: dict[str, str] = {}
+        self._lost: dict[str, WorkerLink] = {}  # links that ended, waiting for those words
+        self._retired: set[WorkerLink] = set()  # out of the table, requests still out
+
+    # -- the table -------------------------------------------------------------------------------
+
+    def update(self, table: list[fpb.DirectVersion]) -> list[WorkerLink]:
+        """Apply a new table; the links it no longer names (retired: they finish what they
+        carry, take nothing new)."""
+        versions: dict[tuple[str, str], DirectVersion] = {}
+        named: set[str] = set()
+        configs: dict[str, ModelConfig] = {}
+        for item in table:
+            config = self._config(item, configs)
+            if config is None:
+                continue
+            key = (item.model, item.version)
+            version = DirectVersion(item.model, item.version, config)
+            for spec in item.instances:
+                named.add(spec.socket)
+                link = self.links.get(spec.socket)
+                if link is None or link.closed:
+                    link = self.links[spec.socket] = WorkerLink(self, spec)
+                    connecting = asyncio.ensure_future(link.connect())
+                    self._connecting.add(connecting)
+                    connecting.add_done_callback(self._connecting.discard)
+                version.links.append(link)
+            versions[key] = version
+            if item.latest:
+                versions[(item.model, "")] = version
+        self.versions = versions
+        self._configs = configs
+        retired = []
+        for socket_name, link in list(self.links.items()):
+            if socket_name not in named:
+                del self.links[socket_name]
+                link.retired = True
+                link.usable = False
+                retired.append(link)
+                if not link.calls and not link.streams:
+                    link.close()
+                else:
+                    self._retired.add(link)
+        return retired
+
+    def retired_busy(self) -> list[WorkerLink]:
+        """The links out of the table that still carry requests (a barrier waits for them)."""
+        busy = [link for link in self._retired if link.calls or link.streams]
+        self._retired = set(busy)
+        return busy
+
+    def _config(
+        self, item: fpb.DirectVersion, configs: dict[str, ModelConfig]
+    ) -> ModelConfig | None:
+        text = item.config_json
+        config = self._configs.get(text) or configs.get(text)
+        if config is None:
+            try:
+                config = model_config_from_json(text, model_name=item.model, source="the daemon")
+            except (PbdError, ValueError) as exc:
+                log.error(
+                    "front end %d: the daemon's configuration of %s cannot be read (%s); "
+                    "its requests go through the daemon",
+                    self.index,
+                    item.model,
+                    exc,
+                )
+                return None
+        configs[text] = config
+        return config
+
+    def clear(self) -> None:
+        """The daemon is stopping: every request goes its way from now on (it refuses them)."""
+        for link in self.update([]):
+            link.retired = True
+
+    def lost(self, link: WorkerLink) -> None:
+        if self.links.get(link.socket) is link:
+            del self.links[link.socket]
+        if link.calls or link.streams:
+            self._lost[link.socket] = link
+
+    def instance_gone(self, socket_name: str, message: str) -> None:
+        """The daemon's words for a worker's end: its requests here fail with them."""
+        self.reasons[socket_name] = message
+        while len(self.reasons) > REASONS_KEPT:
+            del self.reasons[next(iter(self.reasons))]
+        link = self._lost.pop(socket_name, None)
+        if link is not None:
+            link.fail_all(message)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def route(self, request: InferRequest) -> DirectVersion | None:
+        """The version to run ``request`` on directly; None: it goes through the daemon."""
+        version = self.versions.get((request.model_name, request.model_version))
+        if version is None:
+            return None
+        for tensor in request.inputs:
+            if tensor.data is None:  # a client's shared-memory region: the daemon's registry
+                return None
+        for output in request.outputs:
+            if output.parameters and any(key in output.parameters for key in SHM_PARAMS):
+                return None
+        return version
+
+    async def infer(
+        self, request: InferRequest, version: DirectVersion, place: Place
+    ) -> InferResult | None:
+        """Run ``request`` on one of ``version``'s instances, its inputs copied into the arena
+        by ``place`` (which sets each one's ``placed``); None when no instance is connected
+        (the caller sends it through the daemon)."""
+        began = time.perf_counter_ns()
+        nbytes = sum(len(t.data) for t in request.inputs if t.data is not None)
+        if self.budget and self.held + nbytes > self.budget:
+            return None
+        link = version.pick()
+        if link is None:
+            return None
+        blocks = place(request)
+        try:
+            prepared = prepare_request(request, version.config)
+            future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
+            call = _Call(request, prepared, version, blocks, future)
+            request_id = next(self._ids)
+            link.send(request_id, call)
+        except (PbdError, ValueError) as exc:
+            self.free(blocks)
+            error = exc if isinstance(exc, PbdError) else PbdError(Code.INVALID_ARG, str(exc))
+            error.before_model = True  # refused before any queue: no failure counted
+            if error is exc:
+                raise
+            raise error from None
+        self.held += nbytes
+        stats = self.stats_of(version)
+        stats.queue.add(time.perf_counter_ns() - began)
+        try:
+            result = await future
+        except asyncio.CancelledError:
+            link.cancel(request_id)
+            raise
+        except PbdError as exc:
+            self.stats_of(version).failed(time.perf_counter_ns() - began, failure_reason(exc))
+            raise
+        finally:
+            self.held -= nbytes
+        self.stats_of(version).success.add(time.perf_counter_ns() - began)
+        return result
+
+    async def drained(self, links: list[WorkerLink], timeout: float) -> None:
+        """Until nothing sent on ``links`` is unanswered (or ``timeout``)."""
+        waits = [asyncio.ensure_future(link.idle.wait()) for link in links if not link.closed]
+        if waits:
+            _done, pending = await asyncio.wait(waits, timeout=timeout)
+            for wait in pending:
+                wait.cancel()
+
+    # -- statistics ------------------------------------------------------------------------------
+
+    def stats_of(self, version: DirectVersion) -> ModelStats:
+        """The counters of ``version`` since the last report."""
+        stats = self.stats.get(version.key)
+        if stats is None:
+            stats = self.stats[version.key] = ModelStats()
+        return stats
+
+    def report(self, ask: int) -> fpb.StatsReport:
+        """What was counted since the last report (and forget it)."""
+        report = fpb.StatsReport(ask=ask)
+        stats, self.stats = self.stats, {}
+        for (model, version), counted in stats.items():
+            record = json.dumps(counted.to_record())
+            report.versions.add(model=model, version=version, record=record)
+        for socket_name, link in self.links.items():
+            inflight = len(link.calls) + len(link.streams)
+            if inflight:
+                report.loads.add(socket=socket_name, inflight=inflight)
+        return report
+
+    def close(self) -> None:
+        for link in list(self.links.values()):
+            with contextlib.suppress(Exception):
+                link.close()

@@ -1,0 +1,333 @@
+"""The direct path: with front-end processes, requests of a plain model version go from the
+front end straight to a worker, and everything the daemon owes its clients still holds.
+
+Which way a request went is read from the daemon's log: with ``--log-verbose 1`` the daemon
+logs every request it gives an instance ("<model>/<version>: request given to instance"); a
+request a front end sent directly never passes there. Each test that relies on it checks the
+other way first or after (``--frontend-direct false``, or a model the direct path refuses), so
+the observation itself is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from pbd_harness import (
+    EXAMPLE_MODELS,
+    TEST_MODELS,
+    Daemon,
+    DaemonFactory,
+    infer_input,
+    make_repository,
+    wait_until,
+)
+from tritonclient.utils import InferenceServerException
+
+FRONTS = ("--frontends", "2", "--log-verbose", "1")
+GIVEN = "add_sub/1: request given to instance"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repository = make_repository(
+        tmp_path,
+        {
+            "add_sub": EXAMPLE_MODELS / "add_sub",
+            "sleepy": TEST_MODELS / "sleepy",
+            "batch_recorder": TEST_MODELS / "batch_recorder",
+            "default_sender": TEST_MODELS / "default_sender",
+        },
+    )
+    with open(repository / "batch_recorder" / "config.pbtxt", "a") as config:
+        config.write("dynamic_batching { }\n")  # off the direct path
+    return repository
+
+
+def add_sub(client: grpcclient.InferenceServerClient, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    inputs = [infer_input("INPUT0", a, "FP32"), infer_input("INPUT1", b, "FP32")]
+    return client.infer("add_sub", inputs).as_numpy("OUTPUT0")
+
+
+def sleepy(client: grpcclient.InferenceServerClient, ms: int) -> int:
+    tensor = infer_input("DELAY_MS", np.array([ms], np.int32), "INT32")
+    return int(client.infer("sleepy", [tensor], client_timeout=60).as_numpy("SLEPT_MS")[0])
+
+
+def direct_ready(
+    daemon: Daemon,
+    model: str,
+    send: Callable[[grpcclient.InferenceServerClient], object] | None = None,
+) -> None:
+    """Until both front ends send ``model``'s requests directly: the daemon's log shows none
+    of a probe's requests (each front end learns the table, then connects to the workers).
+    ``send`` makes one request (default: add_sub's or sleepy's)."""
+
+    def default(client: grpcclient.InferenceServerClient) -> object:
+        if model == "add_sub":
+            return add_sub(client, np.ones(4, np.float32), np.ones(4, np.float32))
+        return sleepy(client, 0)
+
+    def probe() -> bool:
+        seen = len(daemon.log())
+        for _ in range(4):  # new connections: both front ends take some
+            client = grpcclient.InferenceServerClient(daemon.url)
+            try:
+                (send or default)(client)
+            finally:
+                client.close()
+        return f"{model}/1: request given to instance" not in daemon.log()[seen:]
+
+    wait_until(probe, 30, f"{model}'s requests to go straight to its worker")
+
+
+def metric(daemon: Daemon, name: str, model: str) -> float:
+    with urllib.request.urlopen(daemon.metrics_url) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} for {model} not in /metrics")
+
+
+def test_a_plain_models_requests_skip_the_daemon_and_are_counted_there(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
+    direct_ready(daemon, "add_sub")
+    before = daemon.client().get_inference_statistics("add_sub").model_stats[0]
+    seen = len(daemon.log())
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 3.0, np.float32)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _i: add_sub(daemon.client(), a, b), range(40)))
+    assert all(answer.tolist() == (a + b).tolist() for answer in answers)
+    assert GIVEN not in daemon.log()[seen:]
+    stats = daemon.client().get_inference_statistics("add_sub").model_stats[0]
+    assert stats.inference_stats.success.count - before.inference_stats.success.count == 40
+    assert stats.inference_count - before.inference_count == 40
+    assert stats.execution_count - before.execution_count == 40
+    assert (
+        stats.inference_stats.compute_infer.count - before.inference_stats.compute_infer.count == 40
+    )
+    assert stats.last_inference >= before.last_inference
+    assert metric(daemon, "nv_inference_request_success", "add_sub") == (
+        stats.inference_stats.success.count
+    )
+    # A model the direct path refuses (dynamic batching) still goes through the daemon.
+    tensor = infer_input("X", np.array([[7]], dtype=np.int32), "INT32")
+    seen = len(daemon.log())
+    assert daemon.client().infer("batch_recorder", [tensor]).as_numpy("Y").tolist() == [[7]]
+    assert "batch_recorder/1: " in daemon.log()[seen:]
+
+
+def test_with_the_direct_path_off_every_request_goes_through_the_daemon(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, "--frontend-direct", "false", settle=["add_sub"])
+    seen = len(daemon.log())
+    a = np.ones(4, np.float32)
+    for _ in range(4):
+        assert add_sub(daemon.client(), a, a).tolist() == [2.0] * 4
+    assert daemon.log()[seen:].count(GIVEN) == 4
+
+
+def test_errors_of_a_direct_request_are_the_daemons(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
+    direct_ready(daemon, "add_sub")
+    client = daemon.client()
+    a = np.ones(4, np.float32)
+    wrong = [infer_input("INPUT0", a, "FP32"), infer_input("INPUT9", a, "FP32")]
+    with pytest.raises(InferenceServerException, match="unexpected inference input 'INPUT9'"):
+        client.infer("add_sub", wrong)
+    short = [infer_input("INPUT0", a, "FP32"), infer_input("INPUT1", a[:2], "FP32")]
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("add_sub", short)
+    assert "INPUT1" in str(caught.value)
+    # Refused before the model: no failure counted (as the daemon counts them).
+    stats = client.get_inference_statistics("add_sub").model_stats[0]
+    assert stats.inference_stats.fail.count == 0
+
+
+def test_a_response_sender_answer_comes_back_directly(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """A default-mode model answering with its response sender: the worker sends the
+    response on the front end's link, and ModelInfer answers as through the daemon."""
+    daemon = start_daemon(repo, *FRONTS, settle=["default_sender"])
+    client = daemon.client()
+
+    def ask(mode: str) -> grpcclient.InferResult:
+        tensor = infer_input("MODE", np.array([mode.encode()], np.object_), "BYTES")
+        return client.infer("default_sender", [tensor])
+
+    direct_ready(daemon, "default_sender", lambda c: c.infer("default_sender", _mode("return")))
+    seen = len(daemon.log())
+    for mode, answer in (("one", "sent"), ("then_final", "sent, final apart"),
+                         ("thread", "from a thread"), ("return", "returned")):  # fmt: skip
+        assert ask(mode).as_numpy("TEXT")[0].decode() == answer
+    with pytest.raises(InferenceServerException, match="expected a single response, got 2"):
+        ask("send_and_return")
+    assert "default_sender/1: request given to instance" not in daemon.log()[seen:]
+
+
+def _mode(mode: str) -> list[grpcclient.InferInput]:
+    return [infer_input("MODE", np.array([mode.encode()], np.object_), "BYTES")]
+
+
+def test_an_unload_lets_direct_requests_in_flight_finish(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, "--model-control-mode", "explicit")
+    daemon.control().load_model("sleepy")
+    direct_ready(daemon, "sleepy")
+    with ThreadPoolExecutor(4) as pool:
+        slow = [pool.submit(sleepy, daemon.client(), 1500) for _ in range(3)]
+        (worker,) = daemon.workers_of("sleepy")
+        wait_until(lambda: _in_execute(worker), 10, "the first request to reach the worker")
+        daemon.control().unload_model("sleepy")
+        assert [f.result(timeout=60) for f in slow] == [1500] * 3
+    with pytest.raises(InferenceServerException):
+        sleepy(daemon.client(), 0)
+
+
+def test_a_killed_worker_fails_only_what_it_had_and_its_replacement_is_used(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["sleepy", "add_sub"])
+    direct_ready(daemon, "sleepy")
+    (victim,) = daemon.workers_of("sleepy")
+    errors: list[str] = []
+
+    def call() -> int:
+        try:
+            return sleepy(daemon.client(), 3000)
+        except InferenceServerException as exc:
+            errors.append(str(exc))
+            return -1
+
+    with ThreadPoolExecutor(1) as pool:
+        doomed = pool.submit(call)
+        wait_until(lambda: _in_execute(victim), 10, "the request to reach the worker")
+        os.kill(victim, signal.SIGKILL)
+        assert doomed.result(timeout=60) == -1
+    # In the daemon's words, as for a request it sent itself.
+    assert len(errors) == 1 and "version 1 killed by signal 9 (SIGKILL)" in errors[0], errors
+    # The other model never noticed; the replacement serves sleepy, straight again.
+    a = np.ones(4, np.float32)
+    assert add_sub(daemon.client(), a, a).tolist() == [2.0] * 4
+    wait_until(lambda: _replaced(daemon, victim), 60, "a new worker for sleepy")
+    direct_ready(daemon, "sleepy")
+    assert sleepy(daemon.client(), 1) == 1
+
+
+def test_a_cancelled_direct_request_is_seen_by_the_model(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """The front end marks the instance's cancellation page: ``is_cancelled()`` turns true
+    inside ``execute()``, as for a request the daemon sent."""
+    repo = make_repository(tmp_path, {"cancel_probe": TEST_MODELS / "cancel_probe"})
+    daemon = start_daemon(repo, *FRONTS, settle=["cancel_probe"])
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    idents = iter(range(1, 1000))
+
+    def ask(
+        client: grpcclient.InferenceServerClient, ident: int, timeout: float | None = 30
+    ) -> grpcclient.InferResult:
+        (probe_dir / f"release-{ident}").write_text("go\n")
+        inputs = [
+            infer_input("ID", np.array([ident], np.int32), "INT32"),
+            infer_input("DIR", np.array([str(probe_dir).encode()], np.object_), "BYTES"),
+        ]
+        return client.infer("cancel_probe", inputs, client_timeout=timeout)
+
+    direct_ready(daemon, "cancel_probe", lambda client: ask(client, next(idents)))
+    seen = len(daemon.log())
+    inputs = [
+        infer_input("ID", np.array([999], np.int32), "INT32"),
+        infer_input("DIR", np.array([str(probe_dir).encode()], np.object_), "BYTES"),
+    ]
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        daemon.client().infer("cancel_probe", inputs, client_timeout=1.0)
+    wait_until(lambda: (probe_dir / "cancelled-999").exists(), 30, "the model to see it")
+    assert "cancel_probe/1: request given to instance" not in daemon.log()[seen:]
+
+
+def _in_execute(pid: int) -> bool:
+    """The worker is busy (its main thread sleeping in the model, not waiting in a read)."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return "hrtimer" in wchan or "nanosleep" in wchan
+
+
+def _replaced(daemon: Daemon, victim: int) -> bool:
+    workers = daemon.workers_of("sleepy")
+    return bool(workers) and victim not in workers
+
+
+def test_shutdown_answers_direct_requests_in_flight(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    daemon = start_daemon(repo, *FRONTS, settle=["sleepy"])
+    direct_ready(daemon, "sleepy")
+    results: list[int] = []
+    started = threading.Event()
+
+    def call() -> None:
+        started.set()
+        results.append(sleepy(daemon.client(), 1500))
+
+    (pid,) = daemon.workers_of("sleepy")
+    caller = threading.Thread(target=call)
+    caller.start()
+    started.wait(5)
+    wait_until(lambda: _in_execute(pid), 10, "the request to reach the worker")
+    daemon.stop()
+    caller.join(60)
+    assert results == [1500]
+
+
+def test_at_the_exit_timeout_direct_requests_fail_in_the_daemons_words(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """Shutdown with a model that does not return: the request executing and the one waiting
+    behind it in the worker are answered (UNAVAILABLE, the instance was stopped), none lost,
+    and the daemon exits on its own after --exit-timeout-secs."""
+    daemon = start_daemon(repo, *FRONTS, "--exit-timeout-secs", "2", settle=["sleepy"])
+    direct_ready(daemon, "sleepy")
+    (pid,) = daemon.workers_of("sleepy")
+    errors: list[InferenceServerException] = []
+
+    def call() -> None:
+        try:
+            sleepy(daemon.client(), 30_000)
+        except InferenceServerException as exc:
+            errors.append(exc)
+
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(call) for _ in range(2)]
+        wait_until(lambda: _in_execute(pid), 10, "the first request to reach the worker")
+        os.kill(daemon.pid, signal.SIGTERM)
+        for future in calls:
+            future.result(timeout=60)
+    assert daemon.process is not None
+    daemon.process.wait(30)
+    assert len(errors) == 2
+    for error in errors:
+        assert error.status() == "StatusCode.UNAVAILABLE"
+        assert error.message() == (
+            "instance 'sleepy_0_0' of model 'sleepy' version 1 was stopped before execute() "
+            "returned (the server is shutting down; --exit-timeout-secs 2s passed)"
+        ), error.message()
