@@ -2,7 +2,7 @@
 
     python -m bench.cores [--frontends 1 2 4 8] [--instances 1 4] [--connections 16]
                           [--streams 4] [--duration 5] [--triton-threads 0]
-                          [--protocol grpc|http] [--json PATH]
+                          [--protocol grpc|http] [--direct on|off|both] [--json PATH]
 
 The load is h2load's (Debian's ``nghttp2-client``: C, one thread per ``--h2load-threads``), so
 the client costs little beside the servers it measures: ``--connections`` HTTP/2 connections,
@@ -14,14 +14,18 @@ does not apply), with the binary tensor data extension as tritonclient.http send
 header, then the input's 64 bytes; the output asked for in binary). Each configuration is one
 server started fresh:
 
-- pbd with ``--frontends`` 1 (the daemon serves the ports itself), 2, 4, 8;
+- pbd with ``--frontends`` 1 (the daemon serves the ports itself), 2, 4, 8; with front ends,
+  ``--direct`` picks the direct path (front ends send requests to the workers: pbd's default),
+  the relay through the daemon (``--frontend-direct false``, shown as ``pbd-relay``) or both;
 - Triton with its defaults; and, with ``--triton-threads N`` (Triton 2.57 and later: 2.51,
   the release pbd matches, has no such flag and refuses it), ``--grpc-infer-thread-count N``.
 
 Per configuration: calls answered per second, p50/p99 (h2load's per-request log), and the CPU
 of every thread of the server and of its children (front ends, workers, Triton's stubs) from
-``/proc/<pid>/task/*/stat``, per request: all of them together, and the busiest thread (the one
-that bounds the rate when cores are plenty). h2load counts an HTTP 200 as success, and a gRPC
+``/proc/<pid>/task/*/stat``, per request: all of them together, the busiest thread (the one
+that bounds the rate when cores are plenty), and the busiest data-plane thread: the busiest
+outside the processes that run the model (pbd's workers, Triton's stubs), each named with its
+process's role (main, front, worker, stub). h2load counts an HTTP 200 as success, and a gRPC
 error is a 200 with a status trailer: each run also checks the model's statistics (the
 success count must have grown by the calls h2load says succeeded, and nothing failed).
 """
@@ -68,6 +72,10 @@ class Result:
     cpu_us: float  # every thread of the server and its children, per call
     busiest_us: float  # the busiest thread, per call
     busiest: str  # which thread that was
+    # The busiest thread outside the model's own processes (pbd's workers, Triton's stubs): the
+    # data plane's (daemon, front ends; Triton's server), which the issue's floor is about.
+    plane_us: float
+    plane: str
     calls: int
     # Connections each serving process held mid-run (front ends, or the one server), most first.
     spread: list[int]
@@ -120,6 +128,22 @@ def all_pids(root: int) -> list[int]:
         found.append(pid)
         queue += procstat.children(pid)
     return found
+
+
+MODEL_ROLES = ("worker", "stub")  # the processes that run the model, not the data plane
+
+
+def role(pid: int, server_pid: int) -> str:
+    """What process ``pid`` is in the server's tree: the server itself (``main``), one of pbd's
+    front ends or workers, one of Triton's stubs, or another ``child``."""
+    if pid == server_pid:
+        return "main"
+    line = procstat.command_line(pid)
+    for marker, name in (("pbd.fronts.front", "front"), ("pbd_worker", "worker"),
+                         ("triton_python_backend_stub", "stub")):  # fmt: skip
+        if marker in line:
+            return name
+    return "child"
 
 
 def cpu_by_thread(pids: list[int]) -> dict[tuple[int, int], ThreadSample]:
@@ -233,7 +257,11 @@ def measure(
         old = before.get(key)
         spent[key] = (sample.cpu_s - (old.cpu_s if old else 0.0), sample.name)
     total = sum(cpu for cpu, _ in spent.values())
+    roles = {pid: role(pid, server.pid) for pid, _ in spent}
     (busiest_cpu, busiest_name), busiest_key = max((v, k) for k, v in spent.items())
+    (plane_cpu, plane_name), plane_key = max(
+        (v, k) for k, v in spent.items() if roles[k[0]] not in MODEL_ROLES
+    )
     return Result(
         server=label,
         instances=instances,
@@ -243,7 +271,9 @@ def measure(
         p99_ms=run["p99"],
         cpu_us=total * 1e6 / calls,
         busiest_us=busiest_cpu * 1e6 / calls,
-        busiest=f"{busiest_name} ({'main' if busiest_key[0] == server.pid else 'child'})",
+        busiest=f"{busiest_name} ({roles[busiest_key[0]]})",
+        plane_us=plane_cpu * 1e6 / calls,
+        plane=f"{plane_name} ({roles[plane_key[0]]})",
         calls=answered,
         spread=held,
     )
@@ -253,8 +283,9 @@ def table(results: list[Result]) -> str:
     base = {r.instances: r.infer_per_s for r in results if r.server == "triton" and not r.fronts}
     lines = [
         "| server | instances | front ends / threads | infer/s | vs Triton | p50 ms | p99 ms "
-        "| CPU µs/call | busiest thread µs/call | connections per process |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| CPU µs/call | busiest thread µs/call | busiest data-plane thread µs/call "
+        "| connections per process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in results:
         ratio = r.infer_per_s / base[r.instances] if base.get(r.instances) else math.nan
@@ -262,9 +293,17 @@ def table(results: list[Result]) -> str:
         lines.append(
             f"| {r.server} | {r.instances} | {fronts} | {r.infer_per_s:.0f} | {ratio:.2f} "
             f"| {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.cpu_us:.0f} "
-            f"| {r.busiest_us:.0f} {r.busiest} | {'/'.join(map(str, r.spread))} |"
+            f"| {r.busiest_us:.0f} {r.busiest} | {r.plane_us:.0f} {r.plane} "
+            f"| {'/'.join(map(str, r.spread))} |"
         )
     return "\n".join(lines)
+
+
+def pbd_runs(frontends: list[int], direct: str) -> list[tuple[int, bool]]:
+    """(front ends, direct path) of each pbd run: the direct path matters only with front
+    ends, so one front end runs once."""
+    modes = {"on": [True], "off": [False], "both": [True, False]}[direct]
+    return [(f, d) for f in frontends for d in (modes if f > 1 else modes[:1])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--protocol", choices=("grpc", "http"), default="grpc",
         help="gRPC ModelInfer over HTTP/2, or HTTP/REST infer over HTTP/1.1",
+    )  # fmt: skip
+    parser.add_argument(
+        "--direct", choices=("on", "off", "both"), default="on",
+        help="front ends send plain requests straight to workers (on, pbd's default), through "
+        "the daemon (off: shown as pbd-relay), or both in turn",
     )  # fmt: skip
     parser.add_argument("--tritonserver", default="", help="Triton's launcher (default: install)")
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pbd")
@@ -305,15 +349,17 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     server.stop()
                 print(table(results).splitlines()[-1], flush=True)
-            for fronts in opts.frontends:
+            for fronts, direct in pbd_runs(opts.frontends, opts.direct):
                 http_port = free_port()
                 server = start_pbd(
                     opts.python, RESULTS, repo, MODEL, f"pbdcores{os.getpid()}",
-                    [f"--frontends={fronts}", f"--http-port={http_port}"],
+                    [f"--frontends={fronts}", f"--http-port={http_port}",
+                     f"--frontend-direct={'true' if direct else 'false'}"],
                 )  # fmt: skip
                 server.http_port = http_port
+                name = "pbd" if direct or fronts == 1 else "pbd-relay"
                 try:
-                    results.append(measure(server, "pbd", instances, fronts, work, opts))
+                    results.append(measure(server, name, instances, fronts, work, opts))
                 finally:
                     server.stop()
                 print(table(results).splitlines()[-1], flush=True)

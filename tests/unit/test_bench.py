@@ -255,3 +255,33 @@ def test_the_cores_http_body_is_an_infer_request_pbd_parses(tmp_path: Path) -> N
     assert (tensor.name, tensor.datatype, list(tensor.shape)) == ("INPUT0", "FP32", [1, 16])
     assert bytes(tensor.data) == bytes(range(64))
     assert parsed.binary_outputs == {"OUTPUT0"}
+
+
+def test_the_cores_runs_try_the_direct_path_only_with_front_ends() -> None:
+    from bench.cores import pbd_runs
+
+    assert pbd_runs([1, 2], "on") == [(1, True), (2, True)]
+    assert pbd_runs([1, 4], "off") == [(1, False), (4, False)]
+    assert pbd_runs([1, 2], "both") == [(1, True), (2, True), (2, False)]
+
+
+def test_the_cores_busiest_thread_names_its_process() -> None:
+    from bench.cores import role
+
+    assert role(os.getpid(), os.getpid()) == "main"
+    sleeper = "import time; time.sleep(30)"
+    started = {
+        name: subprocess.Popen([sys.executable, "-c", sleeper, *argv])
+        for name, argv in {
+            "front": ["-m", "pbd.fronts.front"],
+            "worker": ["pbd_worker"],
+            "child": ["other"],
+        }.items()
+    }
+    try:
+        for name, process in started.items():
+            assert role(process.pid, os.getpid()) == name
+    finally:
+        for process in started.values():
+            process.kill()
+            process.wait()
