@@ -123,7 +123,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             return len(grpc_server.connections) + (http.connection_count() if http else 0)
 
         loads.publish(0)
-        sharing = Sharing(lambda: loads.may_take(held()), DEFER_S)
+        sharing = Sharing(lambda starting: loads.may_take(held() + starting), DEFER_S)
         await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], sharing)
         proxy = HttpProxy(spec.http_socket)
         if spec.http_fds:

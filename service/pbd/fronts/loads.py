@@ -17,7 +17,7 @@ import os
 
 SLOT_BYTES = 8
 GONE = 1 << 62  # a front end that exited: never the least loaded
-DEFER_S = 0.002  # how long a loaded front end leaves a connection to the others
+DEFER_S = 0.010  # how long a loaded front end leaves a connection to the others
 
 
 def create_memfd(count: int) -> int:

@@ -92,7 +92,7 @@ def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
     port = tcp_port([sock])
     asked = []
 
-    def share() -> bool:  # another process holds fewer connections
+    def share(_starting: int) -> bool:  # another process holds fewer connections
         asked.append(True)
         return False
 
@@ -119,6 +119,44 @@ def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
         sock.close()
     assert (left, taken) == (0, 1)
     assert asked  # share() was asked before it was left
+
+
+def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
+    # A server counts a connection once its protocol starts, a loop turn or two after the
+    # accept; a connection waiting behind it must see the first one counted, or one front end
+    # takes several connections opened at once before the others see it hold any.
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    asked: list[int] = []
+
+    def mine(starting: int) -> bool:
+        asked.append(starting)
+        return True
+
+    async def scenario() -> int:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting, Sharing(mine))
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())  # the test wakes it
+        acceptor._accept()  # the first connection: its protocol starts turns later
+        acceptor._accept()  # the second, in the same turn
+        await _turns(5)
+        acceptor._accept()  # nothing waiting now, both started
+        await _turns(5)
+        acceptor.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+        return len(Counting.made)
+
+    try:
+        made = asyncio.run(scenario())
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+    assert made == 2
+    assert asked == [0, 1, 0]
 
 
 def test_close_stops_accepting_and_leaves_the_socket_to_the_others() -> None:
