@@ -156,6 +156,17 @@ def succeeded(target: str) -> tuple[int, int]:
         return int(stats.success.count), int(stats.fail.count)
 
 
+def idle(server_pid: int, port: int, timeout: float = 2.0) -> None:
+    """Wait (``timeout`` at most) until no process of the server holds a connection to
+    ``port``: the statistics client's, just closed, would otherwise still count in a front
+    end's load when h2load connects, and the spread would be uneven by one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(procstat.established(pid, port) for pid in all_pids(server_pid)):
+            return
+        time.sleep(0.02)
+
+
 def h2load(
     target: str,
     body: Path,
@@ -232,12 +243,13 @@ def measure(
         body, target = grpc_body(work / "body.grpc"), server.target
     log = work / f"{label}-{instances}-{fronts}.h2load.log"
     before_ok, before_failed = succeeded(server.target)
+    port = int(target.rsplit(":", 1)[1])
+    idle(server.pid, port)
     pids = all_pids(server.pid)
     before = cpu_by_thread(pids)
     held: list[int] = []
 
     def look() -> None:  # who holds the connections, mid-run
-        port = int(target.rsplit(":", 1)[1])
         counts = [procstat.established(pid, port) for pid in all_pids(server.pid)]
         held.extend(sorted((c for c in counts if c), reverse=True))
 

@@ -113,14 +113,19 @@ def tcp_port(sockets: list[socket.socket]) -> int:
 class Sharing:
     """Listening sockets shared with other processes (front ends): accept one connection per
     wake-up, and when ``mine(starting)`` says another process should take it
-    (``pbd.fronts.loads``) leave it to the others for ``defer_s``, then take it if it is
-    still there. ``starting``: the connections this socket accepted whose protocol has not
-    started yet (a server counts a connection once its protocol starts, a loop turn or two
-    after the accept: without them, connections opened at once went 3/2/2/1 over 4 front
-    ends as often as 2/2/2/2)."""
+    (``pbd.fronts.loads``) leave it to the others for ``defer_s``. ``starting``: the
+    connections this socket accepted whose protocol has not started yet (a server counts a
+    connection once its protocol starts, a loop turn or two after the accept). ``changed``
+    hears of each accept (with ``starting``) and each close (with 0; the gRPC server's) so
+    the others see the count at once, and ``others``
+    says how many connections the others hold: a connection left to them and still waiting
+    after ``defer_s`` is left again if they took any meanwhile (they are moving; this one is
+    next), and taken if they took none (the less loaded one is stopped or stuck)."""
 
     mine: Callable[[int], bool] = lambda _starting: True
     defer_s: float = 0.0
+    changed: Callable[[int], None] = lambda _starting: None
+    others: Callable[[], int] = lambda: 0
 
 
 class OneByOne:
@@ -145,16 +150,25 @@ class OneByOne:
         self.loop = asyncio.get_running_loop()
         self._starting: set[asyncio.Task[object]] = set()
         self._retry: asyncio.TimerHandle | None = None
+        # When a connection was last left to the others, and their connections then.
+        self._left: tuple[float, int] | None = None
         self._closed = False
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._accept)
 
-    def _accept(self, leave: bool = True) -> None:
-        if leave and not self.sharing.mine(len(self._starting)):
+    def _accept(self) -> None:
+        sharing = self.sharing
+        if not sharing.mine(len(self._starting)):
             # Another process holds fewer connections: this one is theirs for a moment.
-            self.loop.remove_reader(self.sock.fileno())
-            self._retry = self.loop.call_later(self.sharing.defer_s, self._take_anyway)
-            return
+            now, others = self.loop.time(), sharing.others()
+            left = self._left
+            if left is None or now - left[0] > 4 * sharing.defer_s or others != left[1]:
+                self._left = (now, others)
+                self.loop.remove_reader(self.sock.fileno())
+                self._retry = self.loop.call_later(sharing.defer_s, self._resume)
+                return
+            # Left to them for defer_s, and they took nothing meanwhile: take it.
+        self._left = None
         try:
             conn, _address = self.sock.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -171,6 +185,7 @@ class OneByOne:
         task: asyncio.Task[object] = self.loop.create_task(self._start(conn))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
+        sharing.changed(len(self._starting))
 
     async def _start(self, conn: socket.socket) -> object:
         try:
@@ -192,13 +207,6 @@ class OneByOne:
         self._retry = None
         if not self._closed:
             self.loop.add_reader(self.sock.fileno(), self._accept)
-
-    def _take_anyway(self) -> None:
-        """After leaving a connection to the others: take it if nobody did (a process that
-        is stopped or busy costs a new connection ``Sharing.defer_s`` at most)."""
-        self._resume()
-        if not self._closed and self._retry is None:
-            self._accept(leave=False)
 
     def close(self) -> None:
         if self._closed:

@@ -123,7 +123,12 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             return len(grpc_server.connections) + (http.connection_count() if http else 0)
 
         loads.publish(0)
-        sharing = Sharing(lambda starting: loads.may_take(held() + starting), DEFER_S)
+        sharing = Sharing(
+            mine=lambda starting: loads.may_take(held() + starting),
+            defer_s=DEFER_S,
+            changed=lambda starting: loads.publish(held() + starting),
+            others=loads.others,
+        )
         await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], sharing)
         proxy = HttpProxy(spec.http_socket)
         if spec.http_fds:

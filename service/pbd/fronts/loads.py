@@ -3,9 +3,11 @@
 less loaded one.
 
 Every front end waiting on the public sockets is woken by a new connection; one that holds
-more connections than the least loaded of the others lets it wait ``DEFER_S`` for them
-before it takes it anyway (``pbd.listeners.OneByOne``), so connections opened at once spread
-evenly, and one front end stopped or slow costs a new connection that much at most. One
+more connections than the least loaded of the others leaves it to them for ``DEFER_S``,
+again while they take connections, and takes it if they took none meanwhile
+(``pbd.listeners.OneByOne``): connections opened at once spread evenly, and one front end
+stopped or stuck costs a new connection about ``DEFER_S``. Each front end publishes its count
+when it is woken and after each accept. One
 signed 64-bit count per front end; the daemon marks a front end that exited ``GONE`` until
 its replacement writes its own count.
 """
@@ -57,6 +59,12 @@ class Loads:
             if other != self.index and counts[other] < held:
                 return False
         return True
+
+    def others(self) -> int:
+        """The connections the other front ends hold, as they last published them (a front
+        end that exited counts ``GONE``)."""
+        counts = self._counts
+        return sum(counts[other] for other in range(self.count) if other != self.index)
 
     def close(self) -> None:
         self._counts.release()

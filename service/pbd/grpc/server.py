@@ -87,6 +87,7 @@ class GrpcServer:
         self.refusing = False
         self.connections: set[Connection] = set()
         self.listeners: list[asyncio.Server | OneByOne] = []
+        self.sharing: Sharing | None = None
 
     def _connection(self) -> Connection | Refused:
         if len(self.connections) >= self.max_connections:
@@ -99,9 +100,14 @@ class GrpcServer:
                 )
             return Refused(f"connection limit ({self.max_connections}) reached")
         self.refusing = False
-        connection = Connection(self.calls, self.connections.discard, self.shared)
+        connection = Connection(self.calls, self._closed, self.shared)
         self.connections.add(connection)
         return connection
+
+    def _closed(self, connection: Connection) -> None:
+        self.connections.discard(connection)
+        if self.sharing is not None:  # the other front ends see this one's count at once
+            self.sharing.changed(0)
 
     async def start(
         self, sockets: list[socket.socket] | None = None, sharing: Sharing | None = None
@@ -110,6 +116,7 @@ class GrpcServer:
         (0 for a Unix socket). OSError when it cannot bind. ``sharing``: the sockets are
         shared with other processes (front ends; ``pbd.listeners.OneByOne``)."""
         loop = asyncio.get_running_loop()
+        self.sharing = sharing
         if sockets is None:
             sockets = grpc_sockets(self.settings)
         timeout = self._tls_timeout()

@@ -36,6 +36,17 @@ def test_counts_are_shared_and_the_least_loaded_takes() -> None:
         assert not third.may_take(5)
 
 
+def test_others_sums_the_other_front_ends_counts() -> None:
+    with views(3, 0, 1, 2) as (first, second, third):
+        second.publish(2)
+        third.publish(5)
+        first.publish(7)
+        assert first.others() == 7
+        assert second.others() == 12
+        third.publish(6)  # front end 2 took one: the others see the sum move
+        assert first.others() == 8
+
+
 def test_a_gone_front_end_is_never_the_least_loaded() -> None:
     with views(2, 0, 1, 0) as (daemon, survivor, replacement):
         daemon.publish(0)

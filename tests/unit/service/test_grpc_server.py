@@ -11,6 +11,7 @@ import pytest
 from pbd.grpc.calls import Calls
 from pbd.grpc.server import AUTO_MAX_CONNECTIONS, GrpcServer, limits, max_connections
 from pbd.h2 import frames as f
+from pbd.listeners import Sharing, grpc_sockets
 from pbd.settings import Settings
 
 
@@ -78,3 +79,32 @@ def test_connections_past_the_limit_are_refused_and_a_freed_place_serves_again(
 
     asyncio.run(main())
     assert "--grpc-max-connections 2" in caplog.text
+
+
+def test_a_shared_sockets_accepts_and_closes_are_told_to_the_other_front_ends() -> None:
+    # With front ends, each publishes its connection count when it changes: a count left
+    # high by a connection that closed would send the next connections elsewhere.
+    told: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        settings = Settings(grpc_address="127.0.0.1", grpc_port=0)
+        [sock] = grpc_sockets(settings)
+        server = GrpcServer(Calls({}, 1 << 20, None), settings, None)
+        sharing = Sharing(
+            changed=lambda starting: told.append((f"{len(server.connections)}", starting))
+        )
+        port = await server.start([sock], sharing)
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            while len(server.connections) < 1:
+                await asyncio.sleep(0.01)
+            writer.close()
+            while server.connections:
+                await asyncio.sleep(0.01)
+        finally:
+            await server.stop(0)
+            sock.close()  # a shared socket outlives the server: the other front ends use it
+
+    asyncio.run(main())
+    # The accept (nothing counted yet, one starting), then the close (none left).
+    assert told == [("0", 1), ("0", 0)]

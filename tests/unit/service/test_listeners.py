@@ -121,6 +121,69 @@ def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
     assert asked  # share() was asked before it was left
 
 
+def test_a_connection_left_to_others_that_are_taking_connections_is_left_again() -> None:
+    # The others took connections while this one waited: they are moving, and this one is
+    # next for them (a timer of an earlier wait must not grab it). Once they take none for
+    # the delay, it is taken.
+    sock = _listening()
+    port = tcp_port([sock])
+    others = [0]
+
+    async def scenario() -> tuple[int, int]:
+        Counting.made = []
+        acceptor = OneByOne(
+            sock, Counting, Sharing(lambda _s: False, 0.05, others=lambda: others[0])
+        )
+        client = socket.create_connection(("127.0.0.1", port))
+        for _ in range(6):  # 0.3 s of others taking connections, one every 0.05 s
+            await asyncio.sleep(0.05)
+            others[0] += 1
+        left = len(Counting.made)
+        for _ in range(100):
+            if Counting.made:
+                break
+            await asyncio.sleep(0.02)
+        taken = len(Counting.made)
+        acceptor.close()
+        client.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+        return left, taken
+
+    try:
+        left, taken = asyncio.run(scenario())
+    finally:
+        sock.close()
+    assert (left, taken) == (0, 1)
+
+
+def test_each_accept_is_told_so_the_others_see_it_at_once() -> None:
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    told: list[int] = []
+
+    async def scenario() -> None:
+        Counting.made = []
+        acceptor = OneByOne(sock, Counting, Sharing(changed=told.append))
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
+        acceptor._accept()
+        acceptor._accept()
+        await _turns(5)
+        acceptor.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+    assert told == [1, 2]  # the connections accepted and starting, at each accept
+
+
 def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
     # A server counts a connection once its protocol starts, a loop turn or two after the
     # accept; a connection waiting behind it must see the first one counted, or one front end
