@@ -17,7 +17,7 @@ from pbd.errors import Code, PbdError
 from pbd.fronts import direct as direct_module
 from pbd.fronts.direct import Direct
 from pbd.stats import ModelStats
-from pbd.types import InferRequest, InputTensor, RequestedOutput, ShmSlice
+from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput, ShmSlice
 from pbd_wire import front_base, front_of
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import FrameSplitter, encode_frame
@@ -175,11 +175,16 @@ def result_for(execute: wpb.Execute, region: str, offset: int) -> wpb.WorkerToDa
     return message
 
 
+def sent(direct: Direct, plane: Plane) -> asyncio.Future[InferResult | None]:
+    """A plain request routed to the direct path and sent: its answer, to come."""
+    version = direct.route(request())
+    assert version is not None
+    return asyncio.ensure_future(direct.infer(request(), version, plane.place))
+
+
 def test_a_request_runs_on_the_worker_and_is_counted() -> None:
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        version = direct.route(request())
-        assert version is not None
-        answer = asyncio.ensure_future(direct.infer(request(), version, plane.place))
+        answer = sent(direct, plane)
         frames = await worker.read(2)
         execute = frames[1].execute
         (req,) = execute.requests
@@ -215,9 +220,7 @@ def test_a_request_runs_on_the_worker_and_is_counted() -> None:
 
 def test_a_failed_request_is_the_models_error_and_a_failure() -> None:
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        version = direct.route(request())
-        assert version is not None
-        answer = asyncio.ensure_future(direct.infer(request(), version, plane.place))
+        answer = sent(direct, plane)
         execute = (await worker.read(2))[1].execute
         message = wpb.WorkerToDaemon()
         message.result.batch_id = execute.batch_id
@@ -257,9 +260,7 @@ def test_an_invalid_request_is_refused_before_it_leaves() -> None:
 
 def test_the_worker_going_away_fails_what_it_had_in_the_daemons_words() -> None:
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        version = direct.route(request())
-        assert version is not None
-        answer = asyncio.ensure_future(direct.infer(request(), version, plane.place))
+        answer = sent(direct, plane)
         await worker.read(2)
         assert worker.conn is not None
         worker.conn.close()
@@ -269,7 +270,8 @@ def test_the_worker_going_away_fails_what_it_had_in_the_daemons_words() -> None:
         with pytest.raises(PbdError, match="^worker for m_0 was killed by signal 9$") as caught:
             await asyncio.wait_for(answer, 5)
         assert caught.value.code is Code.UNAVAILABLE
-        assert version.pick() is None  # the daemon takes the next ones
+        version = direct.route(request())
+        assert version is not None and version.pick() is None  # the daemon takes the next ones
         assert len(plane.freed) == 2
 
     run(body, "d")
@@ -281,9 +283,7 @@ def test_without_the_daemons_words_the_link_says_it_closed(
     monkeypatch.setattr(direct_module, "GONE_WAIT_S", 0.05)
 
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        version = direct.route(request())
-        assert version is not None
-        answer = asyncio.ensure_future(direct.infer(request(), version, plane.place))
+        answer = sent(direct, plane)
         await worker.read(2)
         assert worker.conn is not None
         worker.conn.close()
@@ -308,9 +308,7 @@ def test_requests_naming_shared_memory_or_unknown_versions_go_through_the_daemon
 
 def test_an_instance_taken_out_of_the_table_finishes_what_it_has() -> None:
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        version = direct.route(request())
-        assert version is not None
-        answer = asyncio.ensure_future(direct.infer(request(), version, plane.place))
+        answer = sent(direct, plane)
         execute = (await worker.read(2))[1].execute
         retired = direct.update([])
         assert direct.route(request()) is None
