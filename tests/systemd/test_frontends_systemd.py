@@ -6,12 +6,15 @@ stop leaves no front end, no worker and no shared memory behind.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from conftest import EXAMPLE_MODELS, MODELS, make_repository, shm_prefix
 from pbd_units import PbdUnits, counted, initialize_count, wait_until
 from private_systemd import PrivateSystemd
 
 FRONT_MODULE = "pbd.fronts.front"
+FRONT_LINKED = re.compile(r"front end \d+ connected")  # a worker's debug line
 
 
 def service_processes(systemd: PrivateSystemd) -> dict[int, str]:
@@ -32,6 +35,15 @@ def service_processes(systemd: PrivateSystemd) -> dict[int, str]:
     }
 
 
+def worker_journal(systemd: PrivateSystemd) -> str:
+    return systemd.journal("-u", "pbd-worker@*")
+
+
+def front_links(systemd: PrivateSystemd) -> int:
+    """Front-end links the workers have taken so far (their journal)."""
+    return len(FRONT_LINKED.findall(worker_journal(systemd)))
+
+
 def front_ends(systemd: PrivateSystemd) -> list[int]:
     return sorted(pid for pid, cmd in service_processes(systemd).items() if FRONT_MODULE in cmd)
 
@@ -41,7 +53,7 @@ def test_front_ends_are_part_of_pbd_service(private_systemd: PrivateSystemd) -> 
     make_repository(
         systemd.shared, {"counted": MODELS / "counted", "add_sub": EXAMPLE_MODELS / "add_sub"}
     )
-    pbd = PbdUnits(systemd, shm_prefix(), "frontends=2")
+    pbd = PbdUnits(systemd, shm_prefix(), "frontends=2", "log_verbose=1")
     try:
         pbd.install()
         systemd.systemctl("start", "pbd.service")
@@ -71,6 +83,7 @@ def test_front_ends_are_part_of_pbd_service(private_systemd: PrivateSystemd) -> 
         # re-initialized.
         workers = {unit: pbd.main_pid(unit) for unit in pbd.worker_units()}
         assert len(workers) == 2, workers
+        links_before = front_links(systemd)
         systemd.systemctl("restart", "pbd.service")
         assert pbd.main_pid("pbd.service") != daemon
         after = wait_until(lambda: (f := front_ends(systemd)) and len(f) == 2 and f, 60, "2 fronts")
@@ -78,6 +91,16 @@ def test_front_ends_are_part_of_pbd_service(private_systemd: PrivateSystemd) -> 
         assert {unit: pbd.main_pid(unit) for unit in pbd.worker_units()} == workers
         assert initialize_count(systemd) == 1
         np.testing.assert_array_equal(counted(pbd.client()), np.arange(4, dtype=np.float32) * 2)
+        # The re-adopted workers take the new front ends' links (the new daemon's token) and
+        # serve them directly: both front ends connect to both workers anew.
+        for _ in range(4):  # new connections: both front ends serve some
+            counted(pbd.client())
+        wait_until(
+            lambda: front_links(systemd) >= links_before + 4,
+            60,
+            "the new front ends linked to the re-adopted workers",
+        )
+        assert "refused a front end" not in worker_journal(systemd)
 
         # `systemctl stop pbd`: nothing left.
         systemd.systemctl("stop", "pbd.service")
