@@ -114,8 +114,9 @@ class Sharing:
     """Listening sockets shared with other processes (front ends): accept one connection per
     wake-up, and when ``mine(starting)`` says another process should take it
     (``pbd.fronts.loads``) leave it to the others for ``defer_s``. ``starting``: the
-    connections this socket accepted whose protocol has not started yet (a server counts a
-    connection once its protocol starts, a loop turn or two after the accept). ``changed``
+    connections this socket accepted whose protocol is not made yet (a server counts a
+    connection from its protocol on, a loop turn after the accept; counted in both places,
+    one connection made a front end look loaded by two). ``changed``
     hears of each accept (with ``starting``) and each close (with 0; the gRPC server's) so
     the others see the count at once, and ``others``
     says how many connections the others hold: a connection left to them and still waiting
@@ -149,8 +150,10 @@ class OneByOne:
         self.handshake_timeout = handshake_timeout
         self.loop = asyncio.get_running_loop()
         self._starting: set[asyncio.Task[object]] = set()
+        # Connections accepted whose protocol is not made yet: the server does not count them.
+        self._unmade = 0
         self._retry: asyncio.TimerHandle | None = None
-        # When a connection was last left to the others, and their connections then.
+        # When a wait for the others ended (or began), and their connections when it began.
         self._left: tuple[float, int] | None = None
         self._closed = False
         sock.setblocking(False)
@@ -158,14 +161,14 @@ class OneByOne:
 
     def _accept(self) -> None:
         sharing = self.sharing
-        if not sharing.mine(len(self._starting)):
+        if not sharing.mine(self._unmade):
             # Another process holds fewer connections: this one is theirs for a moment.
             now, others = self.loop.time(), sharing.others()
             left = self._left
-            if left is None or now - left[0] > 4 * sharing.defer_s or others != left[1]:
+            if left is None or now - left[0] > sharing.defer_s or others != left[1]:
                 self._left = (now, others)
                 self.loop.remove_reader(self.sock.fileno())
-                self._retry = self.loop.call_later(sharing.defer_s, self._resume)
+                self._retry = self.loop.call_later(sharing.defer_s, self._resume_left, others)
                 return
             # Left to them for defer_s, and they took nothing meanwhile: take it.
         self._left = None
@@ -185,12 +188,23 @@ class OneByOne:
         task: asyncio.Task[object] = self.loop.create_task(self._start(conn))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
-        sharing.changed(len(self._starting))
+        self._unmade += 1
+        sharing.changed(self._unmade)
 
     async def _start(self, conn: socket.socket) -> object:
+        made = False
+
+        def protocol() -> asyncio.BaseProtocol:
+            # From here the server counts the connection (the gRPC server as it makes the
+            # protocol; the HTTP edge a loop turn later, at connection_made).
+            nonlocal made
+            made = True
+            self._unmade -= 1
+            return self.factory()
+
         try:
             return await self.loop.connect_accepted_socket(
-                self.factory,
+                protocol,
                 conn,
                 ssl=self.tls,
                 ssl_handshake_timeout=self.handshake_timeout if self.tls is not None else None,
@@ -202,11 +216,20 @@ class OneByOne:
         except BaseException:
             conn.close()
             raise
+        finally:
+            if not made:
+                self._unmade -= 1
 
     def _resume(self) -> None:
         self._retry = None
         if not self._closed:
             self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _resume_left(self, others: int) -> None:
+        """After leaving a connection to the others for ``defer_s``: if it still waits, the
+        reader runs within a loop turn of this, however late this timer ran on a busy loop."""
+        self._left = (self.loop.time(), others)
+        self._resume()
 
     def close(self) -> None:
         if self._closed:

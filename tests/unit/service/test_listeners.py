@@ -222,6 +222,48 @@ def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
     assert asked == [0, 1, 0]
 
 
+def test_a_connection_the_server_counts_already_is_not_counted_as_starting() -> None:
+    # The gRPC server counts a connection as it makes its protocol, a loop turn before
+    # connect_accepted_socket returns: counted as starting too, one connection made a front
+    # end look loaded by two (seen as 3/2/2/1 for 8 connections over 4 front ends).
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    asked: list[tuple[int, int]] = []
+
+    def mine(starting: int) -> bool:
+        asked.append((len(Counting.made), starting))
+        return True
+
+    class CountedAtFactory(Counting):
+        def __init__(self) -> None:
+            Counting.made.append(self)  # as GrpcServer._connection does
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+    async def scenario() -> None:
+        Counting.made = []
+        acceptor = OneByOne(sock, CountedAtFactory, Sharing(mine))
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        acceptor._accept()
+        await asyncio.sleep(0)  # the protocol is made; connect_accepted_socket not done
+        assert acceptor._starting  # still starting, as far as its task goes
+        acceptor._accept()
+        await _turns(5)
+        acceptor.close()
+        for protocol in Counting.made:
+            protocol.transport.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+    assert asked == [(0, 0), (1, 0)]
+
+
 def test_close_stops_accepting_and_leaves_the_socket_to_the_others() -> None:
     sock = _listening()
     port = tcp_port([sock])
