@@ -148,7 +148,10 @@ def test_after_a_sigkilled_daemon_its_workers_remove_its_segments(
         (tmp_path / "gate").unlink()
         for pid in workers:
             assert_no_orphan(pid)
-        wait_until(lambda: not daemon.shm_segments(), SETTLE_TIMEOUT_S, "no segment left")
+        try:
+            wait_until(lambda: not daemon.shm_segments(), SETTLE_TIMEOUT_S, "no segment left")
+        except AssertionError as error:  # which, and whose (a front end's arena, a worker's)
+            raise AssertionError(f"{error}: {daemon.shm_segments()}\n{daemon.log_tail()}") from None
     finally:
         for pid in daemon.alive_seen_workers():
             os.kill(pid, signal.SIGKILL)
