@@ -4,7 +4,9 @@ ends share (one connection per wake-up of the loop, the socket left open on clos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,16 +26,26 @@ def _listening() -> socket.socket:
     return sock
 
 
+@contextlib.contextmanager
+def _waiting(count: int) -> Iterator[socket.socket]:
+    """A listening socket with ``count`` connections waiting to be accepted; all closed after."""
+    sock = _listening()
+    port = tcp_port([sock])
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+    try:
+        yield sock
+    finally:
+        for client in clients:
+            client.close()
+        sock.close()
+
+
 async def _turns(n: int) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
 
 
 def test_each_wake_up_takes_one_connection() -> None:
-    sock = _listening()
-    port = tcp_port([sock])
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
-
     async def scenario() -> list[int]:
         Counting.made = []
         acceptor = OneByOne(sock, Counting, Sharing())
@@ -52,21 +64,13 @@ def test_each_wake_up_takes_one_connection() -> None:
             protocol.transport.close()
         return seen
 
-    try:
+    with _waiting(3) as sock:
         seen = asyncio.run(scenario())
-    finally:
-        for client in clients:
-            client.close()
-        sock.close()
     # asyncio's own server takes every waiting connection in one wake-up.
     assert seen == [1, 2, 3, 3]
 
 
 def test_connections_waiting_are_all_served() -> None:
-    sock = _listening()
-    port = tcp_port([sock])
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
-
     async def scenario() -> int:
         Counting.made = []
         acceptor = OneByOne(sock, Counting, Sharing())
@@ -79,12 +83,8 @@ def test_connections_waiting_are_all_served() -> None:
             protocol.transport.close()
         return len(Counting.made)
 
-    try:
+    with _waiting(3) as sock:
         assert asyncio.run(scenario()) == 3
-    finally:
-        for client in clients:
-            client.close()
-        sock.close()
 
 
 def test_a_connection_left_to_the_others_is_taken_after_the_delay() -> None:
@@ -158,9 +158,6 @@ def test_a_connection_left_to_others_that_are_taking_connections_is_left_again()
 
 
 def test_each_accept_is_told_so_the_others_see_it_at_once() -> None:
-    sock = _listening()
-    port = tcp_port([sock])
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
     told: list[int] = []
 
     async def scenario() -> None:
@@ -175,12 +172,8 @@ def test_each_accept_is_told_so_the_others_see_it_at_once() -> None:
         for protocol in Counting.made:
             protocol.transport.close()
 
-    try:
+    with _waiting(2) as sock:
         asyncio.run(scenario())
-    finally:
-        for client in clients:
-            client.close()
-        sock.close()
     assert told == [1, 2]  # the connections accepted and starting, at each accept
 
 
@@ -188,9 +181,6 @@ def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
     # A server counts a connection once its protocol starts, a loop turn or two after the
     # accept; a connection waiting behind it must see the first one counted, or one front end
     # takes several connections opened at once before the others see it hold any.
-    sock = _listening()
-    port = tcp_port([sock])
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
     asked: list[int] = []
 
     def mine(starting: int) -> bool:
@@ -212,12 +202,8 @@ def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
             protocol.transport.close()
         return len(Counting.made)
 
-    try:
+    with _waiting(2) as sock:
         made = asyncio.run(scenario())
-    finally:
-        for client in clients:
-            client.close()
-        sock.close()
     assert made == 2
     assert asked == [0, 1, 0]
 
@@ -226,9 +212,6 @@ def test_a_connection_the_server_counts_already_is_not_counted_as_starting() -> 
     # The gRPC server counts a connection as it makes its protocol, a loop turn before
     # connect_accepted_socket returns: counted as starting too, one connection made a front
     # end look loaded by two (seen as 3/2/2/1 for 8 connections over 4 front ends).
-    sock = _listening()
-    port = tcp_port([sock])
-    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
     asked: list[tuple[int, int]] = []
 
     def mine(starting: int) -> bool:
@@ -255,12 +238,8 @@ def test_a_connection_the_server_counts_already_is_not_counted_as_starting() -> 
         for protocol in Counting.made:
             protocol.transport.close()
 
-    try:
+    with _waiting(2) as sock:
         asyncio.run(scenario())
-    finally:
-        for client in clients:
-            client.close()
-        sock.close()
     assert asked == [(0, 0), (1, 0)]
 
 
