@@ -178,9 +178,9 @@ def test_each_accept_is_told_so_the_others_see_it_at_once() -> None:
 
 
 def test_the_sharing_counts_connections_accepted_and_not_yet_started() -> None:
-    # A server counts a connection once its protocol starts, a loop turn or two after the
-    # accept; a connection waiting behind it must see the first one counted, or one front end
-    # takes several connections opened at once before the others see it hold any.
+    # A server counts a connection from its protocol on, a loop turn after the accept; a
+    # connection waiting behind it must see the first one counted, or one front end takes
+    # several connections opened at once before the others see it hold any.
     asked: list[int] = []
 
     def mine(starting: int) -> bool:
