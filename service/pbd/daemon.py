@@ -432,15 +432,17 @@ class Daemon:
             log.info("gRPC server listening on %s%s%s", where, tls, by)
         if settings.allow_http:
             log.info("HTTP server listening on %s:%d%s", settings.http_address, http_port, by)
-        if fronts is not None and not await fronts.connected():
-            log.warning("not every front end came up within 30s; serving with those that did")
 
     async def _serve(self) -> int:
         """Load the startup models, serve until asked to stop, then let the requests in flight
         finish (``_drain``); the exit code."""
         settings = self.settings
         self.notifier.start()  # STATUS= says what is loading meanwhile
+        # The startup loads begin before the front ends are linked (they take a second to
+        # start): a client the first front end serves sees the models in the index, loading.
         failed = await self._load_unless_stopped()
+        if failed is not None and self.fronts is not None and not await self.fronts.connected():
+            log.warning("not every front end came up within 30s; serving with those that did")
         self.dataplane.started = True
         await self.dataplane.announce_models()
         # What start-up made lives as long as the daemon: out of the collector's way, so its

@@ -195,6 +195,23 @@ def test_a_load_the_client_gave_up_on_reaches_every_front_end_when_it_ends(
         assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
 
 
+def test_the_first_answer_of_a_front_end_lists_the_startup_models(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """The startup loads begin before the front ends are linked: as soon as a front end
+    serves, the index lists every model of the repository (here one held in initialize(),
+    LOADING), as with one front end; not an empty index for the second a front end takes to
+    start."""
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("held\n")
+    daemon = start_daemon(repo, *FRONTS)
+    assert daemon.index()[("gated", "1")].state == "LOADING"
+    hold.unlink()
+    daemon.wait_settled(["gated"])
+    assert daemon.index()[("gated", "1")].state == "READY"
+
+
 def test_statistics_add_up_across_front_ends(start_daemon: DaemonFactory, repo: Path) -> None:
     daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
     pids = two_fronts(daemon)

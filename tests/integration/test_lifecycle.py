@@ -225,9 +225,8 @@ def test_a_second_sigint_stops_at_once(tmp_path: Path) -> None:
     daemon = Daemon(repo, tmp_path, ("--exit-timeout-secs", "300"))
     try:
         daemon.start()
-        # Not in the index at all yet, at first: with front ends the ports serve before the
-        # daemon reads the repository (an exception here would leave the daemon to a SIGTERM
-        # during gated's load, which it gives --exit-timeout-secs 300).
+        # Waited for without an exception: one here would leave the daemon to a SIGTERM
+        # during gated's load, which it gives --exit-timeout-secs 300.
         wait_until(
             lambda: getattr(daemon.index().get(("add_sub", "1")), "state", "") == "READY",
             60,
