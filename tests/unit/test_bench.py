@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -285,3 +286,31 @@ def test_the_cores_busiest_thread_names_its_process() -> None:
         for process in started.values():
             process.kill()
             process.wait()
+
+
+def test_instructions_reads_a_callgrind_total(tmp_path: Path) -> None:
+    from bench.instructions import totals
+
+    dump = tmp_path / "callgrind.1.1"
+    dump.write_text("# callgrind format\nversion: 1\nevents: Ir\nfn=main\n1 5\nsummary: 1234567\n")
+    assert totals(dump) == 1234567
+    (tmp_path / "empty").write_text("events: Ir\n")
+    with pytest.raises(ValueError, match="no summary"):
+        totals(tmp_path / "empty")
+
+
+@pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("valgrind", "callgrind_control", "h2load")),
+    reason="needs valgrind and h2load (Debian's valgrind, nghttp2-client)",
+)
+def test_instructions_counts_the_daemon_over_exactly_the_calls_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import instructions
+
+    assert instructions.main(["--requests", "40", "--warmup", "10"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    (main_row,) = [r for r in rows if r[:2] == ["head", "main"]]
+    # A gRPC call through pbd's daemon takes hundreds of thousands of instructions; the
+    # daemon's idle loop alone would give far fewer per call.
+    assert int(main_row[3].replace(",", "")) > 50_000
