@@ -23,7 +23,8 @@ Left out, each for a reason: ``pbd.version.runtime`` (``EnsembleRuntime`` subcla
 class, and a compiled class makes no instance of a Python subclass; compiled with it, the
 subclass's ``super().__init__(**kwargs)`` failed), modules with async generators
 (``pbd.dataplane``, ``pbd.grpc.servicer``: mypyc cannot compile them), ``pbd.types``
-(mypyc fails on its dataclass fields typed ``memoryview``), and everything in the workers
+(mypyc fails on its dataclass fields typed ``memoryview``), ``pbd.h2.connection`` (an
+asyncio protocol class: mypyc's classes cannot subclass it), and everything in the workers
 (a model's code meets ``pb_utils`` objects there, which must stay plain Python classes).
 """
 
@@ -49,7 +50,6 @@ MODULES = [
     "pbd.h2.limits",
     "pbd.h2.core",
     "pbd.h2.sending",
-    "pbd.h2.connection",
     "pbd.grpc.calls",
     "pbd.grpc.deframing",
     "pbd.grpc.convert",
@@ -67,9 +67,6 @@ MODULES = [
     "pbd.instance.messages",
     "pbd.stats",
     "pbd.worker.link",
-    # A front end's direct path to the workers (--frontends over 1).
-    "pbd.fronts.wire",
-    "pbd.fronts.direct",
 ]
 
 
