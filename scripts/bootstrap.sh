@@ -41,21 +41,8 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-# PBD_NATIVE=0: no compiled request path (pbd runs from its sources; a build left earlier is
-# removed). Otherwise the native extra (mypyc) comes too, and scripts/native.py compiles.
-if [ "${PBD_NATIVE:-1}" = 0 ]; then
-  extras="$extra"
-else
-  extras="${extra:+$extra,}native"
-fi
-if [ -n "$extras" ]; then
-  "$venv/bin/python" -m pip install -q -e ".[$extras]"
+if [ -n "$extra" ]; then
+  "$venv/bin/python" -m pip install -q -e ".[$extra]"
 else
   "$venv/bin/python" -m pip install -q -e .
-fi
-if [ "${PBD_NATIVE:-1}" = 0 ]; then
-  "$venv/bin/python" scripts/native.py --clean
-elif ! "$venv/bin/python" scripts/native.py; then
-  echo "bootstrap: the compiled request path was not built (above: why); pbd runs from its" \
-    "sources, slower per request (scripts/native.py)" >&2
 fi

@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from pbd import native, status_line
+from pbd import status_line
 from pbd.bls.service import BlsService
 from pbd.dataplane import DataPlane
 from pbd.ensemble.runtime import EnsembleRuntime, Ensembles
@@ -331,9 +331,6 @@ class Daemon:
             log.error("model repository '%s' is not a directory", settings.model_repository)
             return 2
         tune_malloc()
-        # Which request path runs: compiled (scripts/native.py), or the sources and why.
-        log.log(logging.WARNING if native.STALE else logging.INFO,
-                "request path: %s", native.STATE)  # fmt: skip
         try:
             claim = SegmentClaim(settings.shm_prefix, self.daemon_id, str(settings.shm_dir))
         except OSError as exc:

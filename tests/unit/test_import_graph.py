@@ -26,8 +26,6 @@ LAYERS: list[tuple[str, ...]] = [
     # The wire, one implementation for both sides; the worker, which imports only the wire.
     ("pbd_wire",),
     ("pbd_worker",),
-    # Which of pbd's modules run compiled: decided by pbd/__init__ before any other is imported.
-    ("pbd.native",),
     # Records and leaves: anyone may import them.
     ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2", "pbd.histogram", "pbd.peercred"),
     ("pbd.memory",),
@@ -219,7 +217,7 @@ def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
         "pbd.errors (pbd.errors) -> pbd.types (pbd.types)",
         "pbd.stats (pbd.stats) -> pbd.modelconfig.model (pbd.modelconfig)",
     ]
-    assert layer_of("pbd") == ("pbd", 3)
+    assert layer_of("pbd") == ("pbd", 2)
     assert layer_of("pbd.somewhere_new.module") == ("", -1)  # not under ``pbd``'s own layer
 
 
