@@ -17,10 +17,10 @@ What it leaves out: the kernel (system calls: send, recv, epoll), waiting, and w
 instruction costs (cache misses, branch mispredictions); ``bench.cores`` and
 ``bench.vs_triton`` measure time. ``--base REV`` measures that commit's tree too (checked out
 into a temporary git worktree, as ``bench.trees`` does) and prints head/base per process: what
-a change to the request path buys, in one run. The base runs from its sources (a worktree
-has no compiled extensions), this checkout compiled when ``scripts/native.py`` built it:
-``PBD_NATIVE=0`` compares Python with Python. Needs valgrind and h2load (Debian's
-``valgrind`` and ``nghttp2-client``).
+a change to the request path buys, in one run. Fewer instructions need not mean less time
+(bench/README.md, "Fourth step": 17 % fewer, no time measured): time a change that the
+count favours before keeping it. Needs valgrind and h2load (Debian's ``valgrind`` and
+``nghttp2-client``).
 """
 
 from __future__ import annotations

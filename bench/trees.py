@@ -11,10 +11,6 @@ windows alternate (base then head on even rounds, head then base on odd ones), e
 0.5 s warm-up of its own, so drift on a shared machine hits both. Reported: the medians of
 infer/s, p50, p99 and server CPU per request (daemon and workers), and each round's head/base
 ratios. Exit code 0 when every call of every window was answered right, 1 otherwise.
-
-The base tree runs from its sources (a worktree has no compiled extensions); this checkout
-runs what ``scripts/native.py`` compiled, when it did. ``PBD_NATIVE=0 python -m bench.trees``
-compares the two trees' Python alone.
 """
 
 from __future__ import annotations
