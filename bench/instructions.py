@@ -18,9 +18,9 @@ instruction costs (cache misses, branch mispredictions); ``bench.cores`` and
 ``bench.vs_triton`` measure time. ``--base REV`` measures that commit's tree too (checked out
 into a temporary git worktree, as ``bench.trees`` does) and prints head/base per process: what
 a change to the request path buys, in one run. Fewer instructions need not mean less time
-(bench/README.md, "Fourth step": 17 % fewer, no time measured): time a change that the
-count favours before keeping it. Needs valgrind and h2load (Debian's ``valgrind`` and
-``nghttp2-client``).
+(bench/README.md, "Fourth step": mypyc gave 17 % fewer in the daemon and no less time):
+time a change that the count favours before keeping it. Needs valgrind and h2load (Debian's
+``valgrind`` and ``nghttp2-client``).
 """
 
 from __future__ import annotations
