@@ -127,13 +127,15 @@ def test_a_model_that_exits_its_process(
     assert_no_stale_segments(daemon)
 
 
+@pytest.mark.parametrize("fronts", [(), ("--frontends", "2")], ids=["daemon", "fronts"])
 def test_after_a_sigkilled_daemon_its_workers_remove_its_segments(
-    repository: Path, tmp_path: Path
+    repository: Path, tmp_path: Path, fronts: tuple[str, ...]
 ) -> None:
     """As Triton 2.51's stub after a kill -9 of tritonserver: each worker sees its daemon go,
     removes its instance's segments (its own and the daemon's for it) and exits; a request
-    in flight changes nothing."""
-    daemon = Daemon(repository, tmp_path)
+    in flight changes nothing. With front ends, each removes its arena too, and the last
+    process out the daemon's owner record (the record is in ``shm_segments``)."""
+    daemon = Daemon(repository, tmp_path, args=fronts)
     try:
         daemon.start()
         daemon.wait_settled(ALL)

@@ -39,9 +39,11 @@ from pbd_harness import (
     make_repository,
     wait_until,
 )
+from traffic import assert_no_orphan
 from tritonclient.utils import InferenceServerException
 
 from bench.procstat import established
+from pbd_wire.shm_owner import OWNER_SUFFIX
 
 FRONTS = ("--frontends", "2")
 SHM_PREFIX = f"pbdfronts{os.getpid()}"
@@ -315,6 +317,45 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
     # Nothing of the dead front end is left in /dev/shm: its arena went with it.
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def test_a_sigkilled_daemons_owner_record_goes_with_the_last_front_end_out(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The daemon killed while its front ends are stopped: its workers go first and leave its
+    owner record (a front end's arena is still there); the front ends, let go on, remove their
+    arenas and the last one out the record, as the last worker out does without them."""
+    daemon = Daemon(repo, tmp_path, args=FRONTS)
+    pids: list[int] = []
+    try:
+        daemon.start()
+        daemon.wait_settled(["add_sub"])
+        pids = two_fronts(daemon)
+        a = np.ones(4, np.float32)
+        for pid in pids:  # an arena in each front end
+            add_sub(pinned_client(daemon, pid, pids), a, a)
+        workers = list(daemon.workers())
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            os.kill(daemon.pid, signal.SIGKILL)
+            assert daemon.stop() == -signal.SIGKILL
+            for pid in workers:
+                assert_no_orphan(pid)
+            owner = [n for n in daemon.shm_segments() if n.endswith(OWNER_SUFFIX)]
+            arenas = [n for n in daemon.shm_segments() if n not in owner]
+            assert len(owner) == 1 and len(arenas) >= 2, daemon.shm_segments()
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            assert_no_orphan(pid)
+        assert daemon.shm_segments() == []
+    finally:
+        daemon.stop()
+        for pid in [*pids, *daemon.alive_seen_workers()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def streamed(

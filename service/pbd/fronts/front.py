@@ -10,7 +10,9 @@ from the state that must be one (``RemotePlane.call``, ``pbd.fronts.http_proxy``
 
 It stops when the daemon says so (``Stop``: stop accepting, let what is in flight finish
 within the grace, exit), on SIGTERM (the same, with --exit-timeout-secs), or when the daemon's
-link ends (the daemon is gone: nothing could be answered any more).
+link ends (the daemon is gone: nothing could be answered any more). A front end whose daemon
+went without a Stop removes its arena and, when it is the last of the daemon's processes out,
+the daemon's owner record (``pbd_wire.shm_owner``), as workers do.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pbd.logsettings import log_config
 from pbd.settings import Settings
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import Arena, SegmentMap
+from pbd_wire.shm_owner import remove_orphaned_record
 from pbd_worker.logconfig import LogConfig, apply
 
 # What a signalled front end adds to --exit-timeout-secs before it cuts its calls.
@@ -151,6 +154,11 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         arena.close()
         plane.segments.close()
         loads.close()
+        if plane.stop_grace is None:
+            # The daemon went without a Stop (killed, crashed): as its workers do, the last
+            # one out removes its owner record once none of its segments is left, our
+            # arena's included (a worker that looked before it went leaves the record to us).
+            remove_orphaned_record(spec.arena_base, shm_dir)
 
 
 def direct_bytes(settings: Settings, fronts: int) -> int:
