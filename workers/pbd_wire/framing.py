@@ -39,13 +39,19 @@ class FrameSplitter:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def split(self, data: bytes) -> list[bytearray]:
+    def split(self, data: bytes) -> list[bytes] | list[bytearray]:
         """Add ``data``; the payloads of the frames now whole, in order (a partial one stays
         for the next read). FrameError on a length no frame may have."""
         buffer = self._buffer
+        size = HEADER.size
+        if not buffer and len(data) >= size:
+            # Nearly always: nothing left over, and the read brought exactly one frame.
+            length = decode_length(data[:size])
+            if len(data) == size + length:
+                return [data[size:]]
         buffer += data
         frames = []
-        pos, end, size = 0, len(buffer), HEADER.size
+        pos, end = 0, len(buffer)
         try:
             while end - pos >= size:
                 length = decode_length(buffer[pos : pos + size])

@@ -322,6 +322,7 @@ def test_a_front_end_without_the_right_hello_is_refused(
         wpb.DaemonToWorker(execute=wpb.Execute(batch_id=B1 + 1)),  # front 1's batch
         wpb.DaemonToWorker(execute=wpb.Execute(batch_id=5)),  # the daemon's
         wpb.DaemonToWorker(release=wpb.Release(batch_ids=[B0 + 1, 3])),
+        wpb.DaemonToWorker(execute=wpb.Execute(batch_id=B0 + 1, release=[B0 + 1, 3])),
         wpb.DaemonToWorker(cancel=wpb.CancelRequests(request_ids=[B1 + 2])),
         wpb.DaemonToWorker(finalize=wpb.Finalize()),  # not a front end's to send
         wpb.DaemonToWorker(ready_query=wpb.ReadyQuery(query=1)),
@@ -330,6 +331,7 @@ def test_a_front_end_without_the_right_hello_is_refused(
         "others-batch",
         "daemons-batch",
         "daemons-release",
+        "daemons-release-on-a-batch",
         "others-cancel",
         "finalize",
         "ready-query",

@@ -81,6 +81,15 @@ def test_a_splitter_gives_whole_frames_and_keeps_a_partial_one_for_the_next_read
     assert splitter.split(b"") == []
 
 
+def test_a_frame_alone_in_a_read_is_its_payload_and_what_follows_starts_afresh() -> None:
+    splitter = FrameSplitter()
+    assert splitter.split(encode_frame(b"alone")) == [b"alone"]
+    stream = encode_frame(b"next") + encode_frame(b"after")
+    assert splitter.split(stream[:5]) == []  # the header and a byte: kept
+    assert splitter.split(stream[5:]) == [b"next", b"after"]
+    assert splitter.split(encode_frame(b"")) == [b""]
+
+
 def test_a_splitter_refuses_a_length_no_frame_may_have() -> None:
     with pytest.raises(FrameError, match="exceeds"):
         FrameSplitter().split(HEADER.pack(MAX_FRAME_BYTES + 1))

@@ -67,7 +67,6 @@ BACKLOG = 128
 _READ_BYTES = 1 << 18
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _HELD_BIT = 1 << 63  # live_requests.STREAM_HELD_BIT (not imported: that pulls the model API)
-_KINDS = frozenset({"execute", "release", "cancel"})
 # The highest front index whose ids still fit below the held bit.
 _MAX_FRONT = (_HELD_BIT >> 40) - 2
 
@@ -109,12 +108,16 @@ class FrontLink:
     def send(self, messages: Sequence[wpb.WorkerToDaemon], held: Iterable[int] = ()) -> bool:
         """Send ``messages`` in one write, ``held`` becoming ours to release; False when the
         link is closed or broke (the caller frees what the messages hold)."""
-        data = b"".join(encode_frame(m.SerializeToString()) for m in messages)
+        if len(messages) == 1:  # nearly always: one result
+            data = encode_frame(messages[0].SerializeToString())
+        else:
+            data = b"".join([encode_frame(m.SerializeToString()) for m in messages])
         with self.lock:
             if self.closed:
                 return False
-            held = [h for h in held if h]
-            self.held.update(held)
+            if held:
+                held = [h for h in held if h]
+                self.held.update(held)
             try:
                 self.sock.sendall(data)
                 return True
@@ -143,19 +146,29 @@ class FrontLink:
     def problem(self, message: wpb.DaemonToWorker) -> str | None:
         """Why ``message`` may not come on this link; None when it may."""
         kind = message.WhichOneof("kind")
-        if kind not in _KINDS:
-            return f"a {kind} frame"
         if kind == "execute":
             execute = message.execute
-            ids = [execute.batch_id, *(r.request_id for r in execute.requests)]
-            ids += [i for i in execute.release if not i & _HELD_BIT]
+            outside = self._outside([execute.batch_id])
+            if outside is None:
+                outside = self._outside([r.request_id for r in execute.requests[:]])
+            if outside is None and execute.release:
+                outside = self._outside([i for i in execute.release if not i & _HELD_BIT])
         elif kind == "release":
-            ids = [i for i in message.release.batch_ids if not i & _HELD_BIT]
+            outside = self._outside([i for i in message.release.batch_ids if not i & _HELD_BIT])
+        elif kind == "cancel":
+            outside = self._outside(message.cancel.request_ids)
         else:
-            ids = list(message.cancel.request_ids)
-        outside = [i for i in ids if not self.owns(i)]
-        if outside:
-            return f"id {outside[0]} outside its range [{self.first}, {self.end})"
+            return f"a {kind} frame"
+        if outside is not None:
+            return f"id {outside} outside its range [{self.first}, {self.end})"
+        return None
+
+    def _outside(self, ids: Iterable[int]) -> int | None:
+        """The first of ``ids`` outside this link's range; None when all are in it."""
+        first, end = self.first, self.end
+        for ident in ids:
+            if not first <= ident < end:
+                return ident
         return None
 
 
@@ -191,6 +204,7 @@ class FrontLinks:
         self.links: dict[int, FrontLink] = {}
         self._turn = 0  # where ``take`` looks first
         self._by_fd: dict[int, FrontLink | _Pending | None] = {}  # None: the listener
+        self._hellos = 0  # entries of _by_fd that are connections yet to say hello
         self._poll: select.poll | None = None  # over _by_fd and the daemon's socket
         self._poll_daemon = -1
         self._loop: AbstractEventLoop | None = None  # the event loop watching us (``attach``)
@@ -257,18 +271,25 @@ class FrontLinks:
         self.listener, self.token = None, b""
         self.links.clear()
         self._by_fd.clear()
+        self._hellos = 0
         self._poll, self._loop, self._arrived, self._expiry = None, None, None, None
 
     # -- reading (main thread) --------------------------------------------------------------------
 
     def ready(self) -> bool:
         """A frame of a link waits in its inbox."""
-        return any(link.inbox for link in self.links.values())
+        for link in self.links.values():  # noqa: SIM110 - no generator on the hot loop
+            if link.inbox:
+                return True
+        return False
 
     def take(self) -> tuple[FrontLink, wpb.DaemonToWorker] | None:
         """The next frame of a link (and the link), one link after the other."""
         # Not by reordering ``links``: model threads look links up there meanwhile (``route``).
         links = list(self.links.values())
+        if len(links) == 1:
+            (link,) = links
+            return (link, link.inbox.popleft()) if link.inbox else None
         for i in range(len(links)):
             link = links[(self._turn + i) % len(links)]
             if link.inbox:
@@ -285,11 +306,13 @@ class FrontLinks:
             poller = self._poller(daemon_fd)
             timeout = 0 if self.ready() else self._expiry_ms()
             events = poller.poll(timeout)
-            if any(fd == daemon_fd for fd, _ in events):
-                return True
+            for fd, _ in events:
+                if fd == daemon_fd:
+                    return True
             for fd, _ in events:
                 self._readable(fd)
-            self._expire()
+            if self._hellos:
+                self._expire()
             if self.ready():
                 return False
 
@@ -315,7 +338,8 @@ class FrontLinks:
 
     def _on_loop_readable(self, fd: int) -> None:
         self._readable(fd)
-        self._expire()
+        if self._hellos:
+            self._expire()
         if self.ready() and self._arrived is not None:
             self._arrived()
 
@@ -400,10 +424,10 @@ class FrontLinks:
         else:
             self._file(link, frames)
 
-    def _file(self, link: FrontLink, frames: list[bytearray]) -> None:
+    def _file(self, link: FrontLink, frames: list[bytes] | list[bytearray]) -> None:
         for frame in frames:
             try:
-                message = wpb.DaemonToWorker.FromString(bytes(frame))
+                message = wpb.DaemonToWorker.FromString(frame)  # type: ignore[arg-type]  # any buffer
             except DecodeError:
                 self._drop(link, "an undecodable frame", warn=True)
                 return
@@ -414,6 +438,8 @@ class FrontLinks:
             link.inbox.append(message)
 
     def _expiry_ms(self) -> int | None:
+        if not self._hellos:
+            return None
         deadlines = [e.deadline for e in self._by_fd.values() if isinstance(e, _Pending)]
         if not deadlines:
             return None
@@ -445,6 +471,7 @@ class FrontLinks:
     def _watch(self, sock: socket.socket, entry: FrontLink | _Pending | None) -> None:
         fd = sock.fileno()
         self._by_fd[fd] = entry
+        self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
         self._poll = None
         if self._loop is not None:
             self._loop.add_reader(fd, self._on_loop_readable, fd)
@@ -452,6 +479,7 @@ class FrontLinks:
     def _unwatch(self, fd: int) -> None:
         if self._by_fd.pop(fd, False) is False:
             return
+        self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
         self._poll = None
         if self._loop is not None:
             self._loop.remove_reader(fd)
@@ -518,7 +546,7 @@ class FrontLinks:
             executor.release(ids)
 
 
-def _receive(sock: socket.socket, splitter: FrameSplitter) -> list[bytearray] | None:
+def _receive(sock: socket.socket, splitter: FrameSplitter) -> list[bytes] | list[bytearray] | None:
     """The frames now whole on ``sock`` (without waiting); None: the link ended (EOF, an
     error, a frame no peer may send)."""
     try:
