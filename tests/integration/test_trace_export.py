@@ -72,9 +72,12 @@ def repository(tmp_path: Path) -> Path:
     return make_repository(tmp_path, {"traced": TEST_MODELS / "traced"})
 
 
+@pytest.mark.parametrize("fronts", [(), ("--frontends", "2")], ids=["daemon", "fronts"])
 def test_spans_reach_an_otlp_receiver(
-    receiver: tuple[Receiver, int], repository: Path, tmp_path: Path
+    receiver: tuple[Receiver, int], repository: Path, tmp_path: Path, fronts: tuple[str, ...]
 ) -> None:
+    """With front ends the client's traceparent goes from the front end to the daemon, which
+    samples and traces the request (a traced model does not take the direct path)."""
     servicer, port = receiver
     env = {
         "OTEL_TRACES_EXPORTER": "otlp",
@@ -82,7 +85,7 @@ def test_spans_reach_an_otlp_receiver(
         "OTEL_BSP_SCHEDULE_DELAY": "50",
         "OTEL_SERVICE_NAME": "pbd-under-test",
     }
-    args = ("--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
+    args = ("--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1", *fronts)
     with running_daemon(repository, tmp_path, *args, settle=["traced"], env=env) as daemon:
         data = np.ones(3, dtype=np.float32)
         daemon.client().infer(

@@ -312,7 +312,11 @@ class WorkerLink(asyncio.Protocol):
         if not call.gone:  # as the daemon: a batch whose caller left is not counted
             prepared = [call.prepared]
             size = batch_rows(prepared, version.config.max_batch_size)
-            failed = failed_share(prepared, [outcome], version.config)
+            failed = (
+                (0, 0)
+                if isinstance(outcome, InferResult)
+                else failed_share(prepared, [outcome], version.config)
+            )
             stats.executed(1, result.input_ns, result.infer_ns, result.output_ns, size, failed)
         if worker_holds:
             self.releases.add(request_id)

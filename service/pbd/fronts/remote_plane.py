@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
@@ -66,6 +67,19 @@ class _Pending:
     @property
     def over(self) -> bool:
         return self.free and not self.results and (self.final or self.gone)
+
+
+@dataclass(frozen=True, slots=True)
+class _TraceLater:
+    """``start_trace``'s arguments until the request goes to the daemon."""
+
+    method: str
+    system: str
+    start_ns: int
+    traceparent: Callable[[], str | None]
+
+    def ask(self) -> wire.TraceAsk:
+        return wire.TraceAsk(self.method, self.system, self.start_ns, self.traceparent() or "")
 
 
 class RemotePlane(asyncio.Protocol):
@@ -117,8 +131,9 @@ class RemotePlane(asyncio.Protocol):
         system: str = "grpc",
     ) -> None:
         """None: the daemon traces (its settings and sampling are one for every front end);
-        what it needs rides on the request."""
-        request.trace = wire.TraceAsk(method, system, start_ns, traceparent() or "")
+        what it needs rides on the request, asked for only if the request goes to the daemon
+        (the direct path traces nothing: the client's metadata is not read for it)."""
+        request.trace = _TraceLater(method, system, start_ns, traceparent)
 
     async def infer(self, request: InferRequest) -> InferResult:
         direct = self.direct
@@ -183,7 +198,7 @@ class RemotePlane(asyncio.Protocol):
             self._free(blocks)
             raise unavailable("the daemon is not reachable from this front end")
         self._pending[call] = _Pending(request, blocks, future, stream)
-        trace = request.trace if isinstance(request.trace, wire.TraceAsk) else None
+        trace = request.trace.ask() if isinstance(request.trace, _TraceLater) else None
         release, self._released = self._released, []
         frame = wire.infer_frame(
             call, request, places, stream=stream is not None, trace=trace, release=release
