@@ -2,13 +2,16 @@
 
     python -m bench.instructions [--requests 2000] [--connections 1] [--streams 8]
                                  [--instances 1] [--frontends 1] [--children]
-                                 [--base REV]
+                                 [--http] [--base REV]
 
 Timing a change on a shared 2-core machine moves by 5-10 % from one window to the next
 (``bench.trees`` needs many rounds to see 3 %). An instruction count does not: ``pbd serve``
 runs under valgrind's callgrind with instrumentation off, takes ``--warmup`` calls (h2load,
 the gRPC ModelInfer of ``bench.cores``: FP32 [1,16] to an identity model), then its counters
-are zeroed, instrumentation turned on for exactly ``--requests`` calls, and dumped. Reported:
+are zeroed, instrumentation turned on for exactly ``--requests`` calls, and dumped (``--http``:
+the same call as KServe v2 HTTP infer with the binary tensor extension, ``bench.cores``'s HTTP
+body, over HTTP/1.1: one call in flight per connection, so ``--connections`` is the number in
+flight and ``--streams`` does not apply). Reported:
 instructions per call of the daemon (and, with ``--children``, of each worker and front end,
 which then run under callgrind too: slower to start). The same tree gives the same count to
 about 0.2 % run after run, whatever else the machine does.
@@ -35,8 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cores import MODEL, PATH, all_pids, grpc_body, repository, role
-from bench.servers import ROOT, start_pbd
+from bench.cores import HTTP_PATH, MODEL, PATH, all_pids, grpc_body, http_body, repository, role
+from bench.servers import ROOT, free_port, start_pbd
 from bench.trees import drop_worktree, tree_path, worktree
 
 RESULTS = ROOT / "bench" / "results"
@@ -73,17 +76,40 @@ def wrapper(where: Path, out: Path, children: bool) -> Path:
     return script
 
 
-def h2load(target: str, body: Path, opts: argparse.Namespace, calls: int) -> None:
-    """Exactly ``calls`` gRPC calls; RuntimeError unless every one succeeded."""
+def h2load(target: str, load: Load, opts: argparse.Namespace, calls: int) -> None:
+    """Exactly ``calls`` calls; RuntimeError unless every one succeeded."""
     done = subprocess.run(
-        ["h2load", f"--clients={opts.connections}", f"--max-concurrent-streams={opts.streams}",
-         f"--requests={calls}", f"--data={body}",
-         "--header=content-type: application/grpc", "--header=te: trailers",
-         f"http://{target}{PATH}"],
+        ["h2load", f"--clients={opts.connections}", f"--requests={calls}",
+         f"--data={load.body}", *load.flags, load.url(target)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     if f"{calls} succeeded" not in done.stdout:
         raise RuntimeError(f"h2load: not every call succeeded:\n{done.stdout}\n{done.stderr}")
+
+
+@dataclass
+class Load:
+    """What h2load sends: the body file, its flags, and where (the gRPC or the HTTP port)."""
+
+    body: Path
+    flags: list[str]
+    http_port: int = 0  # 0: the gRPC call
+
+    def url(self, grpc_target: str) -> str:
+        if self.http_port:
+            return f"http://127.0.0.1:{self.http_port}{HTTP_PATH}"
+        return f"http://{grpc_target}{PATH}"
+
+
+def load_of(work: Path, opts: argparse.Namespace) -> Load:
+    if not opts.http:
+        flags = [f"--max-concurrent-streams={opts.streams}",
+                 "--header=content-type: application/grpc", "--header=te: trailers"]  # fmt: skip
+        return Load(grpc_body(work / "body.grpc"), flags)
+    body, header_length = http_body(work / "body.http")
+    flags = ["--h1", "--header=content-type: application/octet-stream",
+             f"--header=inference-header-content-length: {header_length}"]  # fmt: skip
+    return Load(body, flags, free_port())
 
 
 def control(action: list[str], pids: list[int]) -> None:
@@ -92,25 +118,27 @@ def control(action: list[str], pids: list[int]) -> None:
 
 
 def measure(
-    label: str, env: dict[str, str] | None, work: Path, opts: argparse.Namespace
+    label: str, env: dict[str, str] | None, work: Path, load: Load, opts: argparse.Namespace
 ) -> list[Count]:
     """Start a daemon of the tree ``env`` names, count ``--requests`` calls, stop it."""
     out = work / f"callgrind-{label}"
     out.mkdir()
     python = wrapper(work, out, opts.children)
     repo = work / "repository"
-    body = work / "body.grpc"
+    args = [f"--frontends={opts.frontends}"]
+    if load.http_port:
+        args.append(f"--http-port={load.http_port}")  # after start_pbd's 0: this one holds
     server = start_pbd(
-        str(python), RESULTS, repo, MODEL, f"pbdinstr{os.getpid()}{label}",
-        [f"--frontends={opts.frontends}"], timeout=600, env=env, name=f"instructions-{label}",
+        str(python), RESULTS, repo, MODEL, f"pbdinstr{os.getpid()}{label}", args,
+        timeout=600, env=env, name=f"instructions-{label}",
     )  # fmt: skip
     try:
-        h2load(server.target, body, opts, opts.warmup)
+        h2load(server.target, load, opts, opts.warmup)
         roles = {pid: role(pid, server.pid) for pid in all_pids(server.pid)}
         traced = [pid for pid in roles if opts.children or pid == server.pid]
         control(["-z"], traced)
         control(["-i", "on"], traced)
-        h2load(server.target, body, opts, opts.requests)
+        h2load(server.target, load, opts, opts.requests)
         control(["-d", label], traced)
         control(["-i", "off"], traced)
     finally:
@@ -142,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--children", action="store_true", help="count the workers and front ends too"
     )
+    parser.add_argument(
+        "--http", action="store_true", help="KServe v2 HTTP infer (HTTP/1.1) instead of gRPC"
+    )
     parser.add_argument("--base", help="a commit to count beside this tree (git rev)")
     opts = parser.parse_args(argv)
     for tool in ("valgrind", "callgrind_control", "h2load"):
@@ -154,22 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pbd-instructions-") as scratch:
         work = Path(scratch)
         repository(work, opts.instances).rename(work / "repository")
-        grpc_body(work / "body.grpc")
+        load = load_of(work, opts)
         trees: list[tuple[str, dict[str, str] | None]] = [("head", None)]
         base: Path | None = None
         try:
             if opts.base:
                 base = worktree(opts.base, work)
                 trees.insert(0, ("base", {**os.environ, "PYTHONPATH": tree_path(base)}))
-            results = {name: measure(name, env, work, opts) for name, env in trees}
+            results = {name: measure(name, env, work, load, opts) for name, env in trees}
         except ValueError as exc:
             print(f"bench.instructions: {exc}", file=sys.stderr)
             return 2
         finally:
             if base is not None:
                 drop_worktree(base)
+    flight = "HTTP/1.1, 1" if opts.http else str(opts.streams)
     print(
-        f"{MODEL} FP32 [1,16], {opts.connections} connection(s) x {opts.streams} in flight, "
+        f"{MODEL} FP32 [1,16], {opts.connections} connection(s) x {flight} in flight, "
         f"{opts.instances} instance(s), --frontends {opts.frontends}: instructions per call "
         f"over {opts.requests} calls"
     )

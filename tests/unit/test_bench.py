@@ -314,3 +314,18 @@ def test_instructions_counts_the_daemon_over_exactly_the_calls_asked(
     # A gRPC call through pbd's daemon takes hundreds of thousands of instructions; the
     # daemon's idle loop alone would give far fewer per call.
     assert int(main_row[3].replace(",", "")) > 50_000
+
+
+@pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("valgrind", "callgrind_control", "h2load")),
+    reason="needs valgrind and h2load (Debian's valgrind, nghttp2-client)",
+)
+def test_instructions_counts_http_infer_calls_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import instructions
+
+    assert instructions.main(["--http", "--connections", "2", "--requests", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "HTTP/1.1, 1 in flight" in out
+    rows = [line.split() for line in out.splitlines()]
+    (main_row,) = [r for r in rows if r[:2] == ["head", "main"]]
+    assert int(main_row[3].replace(",", "")) > 50_000
