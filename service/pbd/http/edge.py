@@ -168,6 +168,9 @@ class Edge(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None  # the request being answered
         self.closing = False  # the client said Connection: close, or the server stops
         self.paused = False
+        # The connection is idle since (loop time), None while a request is being answered;
+        # one timer looks at it when it could expire (``_idle_check``).
+        self.idle_since: float | None = None
         self.idle: asyncio.TimerHandle | None = None
         self.body: _Body | None = None  # the request whose body is still coming
 
@@ -201,7 +204,7 @@ class Edge(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.edges.discard(self)
-        self._disarm_idle()
+        self._stop_idle()
         if self.task is not None:
             self.task.cancel()  # the client left: its request is cancelled, as with aiohttp
 
@@ -279,7 +282,7 @@ class Edge(asyncio.Protocol):
         """aiohttp serves this connection from here on, starting with what is buffered."""
         transport = self.transport
         assert transport is not None and self.task is None
-        self._disarm_idle()
+        self._stop_idle()
         self.edges.discard(self)
         self.transport = None
         if self.paused:
@@ -294,18 +297,35 @@ class Edge(asyncio.Protocol):
     # -- idle connections and stopping ------------------------------------------------------------
 
     def _arm_idle(self) -> None:
-        self._disarm_idle()
-        self.idle = asyncio.get_running_loop().call_later(KEEPALIVE_S, self._idle_expired)
+        """Idle from now: closed after KEEPALIVE_S unless a request comes. The timer is not
+        moved for each request (a timer per request cost as much as parsing its head): it
+        fires when the connection could first expire and looks again from there."""
+        loop = asyncio.get_running_loop()
+        self.idle_since = loop.time()
+        if self.idle is None:
+            self.idle = loop.call_at(self.idle_since + KEEPALIVE_S, self._idle_check)
 
     def _disarm_idle(self) -> None:
+        """Busy: a request is being answered."""
+        self.idle_since = None
+
+    def _stop_idle(self) -> None:
+        self.idle_since = None
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
 
-    def _idle_expired(self) -> None:
+    def _idle_check(self) -> None:
         self.idle = None
-        if self.task is None and self.transport is not None:  # idle, or a request half-sent
-            self.transport.close()
+        if self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        since = self.idle_since
+        due = (loop.time() if since is None else since) + KEEPALIVE_S
+        if since is not None and loop.time() >= due and self.task is None:
+            self.transport.close()  # idle, or a request half-sent, for KEEPALIVE_S
+            return
+        self.idle = loop.call_at(due, self._idle_check)
 
     async def stop(self, timeout: float) -> None:
         """Answer the request being answered (within ``timeout``), then close."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pbd.errors import invalid_arg
-from pbd.http.tensors import json_to_wire, unique_keys, wire_to_json
+from pbd.http.tensors import json_object, json_to_wire, wire_to_json
 from pbd.types import InferRequest, InferResult, InputTensor, ParamValue, Uint64
 
 if TYPE_CHECKING:
@@ -77,12 +77,7 @@ def _parameter(key: str, value: Any) -> ParamValue:
 def parse_generate_request(
     body: bytes, config: ModelConfig, model: str, version: str
 ) -> InferRequest:
-    try:
-        doc = json.loads(body, object_pairs_hook=unique_keys)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
-        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise invalid_arg("the request JSON must be an object")
+    doc = json_object(body)
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
         raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")

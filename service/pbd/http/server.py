@@ -18,7 +18,6 @@ import asyncio
 import base64
 import binascii
 import functools
-import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -37,8 +36,8 @@ from pbd.http.status import error_response, finishing, http_status
 from pbd.http.tensors import (
     HEADER_LENGTH,
     build_infer_response,
+    json_object,
     parse_infer_request,
-    unique_keys,
 )
 from pbd.inference_plane import InferencePlane
 from pbd.listeners import OneByOne, Sharing, http_sockets, tcp_port
@@ -481,13 +480,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw:
         return {}
-    try:
-        doc = json.loads(raw, object_pairs_hook=unique_keys)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
-        raise PbdError(Code.INVALID_ARG, f"failed to parse the request JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise PbdError(Code.INVALID_ARG, "the request JSON must be an object")
-    return doc
+    return json_object(raw)
 
 
 def _repository_params(body: dict[str, Any]) -> dict[str, tuple[str | None, Any]]:

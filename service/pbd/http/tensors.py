@@ -102,6 +102,24 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return doc
 
 
+# One decoder and one compact encoder for every request: json.loads and json.dumps build a
+# new one on each call given options.
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body's JSON object (a key given twice is refused), as ``json.loads`` reads
+    bytes; INVALID_ARG with Triton's words otherwise."""
+    try:
+        doc = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("the request JSON must be an object")
+    return doc
+
+
 def _params(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -129,12 +147,7 @@ def parse_infer_request(
         header, binary = view[:split], view[split:]
     else:
         header, binary = view, view[:0]
-    try:
-        doc = json.loads(bytes(header), object_pairs_hook=unique_keys)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
-        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise invalid_arg("the request JSON must be an object")
+    doc = json_object(bytes(header))
     params = _params(doc.get("parameters"), "the request")
     all_binary = bool(params.pop("binary_data_output", False))
     for key in _HTTP_ONLY_REQUEST_PARAMS:
@@ -245,7 +258,7 @@ def build_infer_response(result: InferResult, parsed: HttpInferRequest) -> tuple
         doc["id"] = result.id
     if result.parameters:
         doc["parameters"] = dict(result.parameters)
-    header = json.dumps(doc, separators=(",", ":")).encode()
+    header = _COMPACT.encode(doc).encode()
     if not binary:
         return header, None
     return b"".join([header, *binary]), len(header)

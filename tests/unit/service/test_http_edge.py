@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from pbd.errors import Code, PbdError
+from pbd.http import edge as edge_module
 from pbd.http.edge import Edge, Head, Reply, Route, encode_reply, error_reply, parse_head
 
 WAIT_S = 10.0
@@ -313,6 +314,35 @@ def test_a_request_whose_lines_end_with_lf_alone_goes_to_aiohttp_at_once() -> No
             status, _, body = await _read_reply(reader)
             assert status == 400 and b"Bad status line" in body  # aiohttp's answer, at once
             assert not edges
+            writer.close()
+
+    asyncio.run(run())
+
+
+def test_an_idle_connection_is_closed_after_the_keepalive_and_a_used_one_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keepalive timer is not moved for each request (it looks again when it fires): a
+    connection used more often than the keepalive stays, one idle longer goes."""
+    monkeypatch.setattr(edge_module, "KEEPALIVE_S", 1.0)
+
+    async def run() -> None:
+        routes = _Routes()
+        async with _serving(routes) as (port, _edges):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            # Used every 0.1 s for twice the keepalive: never idle that long, kept.
+            for i in range(20):
+                writer.write(_post("/echo", str(i).encode()))
+                assert (await _read_reply(reader))[2] == f"edge:{i}".encode()
+                await asyncio.sleep(0.1)
+            # A request answered after longer than the keepalive is not cut either.
+            routes.gate.clear()
+            writer.write(_post("/echo", b"slow"))
+            await asyncio.sleep(1.5)
+            routes.gate.set()
+            assert (await _read_reply(reader))[2] == b"edge:slow"
+            # Idle from its answer on: closed once the keepalive has passed.
+            assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
             writer.close()
 
     asyncio.run(run())
