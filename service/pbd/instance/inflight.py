@@ -19,6 +19,7 @@ the client's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,6 +169,9 @@ class InFlightBatches:
         responses = result.responses[:]  # a list (faster than protobuf's iterator)
         if len(responses) == 1 and len(request_ids) == 1:
             only = responses[0]
+            lone = self._lone(batch[0], request_ids[0], only, result.batch_id, blocks)
+            if lone is not None:
+                return [lone]
             by_id = {request_ids[0]: only} if only.request_id == request_ids[0] else {}
         else:
             by_id = {r.request_id: r for r in responses}
@@ -238,6 +242,49 @@ class InFlightBatches:
         if failed is not None:
             log_failed_batch(self.error_bucket, self.description, failed)
         return results
+
+    def _lone(
+        self,
+        prepared: PreparedRequest,
+        request_id: int,
+        response: wpb.Response,
+        batch_id: int,
+        blocks: list[Held],
+    ) -> InferResult | Any | None:
+        """:meth:`outcomes` of a batch of one request answered with outputs, as the walk
+        below would give it, without the walk (nearly every request of a model that does not
+        batch); None for anything else (an error, a stream, a bad output: the walk says)."""
+        if (
+            response.request_id != request_id
+            or response.rescheduled
+            or response.streamed
+            or response.HasField("error")
+        ):
+            return None
+        memory = self.memory
+        prefix = memory.output_prefix
+        targets = prepared.output_targets
+        outputs: list[OutputTensor] = []
+        worker_holds = False
+        try:
+            for ref in response.outputs[:]:
+                outputs.append(memory.output(ref, ref.name in targets))
+                if ref.region.startswith(prefix):
+                    worker_holds = True
+        except ValueError:
+            return None
+        # The result is the batch's only holder: its release is the batch's.
+        done = functools.partial(self.release, batch_id, blocks, worker_holds)
+        return self.requests.answered(request_id,
+            InferResult(
+                model_name=self.config.name,
+                model_version=self.version_text,
+                id=prepared.request.id,
+                outputs=outputs,
+                parameters=json_params(response.parameters_json),
+                _release=done,
+            )
+        )  # fmt: skip
 
     def release(self, batch_id: int, blocks: list[Held], worker_holds: bool = True) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment,
