@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pbd.errors import Code, PbdError, unavailable
 from pbd.execenv.prepare import WorkerEnv
@@ -420,6 +420,19 @@ class Instance:
         ``in_order=False``: the caller hands each result on as it comes (the default
         scheduler), so a lone request may be answered as soon as its result is read
         (``pbd.instance.inflight``); a scheduler that orders answers keeps that to itself."""
+        batch_id, flight = self.send(batch, in_order)
+        return await self.finish(batch_id, flight)
+
+    def send(
+        self,
+        batch: list[PreparedRequest],
+        in_order: bool = True,
+        future: asyncio.Future[Any] | None = None,
+    ) -> tuple[int, InFlight]:
+        """The first half of :meth:`execute`: ``batch``'s Execute sent to the worker, its
+        room already taken. ``future`` is what the result resolves (a new one by default):
+        a request the dispatch sends from its queue is answered through the future its
+        caller already waits on (``pbd.version.dispatch``). NotSent when it never left."""
         batches = self.batches
         if self.state is not State.READY or self.conn is None:
             # It died between being picked and this call: nothing was sent.
@@ -436,7 +449,8 @@ class Instance:
             requests.forget(request_ids)
             batches.free_room()
             raise
-        future: asyncio.Future[wpb.ExecuteResult] = self._loop.create_future()
+        if future is None:
+            future = self._loop.create_future()
         released = self.releases.take()
         if released:
             frame.execute.release.extend(released)
@@ -453,6 +467,12 @@ class Instance:
             raise NotSent(
                 Code.UNAVAILABLE, f"worker for {self.describe()} closed its connection"
             ) from None
+        return batch_id, flight
+
+    async def finish(self, batch_id: int, flight: InFlight) -> list[InferResult | PbdError]:
+        """The second half of :meth:`execute`: the sent batch's outcomes once its result is
+        in (the worker killed and replaced if execute() takes longer than its timeout)."""
+        future = flight.future
         try:
             if self.execute_timeout > 0:
                 done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
@@ -464,12 +484,18 @@ class Instance:
                     )
             result = await future
         except asyncio.CancelledError:
-            batches.abandon(batch_id, flight)
+            self.batches.abandon(batch_id, flight)
             raise
+        return await self.outcomes(flight, result)
+
+    async def outcomes(
+        self, flight: InFlight, result: wpb.ExecuteResult
+    ) -> list[InferResult | PbdError]:
+        """What the sent batch's ``result`` gives each of its requests."""
         outcomes = flight.outcomes
         if outcomes is None:
-            outcomes = batches.settle(flight, result)
-        return await requests.resolve(outcomes)
+            outcomes = self.batches.settle(flight, result)
+        return await self.requests.resolve(outcomes)
 
     def _send_release(self, ids: list[int]) -> None:
         if self.state is State.READY and self.conn is not None:

@@ -26,12 +26,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pbd.errors import PbdError, unavailable
+from pbd.instance.inflight import InFlight
 from pbd.instance.instance import Instance
 from pbd.instance.records import NotSent, State
-from pbd.scheduling.scheduler import Batch, Scheduler, wait_result
+from pbd.scheduling.scheduler import Batch, Scheduler, WorkItem, wait_result
 from pbd.settings import Settings
 from pbd.stats import ModelStats
 from pbd.types import InferResult, PreparedRequest
@@ -60,6 +62,10 @@ class Dispatch:
         self.granted = queue.grants
         self.depth = settings.worker_pipeline_depth if queue.pipelined else 1
         self.stopping = False
+        self._granting = False  # in _grant (see there)
+        # Requests the queue's grant sent to an instance itself, by the future their task
+        # waits on (``_hand_off``); the task takes its entry when it wakes.
+        self._sent: dict[asyncio.Future[Any], _Sent] = {}
         self._capacity = asyncio.Event()  # set when an instance may take more work
         self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -116,23 +122,30 @@ class Dispatch:
             if instance is None:
                 future = self._submit(prepared)
                 self._grant()  # room may be free behind requests whose callers gave up
-                instance = await self._wait_grant(future)
-            self.stats.queue.add(time.perf_counter_ns() - began)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s: request given to instance %s (%d batch(es) there)",
-                          self.name, instance.plan.name, instance.batches.inflight)  # fmt: skip
-            trace = prepared.request.trace
-            if trace is not None:
-                trace.dispatched(instance.plan.name, 1, instance.version)
+                granted = await self._wait_grant(future)
+                if isinstance(granted, _Sent):  # sent from the queue: this is its result
+                    outcomes = await granted.instance.outcomes(granted.flight, granted.result)
+                    return _returned(outcomes[0])
+                instance = granted
+            else:
+                self._dispatched(prepared, instance, time.perf_counter_ns() - began)
             try:
                 outcome = (await instance.execute([prepared], in_order=False))[0]
             except NotSent:
                 if self.stopping:
                     raise
                 continue  # never reached that worker: wait for another (it is being replaced)
-            if isinstance(outcome, PbdError):
-                raise outcome
-            return outcome
+            return _returned(outcome)
+
+    def _dispatched(self, prepared: PreparedRequest, instance: Instance, queued_ns: int) -> None:
+        """``prepared`` goes to ``instance`` after ``queued_ns`` in the queue."""
+        self.stats.queue.add(queued_ns)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: request given to instance %s (%d batch(es) there)",
+                      self.name, instance.plan.name, instance.batches.inflight)  # fmt: skip
+        trace = prepared.request.trace
+        if trace is not None:
+            trace.dispatched(instance.plan.name, 1, instance.version)
 
     def _submit(self, prepared: PreparedRequest) -> asyncio.Future[Any]:
         future = self.queue.submit(prepared)
@@ -158,31 +171,77 @@ class Dispatch:
             best.batches.inflight += 1
         return best
 
-    async def _wait_grant(self, future: asyncio.Future[Any]) -> Instance:
-        """Wait in the queue until an instance's room is granted to this request."""
+    async def _wait_grant(self, future: asyncio.Future[Any]) -> Instance | _Sent:
+        """Wait in the queue until an instance's room is granted to this request: the
+        instance, for the request's task to run it there; or, when the grant sent it as
+        well (``_hand_off``), its result."""
         try:
-            instance: Instance = await future
+            granted = await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.exception() is None:
+            sent = self._sent.pop(future, None)
+            if sent is not None:  # in its worker: the instance lets it go when it is done
+                sent.instance.batches.abandon(sent.batch_id, sent.flight)
+            elif future.done() and not future.cancelled() and future.exception() is None:
                 # Granted just as the caller gave up: hand the room on.
-                instance = future.result()
-                instance.batches.inflight -= 1
+                room: Instance = future.result()
+                room.batches.inflight -= 1
                 self._grant()
             raise
+        except BaseException:
+            self._sent.pop(future, None)
+            raise
+        sent = self._sent.pop(future, None)
+        if sent is not None:
+            sent.result = granted
+            return sent
+        instance: Instance = granted
         return instance
 
     def _grant(self) -> None:
-        """Give free room to the requests at the head of the queue, in order."""
-        queue = self.queue
-        while not queue.empty():
-            instance = self._free_instance()
-            if instance is None:
-                return
-            head = queue.pop_head()
-            if head is None:  # only requests whose callers gave up were left
-                instance.batches.inflight -= 1
-                return
-            head.future.set_result(instance)
+        """Give free room to the requests at the head of the queue, in order. Not
+        re-entered: a send that fails frees room (``on_capacity``), and this loop looks
+        again anyway."""
+        if self._granting:
+            return
+        self._granting = True
+        try:
+            queue = self.queue
+            while not queue.empty():
+                instance = self._free_instance()
+                if instance is None:
+                    return
+                head = queue.pop_head()
+                if head is None:  # only requests whose callers gave up were left
+                    instance.batches.inflight -= 1
+                    return
+                if instance.execute_timeout > 0:
+                    head.future.set_result(instance)  # its task runs it, timed
+                else:
+                    self._hand_off(head, instance)
+        finally:
+            self._granting = False
+
+    def _hand_off(self, item: WorkItem, instance: Instance) -> None:
+        """Send the granted request to ``instance`` here, in the turn that freed the room
+        (a result being read), instead of waking its task to send it: the task wakes once,
+        for the result, which answers the future it waits on. A request that never reached
+        the worker goes back to the head of the queue (NotSent: the instance is going), or
+        fails (any other refusal, or NotSent while the version stops)."""
+        prepared = item.prepared
+        try:
+            batch_id, flight = instance.send([prepared], in_order=False, future=item.future)
+        except NotSent as exc:
+            if self.stopping:
+                item.future.set_exception(exc)
+            else:
+                self.queue.requeue(Batch(instance, [item]))
+            return
+        except PbdError as exc:
+            item.future.set_exception(exc)
+            return
+        self._sent[item.future] = _Sent(instance, batch_id, flight)
+        queued_ns = int((item.future.get_loop().time() - item.enqueued_at) * 1e9)
+        self._dispatched(prepared, instance, queued_ns)
 
     async def _granted_loop(self) -> None:
         """Safety net only: results grant room as they come."""
@@ -236,3 +295,19 @@ def busy(instance: Instance) -> int:
     sent it directly, which the daemon does not count)."""
     inflight = instance.batches.inflight
     return inflight if inflight or not instance.calling else 1
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A request the grant sent from the queue (``Dispatch._hand_off``), and its result."""
+
+    instance: Instance
+    batch_id: int
+    flight: InFlight
+    result: Any = None
+
+
+def _returned(outcome: InferResult | PbdError) -> InferResult:
+    if isinstance(outcome, PbdError):
+        raise outcome
+    return outcome

@@ -33,16 +33,25 @@ WAIT_S = 5.0  # a bound on a test that went wrong, never reached when it passes
 
 @dataclass
 class Room:
-    """The part of ``pbd.instance.inflight.InFlightBatches`` the dispatch uses: room taken."""
+    """The part of ``pbd.instance.inflight.InFlightBatches`` the dispatch uses: room taken,
+    and the batches whose callers gave up after the queue's grant sent them."""
 
     inflight: int = 0
+    abandoned: int = 0
+
+    def abandon(self, batch_id: int, flight: object) -> None:
+        self.abandoned += 1  # as the real one: the room stays taken until the result comes
 
 
 class FakeInstance:
-    """What the dispatch reads of an instance, and an ``execute`` that waits for ``finish``.
+    """What the dispatch reads of an instance, and batches that wait for ``finish``.
 
     As the real one, it gives its room back (``batches.inflight``, then ``on_capacity``) when
-    the result comes, or when it raises NotSent."""
+    the result comes, or when it raises NotSent. ``execute`` runs a batch in the caller's
+    task; ``send`` is what the queue's grant uses to send one itself (``Dispatch._hand_off``),
+    its result answering the future the request's task waits on."""
+
+    execute_timeout = 0.0
 
     def __init__(self, name: str) -> None:
         self.plan = InstancePlan(name, "CPU", 0)
@@ -56,31 +65,46 @@ class FakeInstance:
         self.on_capacity: Callable[[], None] = lambda: None
         self.not_sent = False  # the next execute finds the connection closed
         self.ran: list[list[str]] = []  # request ids of each execute, in call order
+        # Each batch running: the future its result answers.
         self._results: list[asyncio.Future[None]] = []
 
     def describe(self) -> str:
         return f"instance '{self.plan.name}'"
 
-    async def execute(
-        self, batch: list[PreparedRequest], in_order: bool = True
-    ) -> list[InferResult | PbdError]:
+    def send(
+        self,
+        batch: list[PreparedRequest],
+        in_order: bool = True,
+        future: asyncio.Future[None] | None = None,
+    ) -> tuple[int, list[str]]:
         if self.not_sent:
             self.draining = True
             self._give_back()
             raise NotSent(Code.UNAVAILABLE, f"worker for {self.describe()} closed")
         ids = [p.request.id for p in batch]
         self.ran.append(ids)
-        done = asyncio.get_running_loop().create_future()
-        self._results.append(done)
-        try:
-            await done
-        finally:
-            self._give_back()
-        return [InferResult("m", "1", f"{i}@{self.plan.name}", []) for i in ids]
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+        self._results.append(future)
+        return len(self.ran), ids
+
+    async def outcomes(self, flight: list[str], result: object) -> list[InferResult | PbdError]:
+        return [InferResult("m", "1", f"{i}@{self.plan.name}", []) for i in flight]
+
+    async def execute(
+        self, batch: list[PreparedRequest], in_order: bool = True
+    ) -> list[InferResult | PbdError]:
+        _batch_id, ids = self.send(batch, in_order)
+        await self._results[-1]
+        return await self.outcomes(ids, None)
 
     def finish(self) -> None:
-        """The worker answers the oldest batch still running here."""
-        self._results.pop(0).set_result(None)
+        """The worker answers the oldest batch still running here: its room comes back
+        there and then, whether its caller still waits or not (as the real instance's)."""
+        done = self._results.pop(0)
+        if not done.done():
+            done.set_result(None)
+        self._give_back()
 
     @property
     def running(self) -> int:
@@ -235,10 +259,76 @@ def test_a_caller_cancelled_while_waiting_takes_no_room() -> None:
     run(scenario)
 
 
+def test_the_grant_sends_the_head_of_the_queue_itself_and_its_task_wakes_for_the_result() -> None:
+    async def scenario() -> None:
+        queue: RequestQueue[FakeInstance] = RequestQueue("m")
+        dispatch, a, busy, (sent, waiting) = await one_busy(queue, 2)
+        a.finish()
+        # The result gives a's room back, and the grant sends request 1 there at once, in
+        # the same turn: no task of request 1 has run since.
+        assert a.ran == [["0"], ["1"]] and a.inflight == 1 and len(queue) == 1
+        assert not sent.done()
+        a.finish()
+        assert (await sent).id == "1@a"
+        await busy
+        a.finish()
+        assert (await waiting).id == "2@a" and a.inflight == 0
+        assert dispatch._sent == {}
+
+    run(scenario)
+
+
+def test_a_request_the_grant_sent_whose_caller_gives_up_is_let_go_in_its_worker() -> None:
+    async def scenario() -> None:
+        queue: RequestQueue[FakeInstance] = RequestQueue("m")
+        dispatch, a, busy, (gone, waiting) = await one_busy(queue, 2)
+        a.finish()
+        assert a.ran == [["0"], ["1"]]
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        # Abandoned there; its room is the worker's until its result comes, as ever.
+        assert a.batches.abandoned == 1 and a.inflight == 1 and dispatch._sent == {}
+        a.finish()
+        assert a.ran == [["0"], ["1"], ["2"]]
+        a.finish()
+        assert (await waiting).id == "2@a" and a.inflight == 0
+        await busy
+
+    run(scenario)
+
+
+def test_a_request_the_grant_could_not_send_goes_back_to_the_head_of_the_queue() -> None:
+    async def scenario() -> None:
+        queue: RequestQueue[FakeInstance] = RequestQueue("m")
+        dispatch, (a, b) = make_dispatch(queue, "a", "b")
+        busy_a, busy_b = infer(dispatch, 0), infer(dispatch, 1)
+        await until(lambda: a.running == 1 and b.running == 1)
+        first, second = infer(dispatch, 2), infer(dispatch, 3)
+        await until(lambda: len(queue) == 2)
+        a.not_sent = True  # a's worker is gone when its room comes back
+        a.finish()
+        assert a.draining and a.ran == [["0"]] and len(queue) == 2  # 2 is still first
+        b.finish()
+        assert b.ran == [["1"], ["2"]]
+        b.finish()
+        assert (await first).id == "2@b"
+        b.finish()
+        assert (await second).id == "3@b"
+        await busy_a
+        await busy_b
+
+    run(scenario)
+
+
 def test_a_grant_to_a_caller_that_just_gave_up_is_handed_on() -> None:
+    """An instance with an execute timeout is sent its requests by their own tasks (the
+    timeout is waited for there): the grant only gives the room."""
+
     async def scenario() -> None:
         queue: RequestQueue[FakeInstance] = RequestQueue("m")
         _, a, busy, (granted, next_in_line) = await one_busy(queue, 2)
+        a.execute_timeout = 60.0
         a.finish()
         # The result gives a's room back and grants it to request 1 at once...
         await until(lambda: len(queue) == 1)
