@@ -8,7 +8,9 @@ Two ways, by what the version's scheduler is:
   once: no queue entry, no dispatcher task, no second task per request. Otherwise it waits in
   the queue (priority levels, ``max_queue_size``, queue timeouts all apply there) until an
   instance frees room; the instance's result frame frees it and *grants* the room to the head
-  of the queue in the same loop iteration, and the waiting task resumes and runs its request.
+  of the queue in the same loop iteration, sending that request's Execute there and then
+  (``_hand_off``): its task wakes once, for the result. (An instance with an execute timeout
+  is sent its requests by their own tasks, which wait for it.)
 - **Batched** (the dynamic and the sequence batcher). One dispatcher task per version asks the
   scheduler for the next batch and the instance to run it on, and runs each batch in a task of
   its own, so that the next batch forms while this one runs.
