@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import hmac
 import itertools
@@ -35,8 +34,8 @@ from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.fronts import wire
+from pbd.grpc import eager
 from pbd.grpc.calls import Method
-from pbd.grpc.eager import Started
 from pbd.grpc.protocol import Abort
 from pbd.grpc.status import finishing as grpc_finishing
 from pbd.http.status import finishing as http_finishing
@@ -267,14 +266,12 @@ class FrontLink(asyncio.Protocol):
             self._answer_error(call, PbdError(Code.INVALID_ARG, f"malformed request: {exc}"))
             return
         request.lent = LentInputs(functools.partial(self._inputs_free, call))
-        coro = self._serve(call, request, wire.trace_ask(infer), infer.stream)
-        # Run it now, up to where it first waits, in a context of its own (as a task would).
-        context = contextvars.copy_context()
-        try:
-            waiting = context.run(coro.send, None)
-        except StopIteration:
-            return
-        self._tasks[call] = self.loop.create_task(Started(coro, waiting), context=context)
+        # Run it now, up to where it first waits (pbd.grpc.eager).
+        task = eager.start(
+            self.loop, self._serve(call, request, wire.trace_ask(infer), infer.stream)
+        )
+        if task is not None:
+            self._tasks[call] = task
 
     async def _serve(
         self, call: int, request: InferRequest, ask: wire.TraceAsk, stream: bool

@@ -15,7 +15,6 @@ client's RST_STREAM, a dropped connection or an expired deadline cancels the han
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
 import zlib
@@ -25,9 +24,9 @@ from typing import Any
 
 import grpc
 
+from pbd.grpc import eager
 from pbd.grpc.deadlines import Deadlines
 from pbd.grpc.deframing import Deframer, Reservations
-from pbd.grpc.eager import Started
 from pbd.grpc.protocol import (
     ENCODINGS,
     HEAD,
@@ -220,13 +219,8 @@ class Call:
         message, self.request = self.request, None
         if self.done or message is None:
             return
-        coro = self._run_unary(message)
-        context = contextvars.copy_context()
-        try:
-            waiting = context.run(coro.send, None)
-        except StopIteration:
-            return  # answered (or failed) without waiting for anything
-        self.task = self.loop.create_task(Started(coro, waiting), context=context)
+        # None: answered (or failed) without waiting for anything.
+        self.task = eager.start(self.loop, self._run_unary(message))
 
     async def _run_unary(self, message: Message) -> None:
         method = self.method

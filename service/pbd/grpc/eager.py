@@ -3,18 +3,36 @@
 ``asyncio.Task(coro)`` runs nothing of ``coro`` before the loop's next turn (Python 3.12's
 eager tasks would; pbd runs on 3.11). A unary call's handler is mostly synchronous until it
 waits for its worker, so pbd's front end runs it at once, in the read that completed the
-request (``pbd.grpc.calls``), and gives a task what is left: :class:`Started` is that rest as
-a coroutine object. Its first ``send`` yields again what the coroutine yielded where it
-stopped (the future it waits for), so the task waits on that; every later ``send`` and every
-``throw`` (the task's cancellation, even one that comes before the task's first step) goes to
-the coroutine, as if the task had run it from the start.
+request (``pbd.grpc.calls``; the daemon does the same for a front end's request,
+``pbd.fronts.front_link``), and gives a task what is left (:func:`start`). :class:`Started`
+is that rest as a coroutine object. Its first ``send`` yields again what the coroutine
+yielded where it stopped (the future it waits for), so the task waits on that; every later
+``send`` and every ``throw`` (the task's cancellation, even one that comes before the task's
+first step) goes to the coroutine, as if the task had run it from the start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections.abc
+import contextvars
 from collections.abc import Coroutine
 from typing import Any
+
+
+def start(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]
+) -> asyncio.Task[Any] | None:
+    """Run ``coro`` now, up to where it first waits, in a context of its own (as a task's
+    coroutine runs); the task that finishes it, in that context, or None when it finished
+    without waiting (its result is not kept: the handlers started this way return None)."""
+    context = contextvars.copy_context()
+    try:
+        waiting = context.run(coro.send, None)
+    except StopIteration:
+        return None
+    return loop.create_task(Started(coro, waiting), context=context)
+
 
 _NOTHING = object()
 

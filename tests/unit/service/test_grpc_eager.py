@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pbd.grpc.eager import Started
+from pbd.grpc.eager import Started, start
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -158,3 +158,27 @@ async def test_closing_an_unfinished_task_closes_the_coroutine() -> None:
     assert started.send(None) is future  # the first step: what it waits for
     started.close()
     assert closed == [True]
+
+
+@run
+async def test_start_runs_to_the_first_wait_in_a_context_of_its_own() -> None:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    seen: list[str] = []
+
+    async def waits() -> None:
+        VAR.set("inside")
+        seen.append(VAR.get())
+        await future
+        seen.append(VAR.get())
+
+    async def does_not_wait() -> None:
+        seen.append("at once")
+
+    assert start(loop, does_not_wait()) is None  # finished: no task
+    task = start(loop, waits())
+    assert task is not None and seen == ["at once", "inside"]
+    assert VAR.get() == "unset"  # the caller's context is not the coroutine's
+    future.set_result(None)
+    await task
+    assert seen == ["at once", "inside", "inside"]
