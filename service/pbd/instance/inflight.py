@@ -180,8 +180,6 @@ class InFlightBatches:
         # The worker keeps blocks for the batch only for outputs it wrote into its own arena
         # (not those written into a client's region, nor an input returned in place); a batch
         # with none needs no Release. Found out in the loop below, before anything is released.
-        memory = self.memory
-        prefix = memory.output_prefix
         worker_holds = len(by_id) != len(request_ids)  # a response for no request: be safe
 
         def release_one() -> None:
@@ -216,28 +214,16 @@ class InFlightBatches:
                 results.append(requests.answered(request_id, error))
             else:
                 try:
-                    targets = prepared.output_targets
-                    outputs: list[OutputTensor] = []
-                    for ref in response.outputs[:]:
-                        outputs.append(memory.output(ref, ref.name in targets))
-                        if ref.region.startswith(prefix):
-                            worker_holds = True
+                    outputs, holds = self._outputs(prepared, response)
                 except ValueError as exc:
                     worker_holds = True
                     error = PbdError(Code.INTERNAL, f"{self.description}: {exc}")
                     results.append(requests.answered(request_id, error))
                     continue
+                worker_holds = worker_holds or holds
                 outstanding += 1
-                results.append(requests.answered(request_id,
-                    InferResult(
-                        model_name=self.config.name,
-                        model_version=self.version_text,
-                        id=prepared.request.id,
-                        outputs=outputs,
-                        parameters=json_params(response.parameters_json),
-                        _release=release_one,
-                    )
-                ))  # fmt: skip
+                answer = self._result(prepared, outputs, response, release_one)
+                results.append(requests.answered(request_id, answer))
         release_one()
         if failed is not None:
             log_failed_batch(self.error_bucket, self.description, failed)
@@ -261,30 +247,45 @@ class InFlightBatches:
             or response.HasField("error")
         ):
             return None
+        try:
+            outputs, worker_holds = self._outputs(prepared, response)
+        except ValueError:
+            return None
+        # The result is the batch's only holder: its release is the batch's.
+        done = functools.partial(self.release, batch_id, blocks, worker_holds)
+        return self.requests.answered(request_id, self._result(prepared, outputs, response, done))
+
+    def _outputs(
+        self, prepared: PreparedRequest, response: wpb.Response
+    ) -> tuple[list[OutputTensor], bool]:
+        """Views of ``response``'s outputs, and whether the worker holds blocks for them
+        (outputs in its own arena); ValueError when one cannot be mapped."""
         memory = self.memory
         prefix = memory.output_prefix
         targets = prepared.output_targets
         outputs: list[OutputTensor] = []
         worker_holds = False
-        try:
-            for ref in response.outputs[:]:
-                outputs.append(memory.output(ref, ref.name in targets))
-                if ref.region.startswith(prefix):
-                    worker_holds = True
-        except ValueError:
-            return None
-        # The result is the batch's only holder: its release is the batch's.
-        done = functools.partial(self.release, batch_id, blocks, worker_holds)
-        return self.requests.answered(request_id,
-            InferResult(
-                model_name=self.config.name,
-                model_version=self.version_text,
-                id=prepared.request.id,
-                outputs=outputs,
-                parameters=json_params(response.parameters_json),
-                _release=done,
-            )
-        )  # fmt: skip
+        for ref in response.outputs[:]:
+            outputs.append(memory.output(ref, ref.name in targets))
+            if ref.region.startswith(prefix):
+                worker_holds = True
+        return outputs, worker_holds
+
+    def _result(
+        self,
+        prepared: PreparedRequest,
+        outputs: list[OutputTensor],
+        response: wpb.Response,
+        release: Callable[[], None],
+    ) -> InferResult:
+        return InferResult(
+            model_name=self.config.name,
+            model_version=self.version_text,
+            id=prepared.request.id,
+            outputs=outputs,
+            parameters=json_params(response.parameters_json),
+            _release=release,
+        )
 
     def release(self, batch_id: int, blocks: list[Held], worker_holds: bool = True) -> None:
         """Free the inputs now; tell the worker with the next Execute, or after a moment,
