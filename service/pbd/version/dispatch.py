@@ -129,8 +129,7 @@ class Dispatch:
                     outcomes = await granted.instance.outcomes(granted.flight, granted.result)
                     return _returned(outcomes[0])
                 instance = granted
-            else:
-                self._dispatched(prepared, instance, time.perf_counter_ns() - began)
+            self._dispatched(prepared, instance, time.perf_counter_ns() - began)
             try:
                 outcome = (await instance.execute([prepared], in_order=False))[0]
             except NotSent:

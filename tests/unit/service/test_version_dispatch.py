@@ -274,6 +274,7 @@ def test_the_grant_sends_the_head_of_the_queue_itself_and_its_task_wakes_for_the
         a.finish()
         assert (await waiting).id == "2@a" and a.inflight == 0
         assert dispatch._sent == {}
+        assert dispatch.stats.queue.count == 3  # each counted once, where it was sent
 
     run(scenario)
 
@@ -327,7 +328,7 @@ def test_a_grant_to_a_caller_that_just_gave_up_is_handed_on() -> None:
 
     async def scenario() -> None:
         queue: RequestQueue[FakeInstance] = RequestQueue("m")
-        _, a, busy, (granted, next_in_line) = await one_busy(queue, 2)
+        dispatch, a, busy, (granted, next_in_line) = await one_busy(queue, 2)
         a.execute_timeout = 60.0
         a.finish()
         # The result gives a's room back and grants it to request 1 at once...
@@ -341,6 +342,7 @@ def test_a_grant_to_a_caller_that_just_gave_up_is_handed_on() -> None:
         assert a.ran == [["0"], ["2"]] and a.inflight == 1  # the room went to request 2
         a.finish()
         assert (await next_in_line).id == "2@a" and a.inflight == 0
+        assert dispatch.stats.queue.count == 2  # requests 0 and 2 went to an instance
 
     run(scenario)
 
