@@ -148,7 +148,7 @@ class FrontLink:
         kind = message.WhichOneof("kind")
         if kind == "execute":
             execute = message.execute
-            outside = self._outside([execute.batch_id])
+            outside = None if self.owns(execute.batch_id) else execute.batch_id
             if outside is None:
                 outside = self._outside([r.request_id for r in execute.requests[:]])
             if outside is None and execute.release:
