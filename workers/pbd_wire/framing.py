@@ -26,7 +26,7 @@ def encode_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def decode_length(header: bytes | bytearray) -> int:
+def decode_length(header: bytes | bytearray | memoryview) -> int:
     length: int = HEADER.unpack(header)[0]
     if length > MAX_FRAME_BYTES:
         raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
@@ -39,9 +39,10 @@ class FrameSplitter:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def split(self, data: bytes) -> list[bytes] | list[bytearray]:
+    def split(self, data: bytes | memoryview) -> list[bytes | bytearray | memoryview]:
         """Add ``data``; the payloads of the frames now whole, in order (a partial one stays
-        for the next read). FrameError on a length no frame may have."""
+        for the next read, copied). A frame may be a slice of ``data`` itself. FrameError on a
+        length no frame may have."""
         buffer = self._buffer
         size = HEADER.size
         if not buffer and len(data) >= size:
@@ -50,7 +51,7 @@ class FrameSplitter:
             if len(data) == size + length:
                 return [data[size:]]
         buffer += data
-        frames = []
+        frames: list[bytes | bytearray | memoryview] = []
         pos, end = 0, len(buffer)
         try:
             while end - pos >= size:

@@ -90,6 +90,24 @@ def test_a_frame_alone_in_a_read_is_its_payload_and_what_follows_starts_afresh()
     assert splitter.split(encode_frame(b"")) == [b""]
 
 
+def test_a_splitter_fed_views_of_one_reused_buffer_keeps_its_partial_frame_intact() -> None:
+    # As the worker reads its front links: every read lands in the same buffer.
+    reads = memoryview(bytearray(64))
+    splitter = FrameSplitter()
+    stream = encode_frame(b"first") + encode_frame(b"second")
+    cut = len(encode_frame(b"first")) + 3
+    reads[:cut] = stream[:cut]
+    assert [bytes(f) for f in splitter.split(reads[:cut])] == [b"first"]
+    reads[:] = b"\xff" * 64  # the next read overwrites the buffer
+    rest = len(stream) - cut
+    reads[:rest] = stream[cut:]
+    assert [bytes(f) for f in splitter.split(reads[:rest])] == [b"second"]
+    alone = encode_frame(b"alone")
+    reads[: len(alone)] = alone
+    (frame,) = splitter.split(reads[: len(alone)])
+    assert bytes(frame) == b"alone"  # a view of the buffer: valid until the next read
+
+
 def test_a_splitter_refuses_a_length_no_frame_may_have() -> None:
     with pytest.raises(FrameError, match="exceeds"):
         FrameSplitter().split(HEADER.pack(MAX_FRAME_BYTES + 1))
