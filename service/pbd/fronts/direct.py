@@ -471,6 +471,7 @@ class Direct:
         self.reasons: dict[str, str] = {}
         self._lost: dict[str, WorkerLink] = {}  # links that ended, waiting for those words
         self._retired: set[WorkerLink] = set()  # out of the table, requests still out
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- the table -------------------------------------------------------------------------------
 
@@ -590,7 +591,10 @@ class Direct:
         blocks = place(request)
         try:
             prepared = prepare_request(request, version.config)
-            future: asyncio.Future[InferResult] = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:  # kept: get_running_loop() is a getpid() system call on 3.11
+                loop = self._loop = asyncio.get_running_loop()
+            future: asyncio.Future[InferResult] = loop.create_future()
             call = _Call(request, prepared, version, blocks, future)
             request_id = next(self._ids)
             link.send(request_id, call)
