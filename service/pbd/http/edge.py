@@ -164,6 +164,7 @@ class Edge(asyncio.Protocol):
         self.max_body = max_body
         self.edges = edges  # every connection the edge still holds (counted, closed at stop)
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop  # from connection_made on
         self.buffer = bytearray()
         self.task: asyncio.Task[None] | None = None  # the request being answered
         self.closing = False  # the client said Connection: close, or the server stops
@@ -179,6 +180,8 @@ class Edge(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        # Kept: asyncio.get_running_loop() makes a getpid() system call each time on 3.11.
+        self.loop = asyncio.get_running_loop()
         self.edges.add(self)
         self._arm_idle()
 
@@ -251,7 +254,7 @@ class Edge(asyncio.Protocol):
 
     def _start(self, route: Route, head: Head, body: bytes) -> None:
         self._disarm_idle()
-        self.task = asyncio.get_running_loop().create_task(self._answer(route, head, body))
+        self.task = self.loop.create_task(self._answer(route, head, body))
 
     async def _answer(self, route: Route, head: Head, body: bytes) -> None:
         try:
@@ -300,7 +303,7 @@ class Edge(asyncio.Protocol):
         """Idle from now: closed after KEEPALIVE_S unless a request comes. The timer is not
         moved for each request (a timer per request cost as much as parsing its head): it
         fires when the connection could first expire and looks again from there."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         self.idle_since = loop.time()
         if self.idle is None:
             self.idle = loop.call_at(self.idle_since + KEEPALIVE_S, self._idle_check)
@@ -319,7 +322,7 @@ class Edge(asyncio.Protocol):
         self.idle = None
         if self.transport is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         since = self.idle_since
         due = (loop.time() if since is None else since) + KEEPALIVE_S
         if since is not None and loop.time() >= due and self.task is None:
