@@ -8,6 +8,13 @@ buffer instead (``Core.room``): a 16 MiB request is copied once, by the kernel. 
 writes while it handles a read leaves in one ``write`` at its end; what it writes later (an
 answer) leaves at once.
 
+Several buffers written together (a large answer: a header and a view of the message for each
+DATA frame, 128 of them for 1 MiB at the default 16 KiB frames) leave in one ``writev`` on the
+socket, for as much as it takes, when the transport holds nothing unsent (else they would
+overtake it) and carries no TLS; what is left goes to the transport, which sends it when the
+socket drains. Before, each buffer was a ``write``: one ``sendto`` each, 134 of them per 1 MiB
+answer, a quarter of the daemon's CPU for it.
+
 Timers (``pbd.h2.limits.Limits``): a new connection has ``handshake_timeout`` for its preface
 and first SETTINGS, a header block ``header_timeout`` for its CONTINUATION frames, and so has a
 frame the core keeps part way in (all end the connection with GOAWAY ENHANCE_YOUR_CALM: a
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable
 
@@ -35,6 +43,8 @@ log = logging.getLogger("pbd.h2")
 # connection keeps the event loop (64 KiB of the smallest frames parse in a few ms); a large
 # message's DATA goes straight into its own buffer, whatever this is.
 READ_SIZE = 64 * 1024
+# The most buffers one writev takes (Linux: 1024).
+IOV_MAX = os.sysconf("SC_IOV_MAX")
 # After a connection error, how long input is read and dropped before the socket is closed.
 CLOSE_LINGER_S = 1.0
 
@@ -50,7 +60,7 @@ class Shared:
 class Connection(asyncio.BufferedProtocol):
     __slots__ = (
         "app", "on_lost", "shared", "core", "transport", "loop", "timer", "block_timer",
-        "seen",
+        "seen", "fd",
     )  # fmt: skip
 
     def __init__(
@@ -64,6 +74,7 @@ class Connection(asyncio.BufferedProtocol):
         self.timer: asyncio.TimerHandle | None = None  # the handshake, then the idle check
         self.block_timer: asyncio.TimerHandle | None = None
         self.seen = -1  # the last stream id at the previous idle check
+        self.fd = -1  # the socket, where buffers may be written to it directly (no TLS)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -78,10 +89,13 @@ class Connection(asyncio.BufferedProtocol):
             # kernel's keepalive probes (2 h idle by default, as grpc core's server pings).
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self.fd = sock.fileno()
         limits = self.shared.limits
         core = self.core = Core(self.app, limits, loop.time)
         transport.write(core.data_to_send())
         core.sink = self._send
+        core.sink_parts = self._send_parts
         if limits.handshake_timeout:
             self.timer = loop.call_later(limits.handshake_timeout, self._handshake_expired)
 
@@ -122,7 +136,11 @@ class Connection(asyncio.BufferedProtocol):
         else:
             core.receive(self.shared.read_buffer[:nbytes])
         if core.out and self.transport is not None:
-            self.transport.write(core.data_to_send())
+            out = core.take_out()
+            if len(out) == 1:
+                self.transport.write(out[0])
+            else:
+                self._send_parts(out)
         if core.error is not None:
             self._fail()
         elif core.block_stream or core.partial:  # a header block or a frame part way in
@@ -139,6 +157,16 @@ class Connection(asyncio.BufferedProtocol):
     def _send(self, data: bytes | memoryview) -> None:
         if self.transport is not None:
             self.transport.write(data)
+
+    def _send_parts(self, parts: list[bytes | memoryview]) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        if self.fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
+            parts = write_vector(self.fd, parts)
+            if not parts:
+                return
+        transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -247,3 +275,25 @@ class Refused(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         return False  # the client is done: close now
+
+
+def write_vector(fd: int, parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """Write ``parts`` in order to the non-blocking socket ``fd`` (``writev``, ``IOV_MAX`` at
+    a time) as far as it takes them now; what it did not take (all of it on an error, which
+    the transport then meets and reports)."""
+    start = 0
+    while start < len(parts):
+        chunk = parts[start : start + IOV_MAX]
+        try:
+            sent = os.writev(fd, chunk)
+        except OSError:  # BlockingIOError: the socket is full
+            return parts[start:]
+        for i, part in enumerate(chunk):
+            size = len(part)
+            if sent < size:
+                rest = parts[start + i :]
+                rest[0] = memoryview(part)[sent:]
+                return rest
+            sent -= size
+        start += len(chunk)
+    return []

@@ -11,8 +11,11 @@ a SETTINGS frame the ``waiting`` streams only when it grows their windows: no co
 costs work for streams it cannot move.
 
 Output goes to ``sink`` at once, or, while the connection handles a read, into ``out``, which
-leaves in one write at its end (``pbd.h2.core``). Header blocks are HPACK-encoded as they are
-written, in wire order (``pbd.h2.header_encoding``).
+leaves in one write at its end (``pbd.h2.core``). A large answer's frames (a frame header, then
+a view of the message, for every frame) are written as one list (``write_parts``), never
+joined: the connection sends such a list with one system call (``pbd.h2.connection``).
+Header blocks are HPACK-encoded as they are written, in wire order
+(``pbd.h2.header_encoding``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Protocol
 from pbd.h2 import frames as f
 from pbd.h2.header_encoding import Block, Encoder
 
-# Above this many bytes, frames are written one by one rather than joined into one buffer.
+# Above this many bytes, frames are written as a list (``write_parts``), not joined.
 LARGE_WRITE = 65536
 
 
@@ -141,10 +144,8 @@ class Stream:
             start = f.frame(f.HEADERS, f.END_HEADERS, self.id, encode(head))
             start += f.frame_header(f.DATA, 0, self.id, size) + prefix
             end = f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, self.id, encode(trailers))
-            if len(body) > LARGE_WRITE:  # not joined: the transport sends it without a copy
-                conn.write(start)
-                conn.write(body)
-                conn.write(end)
+            if len(body) > LARGE_WRITE:  # not joined: sent without a copy
+                conn.write_parts([start, body, end])
             else:
                 conn.write(start + body + end)
             conn.closed_locally(self)
@@ -173,14 +174,16 @@ class Sender:
     """The connection's sending state; ``pbd.h2.core.Core`` adds the reading."""
 
     __slots__ = (
-        "sink", "streams", "failed", "send_window", "peer_initial_window", "window_shift",
-        "max_send_frame", "encoder", "stalled", "waiting", "out", "receiving", "after_read",
-        "answered",
+        "sink", "sink_parts", "streams", "failed", "send_window", "peer_initial_window",
+        "window_shift", "max_send_frame", "encoder", "stalled", "waiting", "out", "receiving",
+        "after_read", "answered",
     )  # fmt: skip
 
     def __init__(self) -> None:
         # Where frames go when they are written outside a read (None: kept for data_to_send).
         self.sink: Callable[[bytes | memoryview], None] | None = None
+        # Where several buffers go, in order, as one write (None: each to ``sink``).
+        self.sink_parts: Callable[[list[bytes | memoryview]], None] | None = None
         self.streams: dict[int, Stream] = {}
         self.failed = False  # after a connection error nothing more is written
         self.send_window = f.DEFAULT_WINDOW
@@ -289,6 +292,18 @@ class Sender:
         else:
             self.sink(data)
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """``parts`` in order, as one write (see the module's docstring)."""
+        if self.failed:
+            return
+        if self.receiving or self.sink is None:
+            self.out.extend(parts)
+        elif self.sink_parts is not None:
+            self.sink_parts(parts)
+        else:
+            for part in parts:
+                self.sink(part)
+
     def later(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the read being handled is done (at once outside a read)."""
         if self.receiving:
@@ -302,6 +317,11 @@ class Sender:
         if not out:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
+
+    def take_out(self) -> list[bytes | memoryview]:
+        """What was written and not yet handed to the sink, unjoined."""
+        out, self.out = self.out, []
+        return out
 
     def sync_window(self, stream: Stream) -> None:
         if stream.shift != self.window_shift:
@@ -317,10 +337,8 @@ class Sender:
         stream.send_window -= size
         stream.responded = self.answered = True
         head = f.frame_header(f.DATA, f.END_STREAM if end else 0, stream.id, size)
-        # A large payload goes in its own write: the transport sends it without a copy.
-        if size > LARGE_WRITE:
-            self.write(head)
-            self.write(payload)
+        if size > LARGE_WRITE:  # not joined: sent without a copy
+            self.write_parts([head, payload])
         else:
             self.write(head + payload)
         if end:
@@ -340,8 +358,7 @@ class Sender:
                 if stream.on_drain is not None:
                     stream.on_drain()
             if sum(map(len, parts)) > LARGE_WRITE:
-                for part in parts:  # no join: the transport sends a large part without a copy
-                    self.write(part)
+                self.write_parts(parts)  # not joined: sent without a copy
             elif parts:
                 self.write(b"".join(parts))
 

@@ -193,7 +193,7 @@ class Handler:
             self.ended = True
             if self.app.answer is not None:
                 self.stream.send_headers(STATUS_200)
-                self.stream.send_data(b"x" * self.app.answer)
+                self.stream.send_data(self.app.body())
                 self.stream.send_trailers(self.app.trailers)
 
     def room(self) -> memoryview | None:
@@ -207,12 +207,20 @@ class Handler:
 
 
 class Recorder:
-    """Records every stream; answers each complete request with ``answer`` bytes of DATA."""
+    """Records every stream; answers each complete request with ``answer`` bytes of DATA
+    (``b"x"``, or with ``patterned`` the bytes 0-255 over and over: :func:`pattern`)."""
 
-    def __init__(self, answer: int | None = 3, trailers: Block = TRAILERS) -> None:
+    def __init__(
+        self, answer: int | None = 3, trailers: Block = TRAILERS, patterned: bool = False
+    ) -> None:
         self.answer = answer
         self.trailers = trailers
+        self.patterned = patterned
         self.handlers: dict[int, Handler] = {}
+
+    def body(self) -> bytes:
+        assert self.answer is not None
+        return pattern(self.answer) if self.patterned else b"x" * self.answer
 
     def open(self, stream: Stream, headers: Fields) -> Handler:
         handler = Handler(self, stream, headers)
@@ -221,6 +229,11 @@ class Recorder:
 
     def oversized(self, stream: Stream, size: int, limit: int) -> None:
         stream.send_trailers((None, f.header_block([(b":status", b"431")])))
+
+
+def pattern(size: int) -> bytes:
+    """``size`` bytes in which a piece out of place shows."""
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
 
 
 Test = Callable[[Peer, Recorder, list], Awaitable[None]]

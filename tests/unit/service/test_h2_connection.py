@@ -20,6 +20,7 @@ from h2_peer import (
     connect,
     data,
     goaway,
+    pattern,
     request,
     run,
     serve,
@@ -27,7 +28,7 @@ from h2_peer import (
 )
 
 from pbd.h2 import frames as f
-from pbd.h2.connection import Refused
+from pbd.h2.connection import IOV_MAX, Connection, Refused, Shared, write_vector
 from pbd.h2.limits import DEFAULT_LIMITS, Limits
 
 STREAM_WINDOW = DEFAULT_LIMITS.stream_window
@@ -239,6 +240,133 @@ def test_peer_max_frame_size_is_respected_for_data_and_header_blocks() -> None:
         Recorder(answer=100_000, trailers=big_trailers),
         {f.INITIAL_WINDOW_SIZE: 1 << 20, f.MAX_FRAME_SIZE: 20_000},
     )
+
+
+# -- large answers: one writev, the rest through the transport ----------------------------------
+
+
+def test_large_answers_leave_whole_and_in_order_when_the_socket_fills() -> None:
+    """A large answer's frames leave in one writev for as much as the socket takes; the rest
+    waits in the transport, and what is written while it waits queues behind it."""
+    size = 3 << 20  # far more than the socket and the client's reading take before it reads
+
+    async def test(peer: Peer, app: Recorder, conns: list) -> None:
+        (conn,) = conns
+        conn.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 8192
+        )
+        peer.send(f.window_update(0, 1 << 30))
+        peer.send(peer.headers(1, request(), end_stream=True))
+        peer.send(peer.headers(3, request(), end_stream=True))
+        for _ in range(100):  # the server's read of both requests, bounded
+            await asyncio.sleep(0.01)
+            if conn.transport.get_write_buffer_size():
+                break
+        assert conn.transport.get_write_buffer_size() > 0  # the socket did not take it all
+        peer.send(peer.headers(5, request(), end_stream=True))  # answered behind the rest
+        frames = await peer.until_ping()
+        for stream in (1, 3, 5):
+            assert data(frames, stream) == pattern(size)
+        ends = [x.stream for x in frames if x.kind == f.HEADERS and x.flags & f.END_STREAM]
+        assert ends == [1, 3, 5]
+
+    run(test, Recorder(answer=size, patterned=True), {f.INITIAL_WINDOW_SIZE: f.MAX_WINDOW})
+
+
+def test_buffers_written_while_the_transport_holds_some_go_behind_them() -> None:
+    """The socket has room again (the client read), but the transport has not sent what it
+    holds yet: a list written now must not overtake it."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        conn = Connection(Recorder(), lambda c: None, Shared())
+        transport, _ = await loop.connect_accepted_socket(lambda: conn, sock=ours)
+        try:
+            first = pattern(1 << 20)
+            transport.write(first)  # the socket takes a little, the transport holds the rest
+            assert transport.get_write_buffer_size() > 0
+            got = bytearray()
+            while chunk := _take(theirs):  # the client reads all it can; the loop did not run
+                got += chunk
+            assert conn.core is not None
+            conn.core.write_parts([b"second", memoryview(b"-part")])
+            for _ in range(5000):  # the transport sends what it holds as the socket drains
+                if got.endswith(b"second-part"):
+                    break
+                await asyncio.sleep(0.001)
+                got += _take(theirs)
+            assert bytes(got).endswith(first + b"second-part")
+        finally:
+            transport.close()
+            theirs.close()
+
+    asyncio.run(main())
+
+
+def _take(sock: socket.socket) -> bytes:
+    """What ``sock`` has now, without waiting."""
+    try:
+        return sock.recv(1 << 20, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+def _pair(sndbuf: int = 0) -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair()
+    if sndbuf:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    a.setblocking(False)
+    return a, b
+
+
+def _drain(b: socket.socket) -> bytes:
+    b.setblocking(False)
+    got = bytearray()
+    with contextlib.suppress(BlockingIOError):
+        while chunk := b.recv(1 << 20):
+            got += chunk
+    return bytes(got)
+
+
+def test_write_vector_writes_every_part_in_order_past_iov_max() -> None:
+    parts: list[bytes | memoryview] = [bytes([i % 256]) * (i % 5) for i in range(IOV_MAX * 2 + 7)]
+    parts[3] = memoryview(b"a view")
+    a, b = _pair()
+    try:
+        assert write_vector(a.fileno(), parts) == []
+        assert _drain(b) == b"".join(parts)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_write_vector_returns_what_a_full_socket_did_not_take() -> None:
+    body = pattern(1 << 20)
+    parts: list[bytes | memoryview] = [
+        memoryview(body)[i : i + 1000] for i in range(0, len(body), 1000)
+    ]
+    a, b = _pair(sndbuf=4096)
+    try:
+        rest = write_vector(a.fileno(), parts)
+        sent = _drain(b)
+        assert rest and 0 < len(sent) < len(body)
+        assert sent + b"".join(rest) == body  # a part cut in two starts the rest
+        assert write_vector(a.fileno(), []) == []
+    finally:
+        a.close()
+        b.close()
+
+
+def test_write_vector_gives_back_everything_on_an_error() -> None:
+    a, b = _pair()
+    b.close()
+    try:
+        parts: list[bytes | memoryview] = [b"one", b"two"]
+        assert write_vector(a.fileno(), parts) == parts  # EPIPE: the transport reports it
+    finally:
+        a.close()
 
 
 # -- flow control, receiving -----------------------------------------------------------------
