@@ -10,27 +10,20 @@ A request is admitted whatever its size while nothing is held (in total, or by i
 the share): a single request larger than the budget is served alone, not refused forever.
 
 After a flood, the memory the flood's messages took goes back to the system: glibc keeps
-freed heap (pbd raises its trim threshold for speed, see :mod:`pbd.memory.malloc`), so once
-:data:`TRIM_AFTER_BYTES` of requests (admitted or refused) came in and then nothing was
-admitted for :data:`TRIM_IDLE_S`, the heap is trimmed, off the event loop, and once more
-:data:`TRIM_AGAIN_S` later if still idle (gRPC frees some of a flood's buffers only after its
-calls have ended). A busy server is never trimmed: the heap it keeps is what makes large
-requests fast.
+freed heap (pbd raises its trim threshold for speed, see :mod:`pbd.memory.malloc`), so every
+request (admitted or refused) is counted for :class:`pbd.memory.malloc.FloodTrim`, which trims
+the heap once nothing is held and nothing came for a while.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 
 from pbd.errors import Code, PbdError
-from pbd.memory.malloc import trim_heap
+from pbd.memory.malloc import FloodTrim
 
 MIB = 1024 * 1024
 MODEL_SHARE = 0.75
-TRIM_AFTER_BYTES = 32 * MIB
-TRIM_IDLE_S = 1.0
-TRIM_AGAIN_S = 5.0
 
 
 class ByteBudget:
@@ -38,14 +31,12 @@ class ByteBudget:
         self.limit = limit  # 0: unbounded
         self.held = 0
         self.by_model: defaultdict[str, int] = defaultdict(int)
-        self._received = 0  # bytes asked for since the heap was last trimmed
-        self._admitted = 0  # requests admitted, so a pending trim sees whether any came
-        self._trim: asyncio.TimerHandle | None = None
+        self.flood = FloodTrim(lambda: self.held > 0)
 
     def take(self, model: str, nbytes: int) -> None:
         """Count ``nbytes`` for ``model``, or raise RESOURCE_EXHAUSTED saying which bound."""
         limit, mine = self.limit, self.by_model[model]
-        self._received += nbytes
+        self.flood.came(nbytes)
         if limit and self.held and self.held + nbytes > limit:
             raise PbdError(
                 Code.RESOURCE_EXHAUSTED,
@@ -64,7 +55,6 @@ class ByteBudget:
             )
         self.held += nbytes
         self.by_model[model] = mine + nbytes
-        self._admitted += 1
 
     def give(self, model: str, nbytes: int) -> None:
         self.held -= nbytes
@@ -73,17 +63,3 @@ class ByteBudget:
             self.by_model[model] = left
         else:
             del self.by_model[model]
-        if self.held == 0 and self._received >= TRIM_AFTER_BYTES and self._trim is None:
-            loop = asyncio.get_running_loop()
-            self._trim = loop.call_later(TRIM_IDLE_S, self._trim_if_idle, self._admitted)
-
-    def _trim_if_idle(self, admitted: int, again: bool = True) -> None:
-        loop = asyncio.get_running_loop()
-        self._trim = None
-        if self.held or self._admitted != admitted:  # busy again: look again later
-            self._trim = loop.call_later(TRIM_IDLE_S, self._trim_if_idle, self._admitted)
-            return
-        self._received = 0
-        loop.run_in_executor(None, trim_heap)
-        if again:
-            self._trim = loop.call_later(TRIM_AGAIN_S, self._trim_if_idle, admitted, False)

@@ -23,7 +23,7 @@ from pbd_harness import (
 from traffic import background_add_sub, executing, gated_inputs, hold_gated
 from tritonclient.utils import InferenceServerException
 
-from pbd import admission
+from pbd.memory import malloc
 
 MIB = 1024 * 1024
 QUEUE_LIMIT = 2
@@ -318,7 +318,7 @@ def _settled_heap(pid: int) -> int:
     """The heap once the post-flood trims are done: it stops shrinking (bounded wait)."""
     last = rss_anon_bytes(pid)
     for _ in range(10):
-        time.sleep(admission.TRIM_AGAIN_S / 2)
+        time.sleep(malloc.TRIM_AGAIN_S / 2)
         now = rss_anon_bytes(pid)
         if now >= last:
             return now

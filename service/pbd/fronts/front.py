@@ -40,6 +40,7 @@ from pbd.grpc.servicer import InferenceRpcs, methods
 from pbd.http.server import HttpFrontend
 from pbd.listeners import Sharing
 from pbd.logsettings import log_config
+from pbd.memory.malloc import tune_malloc
 from pbd.settings import Settings
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import Arena, SegmentMap
@@ -206,6 +207,7 @@ def main() -> int:
     spec = FrontSpec.from_env()
     settings = Settings.from_json(spec.settings)
     apply(log_config(settings))
+    tune_malloc()  # as the daemon: large requests reuse the heap (pbd.memory.malloc)
     return asyncio.run(serve(spec, settings))
 
 

@@ -30,6 +30,7 @@ from pbd.errors import Code, PbdError, unavailable
 from pbd.fronts import wire
 from pbd.fronts.direct import Direct
 from pbd.grpc.protocol import Abort, Buffer, Context
+from pbd.memory.malloc import FloodTrim
 from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferRequest, InferResult, ShmSlice
 from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
@@ -103,6 +104,9 @@ class RemotePlane(asyncio.Protocol):
         # go straight to workers. None: every request goes through the daemon.
         self.direct: Direct | None = None
         self._barriers: set[asyncio.Future[None]] = set()  # barriers waiting for a drain
+        # The heap a flood of large requests took goes back once idle (the daemon does the
+        # same in its --max-queued-bytes budget): nothing held is an empty arena.
+        self.flood = FloodTrim(lambda: self.arena.used > 0)
 
     def direct_path(self, index: int, shm_dir: str, budget_bytes: int = 0) -> Direct:
         """Turn the direct path on (before the link's first table); ``budget_bytes``: the
@@ -211,6 +215,7 @@ class RemotePlane(asyncio.Protocol):
         lies (None: it names a client's region instead)."""
         blocks: list[Block] = []
         places: list[wire.Place] = []
+        total = 0
         try:
             for tensor in request.inputs:
                 data = tensor.data
@@ -223,9 +228,12 @@ class RemotePlane(asyncio.Protocol):
                     blocks.append(block)
                     block.view()[:] = data.cast("B") if data.format != "B" else data
                     places.append((block.segment.name, block.offset, block.nbytes))
+                    total += block.nbytes
         except ShmExhausted as exc:
             self._free(blocks)
             raise PbdError(Code.RESOURCE_EXHAUSTED, exc.message) from None
+        finally:
+            self.flood.came(total)
         return blocks, places
 
     def _place_direct(self, request: InferRequest) -> list[Block]:
@@ -439,6 +447,7 @@ class RemotePlane(asyncio.Protocol):
                 segments.pop(name).close()
 
     def close(self) -> None:
+        self.flood.close()
         if self.transport is not None:
             self.transport.close()
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from pbd import admission
 from pbd.admission import ByteBudget
 from pbd.errors import Code, PbdError
+from pbd.memory import malloc
 
 MIB = 1024 * 1024
 
@@ -36,8 +36,8 @@ def test_a_request_larger_than_the_budget_is_served_alone() -> None:
 
 def test_the_heap_is_trimmed_once_idle_after_a_flood(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(admission, "trim_heap", lambda: trims.append(1))
-    monkeypatch.setattr(admission, "TRIM_IDLE_S", 0.01)
+    monkeypatch.setattr(malloc, "trim_heap", lambda: trims.append(1))
+    monkeypatch.setattr(malloc, "TRIM_IDLE_S", 0.01)
 
     async def run() -> None:
         budget = ByteBudget(16 * MIB)
