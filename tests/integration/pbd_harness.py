@@ -26,6 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from pbd.memory import malloc
 from pbd_wire.shm_owner import OWNER_SUFFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +137,27 @@ def _cmdline(pid: int) -> list[str]:
 def _is_alive(pid: int, starttime: int) -> bool:
     stat = _proc_stat(pid)
     return stat is not None and stat[2] == starttime and stat[0] not in ("Z", "X")
+
+
+def rss_anon_bytes(pid: int) -> int:
+    """Resident heap and other private memory (not the shared-memory arenas, which stay)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon")
+
+
+def settled_heap(pid: int) -> int:
+    """The heap once the post-flood trims are done (``pbd.memory.malloc.FloodTrim``): it
+    stops shrinking (bounded wait)."""
+    last = rss_anon_bytes(pid)
+    for _ in range(10):
+        time.sleep(malloc.TRIM_AGAIN_S / 2)
+        now = rss_anon_bytes(pid)
+        if now >= last:
+            return now
+        last = now
+    return last
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:

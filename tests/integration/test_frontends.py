@@ -37,12 +37,15 @@ from pbd_harness import (
     _proc_stat,
     infer_input,
     make_repository,
+    rss_anon_bytes,
+    settled_heap,
     wait_until,
 )
 from traffic import assert_no_orphan
 from tritonclient.utils import InferenceServerException
 
 from bench.procstat import established
+from pbd.memory.malloc import MIB
 from pbd_wire.shm_owner import OWNER_SUFFIX
 
 FRONTS = ("--frontends", "2")
@@ -317,6 +320,34 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
     # Nothing of the dead front end is left in /dev/shm: its arena went with it.
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def test_a_front_end_keeps_large_requests_heap_while_busy_and_gives_it_back_when_idle(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """A front end tunes glibc's allocator as the daemon does (its heap keeps large freed
+    buffers: glibc's own thresholds trimmed it after every 1 MiB call), and once a flood of
+    large requests is over and it is idle, it trims its heap (pbd.memory.malloc.FloodTrim)."""
+    repo = make_repository(tmp_path, {"identity_fp32": EXAMPLE_MODELS / "identity_fp32"})
+    daemon = start_daemon(repo, *FRONTS, settle=["identity_fp32"])
+    front, other = two_fronts(daemon)
+    client = pinned_client(daemon, front, [front, other])
+    before = rss_anon_bytes(front)
+    big = np.arange(3 * MIB // 4, dtype=np.float32).reshape(1, -1)  # 3 MiB
+
+    def call(_: int) -> bool:
+        inputs = [infer_input("INPUT0", big, "FP32")]
+        out = client.infer("identity_fp32", inputs).as_numpy("OUTPUT0")
+        return bool(out is not None and out[0, -1] == big[0, -1])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # 8 in flight, 64 calls: 192 MiB in
+        assert all(pool.map(call, range(64)))
+    after = rss_anon_bytes(front)
+    settled = settled_heap(front)
+    print(f"front end heap: {before / MIB:.0f} -> {after / MIB:.0f} MiB, "
+          f"{settled / MIB:.0f} once trimmed")  # fmt: skip
+    assert after - before > 16 * MIB, "the heap did not keep the flood's buffers (untuned?)"
+    assert settled < after - 16 * MIB, "the idle front end did not trim its heap"
 
 
 def test_a_sigkilled_daemons_owner_record_goes_with_the_last_front_end_out(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,12 +17,12 @@ from pbd_harness import (
     DaemonFactory,
     error_of,
     make_repository,
+    rss_anon_bytes,
+    settled_heap,
     wait_until,
 )
 from traffic import background_add_sub, executing, gated_inputs, hold_gated
 from tritonclient.utils import InferenceServerException
-
-from pbd.memory import malloc
 
 MIB = 1024 * 1024
 QUEUE_LIMIT = 2
@@ -306,26 +305,6 @@ def test_exit_timeout_bounds_shutdown_with_a_model_stuck_in_execute(
     daemon.assert_clean_exit()
 
 
-def rss_anon_bytes(pid: int) -> int:
-    """Resident heap and other private memory (not the shared-memory arenas, which stay)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon")
-
-
-def _settled_heap(pid: int) -> int:
-    """The heap once the post-flood trims are done: it stops shrinking (bounded wait)."""
-    last = rss_anon_bytes(pid)
-    for _ in range(10):
-        time.sleep(malloc.TRIM_AGAIN_S / 2)
-        now = rss_anon_bytes(pid)
-        if now >= last:
-            return now
-        last = now
-    return last
-
-
 def test_one_models_flood_neither_takes_the_memory_nor_refuses_another_model(
     start_daemon: DaemonFactory, repository: Path, tmp_path: Path
 ) -> None:
@@ -371,7 +350,7 @@ def test_one_models_flood_neither_takes_the_memory_nor_refuses_another_model(
         assert small[0] > started, "no small request was served during the flood"
     growth = vm_hwm_bytes(daemon.pid) - before_peak
     after = rss_anon_bytes(daemon.pid)
-    settled = _settled_heap(daemon.pid)
+    settled = settled_heap(daemon.pid)
     print(f"flood: {outcomes}, heap {after / MIB:.0f} -> {settled / MIB:.0f} MiB once trimmed, "
           f"peak growth {growth / MIB:.0f} MiB")  # fmt: skip
     assert set(outcomes) <= {"OK", "StatusCode.RESOURCE_EXHAUSTED"}, outcomes
