@@ -12,10 +12,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from pbd_harness import Daemon, running_daemon, wait_until
+from pbd_harness import Daemon, rss_anon_bytes, running_daemon, wait_until
 from sse_helpers import (
     LLM_MODELS,
     curl,
@@ -259,20 +258,13 @@ def test_a_client_that_goes_away_cancels_the_models_work(daemon: Daemon, kind: s
     assert wait_for_metric(daemon.metrics_url, name, before + 1) == before + 1
 
 
-def _rss_anon(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon")
-
-
 def test_a_client_that_does_not_read_holds_a_bounded_amount_then_is_cut_off(daemon: Daemon) -> None:
     """The model floods 2000 responses of 64 KiB (125 MiB); the client reads nothing. The
     daemon holds at most --http-stream-buffer-bytes of them, then cancels the request and ends
     the stream with an error event after what was held."""
     name = "generate_probe_cancelled_total"
     before = metric(daemon.metrics_url, name) or 0.0
-    rss_before = _rss_anon(daemon.pid)
+    rss_before = rss_anon_bytes(daemon.pid)
     sock = send_request(
         daemon.http_url,
         "/v2/models/generate_probe/generate_stream",
@@ -280,7 +272,7 @@ def test_a_client_that_does_not_read_holds_a_bounded_amount_then_is_cut_off(daem
     )
     try:
         wait_for_metric(daemon.metrics_url, name, before + 1)  # cut off while nothing is read
-        grown = _rss_anon(daemon.pid) - rss_before
+        grown = rss_anon_bytes(daemon.pid) - rss_before
         assert grown < 48 * 1024 * 1024, f"the daemon grew by {grown} bytes"
         received = b""
         while not received.endswith(b"0\r\n\r\n"):
