@@ -346,8 +346,10 @@ def test_a_front_end_keeps_large_requests_heap_while_busy_and_gives_it_back_when
     settled = settled_heap(front)
     print(f"front end heap: {before / MIB:.0f} -> {after / MIB:.0f} MiB, "
           f"{settled / MIB:.0f} once trimmed")  # fmt: skip
-    assert after - before > 16 * MIB, "the heap did not keep the flood's buffers (untuned?)"
-    assert settled < after - 16 * MIB, "the idle front end did not trim its heap"
+    # Tuned, the heap keeps at least a few of the 3 MiB buffers (43 -> 60..75 MiB in runs);
+    # with glibc's own thresholds it keeps none (43 -> 43).
+    assert after - before > 6 * MIB, "the heap did not keep the flood's buffers (untuned?)"
+    assert settled < before + (after - before) / 2, "the idle front end did not trim its heap"
 
 
 def test_a_sigkilled_daemons_owner_record_goes_with_the_last_front_end_out(
