@@ -216,6 +216,11 @@ class Daemon:
                 await self.repository.load(name)
             except PbdError:
                 failed.append(name)  # the repository logged why
+                return
+            # The front ends learn each model as its load ends, as after a client's load: a
+            # decoupled one must stream through them from then on, and one still loading
+            # when --startup-wait-secs ends has no later announcement to wait for.
+            await self.dataplane.announce_models()
 
         await asyncio.gather(*(load(n) for n in names))
         return failed
@@ -443,8 +448,9 @@ class Daemon:
         failed = await self._load_unless_stopped()
         if failed is not None and self.fronts is not None and not await self.fronts.connected():
             log.warning("not every front end came up within 30s; serving with those that did")
-        self.dataplane.started = True
+        # Every front end knows the models before ServerReady says so.
         await self.dataplane.announce_models()
+        self.dataplane.started = True
         # What start-up made lives as long as the daemon: out of the collector's way, so its
         # full collections under load walk only what serving allocates.
         gc.collect()

@@ -200,6 +200,27 @@ def test_a_load_the_client_gave_up_on_reaches_every_front_end_when_it_ends(
         assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
 
 
+def test_a_startup_model_that_loads_after_start_up_streams_through_every_front_end(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """A startup model still loading when --startup-wait-secs ends serves once loaded, and the
+    front ends learn it (decoupled: ModelStreamInfer must stream it) when its load ends.
+    Before, startup loads were announced once, at start-up: a front end then took it for a
+    model that answers once and answered the stream with ModelInfer's refusal."""
+    repo = make_repository(tmp_path, {"gated_decoupled": TEST_MODELS / "gated_decoupled"})
+    hold = repo / "gated_decoupled" / "hold_initialize"
+    hold.write_text("held\n")
+    daemon = start_daemon(repo, *FRONTS, "--startup-wait-secs", "1")
+    pids = two_fronts(daemon)
+    clients = [pinned_client(daemon, pid, pids) for pid in pids]
+    wait_until(clients[0].is_server_live, 60, "start-up to report ready without the model")
+    hold.unlink()
+    wait_until(lambda: clients[1].is_model_ready("gated_decoupled"), 60, "the load to end")
+    inputs = [infer_input("IN", np.array([3, 4], np.int32), "INT32")]
+    for client in clients:
+        assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
+
+
 def test_the_first_answer_of_a_front_end_lists_the_startup_models(
     start_daemon: DaemonFactory, tmp_path: Path
 ) -> None:
