@@ -403,6 +403,10 @@ class Daemon:
 
         try:
             wait_until(settled, SETTLE_TIMEOUT_S, f"models {models} to load or fail")
+            if self.front_ends():
+                # Front ends answer the index as soon as one is up; start-up (ServerReady)
+                # ends once every one is linked and knows the models: the "pbd ready" line.
+                wait_until(lambda: "pbd ready:" in self.log(), SETTLE_TIMEOUT_S, "start-up")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{self.log_tail()}") from None
 
