@@ -404,9 +404,15 @@ class Daemon:
         try:
             wait_until(settled, SETTLE_TIMEOUT_S, f"models {models} to load or fail")
             if self.front_ends():
-                # Front ends answer the index as soon as one is up; start-up (ServerReady)
-                # ends once every one is linked and knows the models: the "pbd ready" line.
-                wait_until(lambda: "pbd ready:" in self.log(), SETTLE_TIMEOUT_S, "start-up")
+                # Front ends answer the index as soon as one is up; start-up ends (ServerReady)
+                # once every one is linked and knows the models. A model that failed may keep
+                # the server unready for good (strict readiness): nothing to wait for then.
+                def started() -> bool:
+                    index = self.control().get_model_repository_index().models
+                    failed = any(entry.state == "UNAVAILABLE" for entry in index)
+                    return failed or bool(self.control().is_server_ready())
+
+                wait_until(started, SETTLE_TIMEOUT_S, "start-up to end")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{self.log_tail()}") from None
 
