@@ -179,25 +179,37 @@ def test_a_model_loaded_through_one_front_end_is_served_by_the_other_at_once(
     assert not second.is_model_ready("add_sub")
 
 
+def _held_decoupled(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository with a decoupled model whose initialize() waits while the file returned
+    (created here) exists."""
+    repo = make_repository(tmp_path, {"gated_decoupled": TEST_MODELS / "gated_decoupled"})
+    hold = repo / "gated_decoupled" / "hold_initialize"
+    hold.write_text("held\n")
+    return repo, hold
+
+
+def _streams_once_loaded(clients: list[grpcclient.InferenceServerClient], hold: Path) -> None:
+    """Let the held load end: then the model streams through every client's front end."""
+    hold.unlink()
+    wait_until(lambda: clients[1].is_model_ready("gated_decoupled"), 60, "the load to end")
+    inputs = [infer_input("IN", np.array([3, 4], np.int32), "INT32")]
+    for client in clients:
+        assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
+
+
 def test_a_load_the_client_gave_up_on_reaches_every_front_end_when_it_ends(
     start_daemon: DaemonFactory, tmp_path: Path
 ) -> None:
     """The load goes on after its client's deadline (Triton's way); the front ends learn the
     model (decoupled, so ModelStreamInfer must stream it) when the load ends, not at the
     next model change."""
-    repo = make_repository(tmp_path, {"gated_decoupled": TEST_MODELS / "gated_decoupled"})
-    hold = repo / "gated_decoupled" / "hold_initialize"
-    hold.write_text("held\n")
+    repo, hold = _held_decoupled(tmp_path)
     daemon = start_daemon(repo, *FRONTS, "--model-control-mode", "explicit")
     pids = two_fronts(daemon)
     clients = [pinned_client(daemon, pid, pids) for pid in pids]
     with pytest.raises(InferenceServerException, match="Deadline"):
         clients[0].load_model("gated_decoupled", client_timeout=0.5)
-    hold.unlink()
-    wait_until(lambda: clients[1].is_model_ready("gated_decoupled"), 60, "the load to end")
-    inputs = [infer_input("IN", np.array([3, 4], np.int32), "INT32")]
-    for client in clients:
-        assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
+    _streams_once_loaded(clients, hold)
 
 
 def test_a_startup_model_that_loads_after_start_up_streams_through_every_front_end(
@@ -207,18 +219,11 @@ def test_a_startup_model_that_loads_after_start_up_streams_through_every_front_e
     front ends learn it (decoupled: ModelStreamInfer must stream it) when its load ends.
     Before, startup loads were announced once, at start-up: a front end then took it for a
     model that answers once and answered the stream with ModelInfer's refusal."""
-    repo = make_repository(tmp_path, {"gated_decoupled": TEST_MODELS / "gated_decoupled"})
-    hold = repo / "gated_decoupled" / "hold_initialize"
-    hold.write_text("held\n")
+    repo, hold = _held_decoupled(tmp_path)
     daemon = start_daemon(repo, *FRONTS, "--startup-wait-secs", "1")
     pids = two_fronts(daemon)
     clients = [pinned_client(daemon, pid, pids) for pid in pids]
-    wait_until(clients[0].is_server_live, 60, "start-up to report ready without the model")
-    hold.unlink()
-    wait_until(lambda: clients[1].is_model_ready("gated_decoupled"), 60, "the load to end")
-    inputs = [infer_input("IN", np.array([3, 4], np.int32), "INT32")]
-    for client in clients:
-        assert streamed(client, "gated_decoupled", inputs, 2) == [[3], [4]]
+    _streams_once_loaded(clients, hold)
 
 
 def test_the_first_answer_of_a_front_end_lists_the_startup_models(
