@@ -182,7 +182,7 @@ class Sender:
     def __init__(self) -> None:
         # Where frames go when they are written outside a read (None: kept for data_to_send).
         self.sink: Callable[[bytes | memoryview], None] | None = None
-        # Where several buffers go, in order, as one write (None: each to ``sink``).
+        # Where several buffers go, in order, as one write (set with ``sink``).
         self.sink_parts: Callable[[list[bytes | memoryview]], None] | None = None
         self.streams: dict[int, Stream] = {}
         self.failed = False  # after a connection error nothing more is written
@@ -298,11 +298,9 @@ class Sender:
             return
         if self.receiving or self.sink is None:
             self.out.extend(parts)
-        elif self.sink_parts is not None:
-            self.sink_parts(parts)
         else:
-            for part in parts:
-                self.sink(part)
+            assert self.sink_parts is not None  # set with ``sink`` (pbd.h2.connection)
+            self.sink_parts(parts)
 
     def later(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the read being handled is done (at once outside a read)."""
