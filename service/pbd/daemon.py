@@ -56,6 +56,9 @@ from pbd.worker.launcher import InstanceLauncher, ProcessLauncher
 
 log = logging.getLogger("pbd")
 SHUTDOWN_ANSWER_S = 5.0
+# Once the drain is done, what the edges (the daemon's servers, or the front ends) give the
+# calls they still hold (answers being written, streams left open) before closing them.
+EDGE_STOP_GRACE_S = 1.0
 
 
 class Daemon:
@@ -165,6 +168,8 @@ class Daemon:
             loop = asyncio.get_running_loop()
             self._stop_deadline = loop.time() + self.settings.exit_timeout_secs
             self._stop.set()
+            if self.fronts is not None:  # they may have the signal too: the daemon orders
+                self.fronts.stopping()
         elif not self._forced.is_set():
             log.warning("asked again to stop: not waiting for loads or requests any longer")
             self._forced.set()
@@ -410,7 +415,7 @@ class Daemon:
             if settings.allow_grpc:
                 server = build_server(self.dataplane, settings)
                 self.port = await server.start()
-                stack.push_async_callback(server.stop, 1.0)
+                stack.push_async_callback(server.stop, EDGE_STOP_GRACE_S)
             if settings.allow_http:
                 http = HttpFrontend(self.dataplane, settings)
                 await http.start()
@@ -481,13 +486,13 @@ class Daemon:
         if poller is not None:
             poller.cancel()
         timeout = self._time_left() if self._stop.is_set() else settings.exit_timeout_secs
-        if self.fronts is None:
-            await self._drain(timeout)
-        else:  # the front ends stop taking calls and finish theirs as the daemon drains
-            # Their grace outlasts the drain (its refusals go out within SHUTDOWN_ANSWER_S of
-            # the timeout): a front end cuts no call the daemon is still answering.
-            grace = timeout + SHUTDOWN_ANSWER_S + 2.0
-            await asyncio.gather(self._drain(timeout), self.fronts.stop(grace))
+        if self.fronts is not None:
+            # As the daemon's own server: the front ends keep accepting while the daemon
+            # drains (it refuses what comes, UNAVAILABLE) and stop once it is done.
+            self.fronts.stopping()
+        await self._drain(timeout)
+        if self.fronts is not None:
+            await self.fronts.stop(EDGE_STOP_GRACE_S)
         return code
 
     async def _reset_failed_units(self) -> None:

@@ -27,6 +27,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from pbd.memory import malloc
+from pbd.settings import Settings
 from pbd_wire.shm_owner import OWNER_SUFFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -361,11 +362,14 @@ class Daemon:
         return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))
 
     def front_ends(self) -> int:
-        """Front-end processes it runs (``--frontends`` over 1), each with its own arena."""
+        """Front-end processes it runs (``--frontends`` over 1, given on the command line or
+        in its PBD_FRONTENDS, or the default for the CPUs here), each with its own arena."""
         command = self.command()
-        if "--frontends" not in command:
-            return 0
-        count = int(command[command.index("--frontends") + 1])
+        if "--frontends" in command:
+            given = int(command[command.index("--frontends") + 1])
+        else:
+            given = int(self.extra_env.get("PBD_FRONTENDS") or 0)  # not the suite's own
+        count = Settings(frontends=given).front_count()
         return count if count > 1 else 0
 
     def segment_owners(self) -> set[str]:

@@ -35,6 +35,7 @@ from pbd_harness import (
     DaemonFactory,
     _cmdline,
     _proc_stat,
+    error_of,
     infer_input,
     make_repository,
     rss_anon_bytes,
@@ -45,6 +46,7 @@ from traffic import assert_no_orphan
 from tritonclient.utils import InferenceServerException
 
 from bench.procstat import established
+from pbd.fronts.front import ORDER_WAIT_S
 from pbd.memory.malloc import MIB
 from pbd_wire.shm_owner import OWNER_SUFFIX
 
@@ -346,6 +348,70 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
     # Nothing of the dead front end is left in /dev/shm: its arena went with it.
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def test_a_sigterm_to_the_whole_group_drains_as_the_daemon_serving_alone(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """systemd's stop and Ctrl-C signal every process of the service at once. The front ends
+    leave the order to the daemon and keep accepting while it drains, as the daemon does
+    serving alone (and Triton 2.58): a new connection to either front end gets UNAVAILABLE,
+    readiness turns false, the request in flight gets its answer; then all of them exit."""
+    repository = make_repository(
+        tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub", "gated": TEST_MODELS / "gated"}
+    )
+    daemon = start_daemon(
+        repository, *FRONTS, "--exit-timeout-secs", "60", settle=["add_sub", "gated"]
+    )
+    pids = two_fronts(daemon)
+    gate = tmp_path / "gate"
+    gate.write_text("held\n")
+    held = daemon.client()
+    inputs = [
+        infer_input("ID", np.array([7], np.int32), "INT32"),
+        infer_input("GATE", np.array([str(gate).encode()], np.object_), "BYTES"),
+    ]
+    a = np.ones(4, np.float32)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(lambda: held.infer("gated", inputs).as_numpy("ID").tolist())
+        wait_until(Path(f"{gate}.executing").exists, 30, "the request to reach the model")
+        for pid in [daemon.pid, *pids]:
+            os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not daemon.control().is_server_ready(), 10, "readiness to turn false")
+        time.sleep(ORDER_WAIT_S + 0.5)  # past the moment a front end signalled alone stops
+        for pid in pids:
+            refused = error_of(lambda pid=pid: add_sub(pinned_client(daemon, pid, pids), a, a))
+            assert refused.status() == "StatusCode.UNAVAILABLE"
+            assert refused.message() == (
+                "GRPC server is shutting down and has stopped accepting new requests."
+            )
+        assert daemon.control().is_server_live()
+        gate.unlink()
+        assert answer.result(timeout=30) == [7]
+    assert daemon.process is not None
+    assert daemon.process.wait(timeout=30) == 0
+    for pid in pids:
+        assert_no_orphan(pid)
+    assert "did not stop; killing it" not in daemon.log()
+
+
+def test_a_front_end_signalled_alone_stops_by_itself_and_is_replaced(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """A SIGTERM to one front end (its daemon not stopping) stops that one: it lets its calls
+    finish and exits, the daemon starts another, and the service goes on."""
+    daemon = start_daemon(repo, *FRONTS, settle=["add_sub"])
+    pids = two_fronts(daemon)
+    doomed, survivor = pids
+    client = pinned_client(daemon, doomed, pids)
+    a = np.ones(4, np.float32)
+    assert add_sub(client, a, a).tolist() == [2.0] * 4
+    os.kill(doomed, signal.SIGTERM)
+    replaced = two_fronts(daemon, without=doomed)
+    assert survivor in replaced
+    assert "exited with status 0" in daemon.log()
+    assert add_sub(daemon.client(), a, a).tolist() == [2.0] * 4
+    wait_until(lambda: _answers(client, a), 30, "the stopped front end's client to reconnect")
 
 
 def test_a_front_end_keeps_large_requests_heap_while_busy_and_gives_it_back_when_idle(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -179,8 +178,9 @@ def test_plain_json_requests_like_curl(examples_daemon: Daemon) -> None:
 def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None:
     """Readiness, metadata, config and inference, then statistics, then the same again, on one
     connection: the edge answers up to the statistics (aiohttp would add its Server header),
-    aiohttp from there on; the answers are the same either way. With front ends
-    (PBD_TEST_FRONTENDS), whose edge answers infer only, the rest goes to aiohttp."""
+    aiohttp from there on; the answers are the same either way. With front ends (the
+    default on two CPUs or more, or PBD_TEST_FRONTENDS), whose edge answers infer only, the
+    rest goes to aiohttp."""
     host, port = examples_daemon.http_url.rsplit(":", 1)
     connection = HTTPConnection(host, int(port), timeout=30)
     body = json.dumps(
@@ -197,7 +197,7 @@ def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None
         answer = connection.getresponse()
         return answer.status, answer.getheader("Server") or "", answer.read()
 
-    fronts = int(os.environ.get("PBD_TEST_FRONTENDS") or 1) > 1
+    fronts = examples_daemon.front_ends() > 0
     control = ["/v2/health/ready", "/v2/models/add_sub/ready", "/v2/models/add_sub",
                "/v2/models/add_sub/versions/1/config"]  # fmt: skip
     try:

@@ -65,7 +65,7 @@ class KServeDaemon(Daemon):
     tritonserver. Addresses and the metrics port come from PBD_* variables (which the command
     line beats, and which beat Triton's defaults), so the command line stays KServe's."""
 
-    def __init__(self, repository: Path, workdir: Path) -> None:
+    def __init__(self, repository: Path, workdir: Path, frontends: int = 0) -> None:
         super().__init__(repository, workdir)
         self.http_port = free_port()
         self.link = workdir / "bin" / "tritonserver"
@@ -80,6 +80,8 @@ class KServeDaemon(Daemon):
             "PBD_SHM_PREFIX": self.shm_prefix,
             "PBD_EXIT_TIMEOUT_SECS": "20",
         }
+        if frontends:
+            self.extra_env["PBD_FRONTENDS"] = str(frontends)
 
     def command(self) -> list[str]:
         swap = {
@@ -113,12 +115,14 @@ def _running(daemon: KServeDaemon) -> Iterator[KServeDaemon]:
     daemon.assert_clean_exit()
 
 
-@pytest.fixture
-def kserve(tmp_path: Path) -> Iterator[KServeDaemon]:
+@pytest.fixture(params=[1, 2], ids=["daemon-serves", "two-front-ends"])
+def kserve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KServeDaemon]:
+    """The daemon serving the ports itself, and two front-end processes serving them (KServe
+    signals only the container's first process, the daemon)."""
     repository = make_repository(
         tmp_path, {"add_sub": EXAMPLE_MODELS / "add_sub", "sleepy": TEST_MODELS / "sleepy"}
     )
-    with _running(KServeDaemon(repository, tmp_path)) as daemon:
+    with _running(KServeDaemon(repository, tmp_path, request.param)) as daemon:
         daemon.wait_settled(["add_sub", "sleepy"])
         yield daemon
 

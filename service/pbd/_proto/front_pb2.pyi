@@ -194,14 +194,16 @@ class Hello(_message.Message):
     def __init__(self, token: _Optional[str] = ..., index: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class Models(_message.Message):
-    __slots__ = ("decoupled", "barrier", "direct")
+    __slots__ = ("decoupled", "barrier", "direct", "stopping")
     DECOUPLED_FIELD_NUMBER: _ClassVar[int]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
     DIRECT_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
     decoupled: _containers.RepeatedScalarFieldContainer[str]
     barrier: int
     direct: _containers.RepeatedCompositeFieldContainer[DirectVersion]
-    def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ..., direct: _Optional[_Iterable[_Union[DirectVersion, _Mapping]]] = ...) -> None: ...
+    stopping: bool
+    def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ..., direct: _Optional[_Iterable[_Union[DirectVersion, _Mapping]]] = ..., stopping: _Optional[bool] = ...) -> None: ...
 
 class DirectVersion(_message.Message):
     __slots__ = ("model", "version", "latest", "config_json", "instances")

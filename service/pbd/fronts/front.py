@@ -9,10 +9,14 @@ HTTP infer) goes to the daemon over its link as descriptors, the bytes through s
 from the state that must be one (``RemotePlane.call``, ``pbd.fronts.http_proxy``).
 
 It stops when the daemon says so (``Stop``: stop accepting, let what is in flight finish
-within the grace, exit), on SIGTERM (the same, with --exit-timeout-secs), or when the daemon's
-link ends (the daemon is gone: nothing could be answered any more). A front end whose daemon
-went without a Stop removes its arena and, when it is the last of the daemon's processes out,
-the daemon's owner record (``pbd_wire.shm_owner``), as workers do.
+within the grace, exit), or when the daemon's link ends (the daemon is gone: nothing could be
+answered any more). While the daemon drains it keeps accepting, as the daemon serving alone
+does: the daemon refuses new requests (UNAVAILABLE) and sends ``Stop`` once what it accepted
+is answered. A SIGTERM that reaches the daemon too (systemd's stop, Ctrl-C: the whole group)
+leaves that order to the daemon; one sent to this front end alone stops it by itself.
+
+A front end whose daemon went without a Stop removes its arena and, when it is the last of the
+daemon's processes out, the daemon's owner record (``pbd_wire.shm_owner``), as workers do.
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ from pbd_wire.shm import Arena, SegmentMap
 from pbd_wire.shm_owner import remove_orphaned_record
 from pbd_worker.logconfig import LogConfig, apply
 
-# What a signalled front end adds to --exit-timeout-secs before it cuts its calls.
-SIGNAL_GRACE_MARGIN_S = 10.0
+# How long a signalled front end waits to hear that its daemon is stopping too (a signal to
+# the whole group reaches both) before it stops by itself.
+ORDER_WAIT_S = 2.0
 log = logging.getLogger("pbd.fronts")
 SPEC_ENV = "PBD_FRONT_SPEC"
 PUBLISH_S = 0.5  # how often the connection count is published when no accept did
@@ -139,7 +144,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             http = HttpFrontend.front(plane, settings, proxy)
             await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], sharing)
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, _stop_on_signal, plane, settings)
+            loop.add_signal_handler(signum, _on_signal, plane, settings)
         log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
         sweeping = asyncio.create_task(_sweep(plane, lambda: loads.publish(held())))
         await plane.ended
@@ -180,15 +185,21 @@ async def _sweep(plane: RemotePlane, publish: Callable[[], None]) -> None:
             plane.sweep()
 
 
-def _stop_on_signal(plane: RemotePlane, settings: Settings) -> None:
-    """A signal to the whole group (systemd's stop, Ctrl-C): the daemon orders the shutdown;
-    this front end stops taking new work and lets what it has finish meanwhile."""
-    if plane.stop_grace is None:
-        # Past the daemon's own drain (its Stop, if it comes first, says exactly): calls end
-        # when the daemon answers them, or when its link closes.
-        plane.stop_grace = settings.exit_timeout_secs + SIGNAL_GRACE_MARGIN_S
-    if not plane.ended.done():
-        plane.ended.set_result(None)
+def _on_signal(plane: RemotePlane, settings: Settings) -> None:
+    """SIGTERM/SIGINT. Sent to the whole group (systemd's stop, Ctrl-C), it reached the daemon
+    too, which orders the shutdown: this front end keeps serving while the daemon drains and
+    stops on its ``Stop``. Sent to this front end alone (the daemon says nothing of stopping
+    within ``ORDER_WAIT_S``), it stops by itself and the daemon starts another."""
+    if not plane.daemon_stopping and not plane.ended.done():
+        asyncio.get_running_loop().call_later(ORDER_WAIT_S, _stop_alone, plane, settings)
+
+
+def _stop_alone(plane: RemotePlane, settings: Settings) -> None:
+    """Stop accepting; the calls in flight get --exit-timeout-secs to finish."""
+    if plane.daemon_stopping or plane.ended.done():
+        return
+    plane.stop_grace = settings.exit_timeout_secs
+    plane.ended.set_result(None)
 
 
 def _apply_log_levels(levels: fpb.LogLevels) -> None:

@@ -69,6 +69,7 @@ class FrontHub:
         self.tokens = tokens
         self.links: dict[int, FrontLink] = {}
         self.decoupled: list[str] = []
+        self.stopping = False  # shutting down: the front ends keep serving until their Stop
         # The direct path's table (``pbd.fronts.routes``): recomputed for every Models frame.
         self.direct: Callable[[], list[fpb.DirectVersion]] = list
         # A front end's direct-path statistics (``StatsReport``, with its index), to add to
@@ -135,7 +136,12 @@ class FrontHub:
         return True
 
     def _models_frame(self, barrier: int) -> bytes:
-        models = fpb.Models(decoupled=self.decoupled, barrier=barrier, direct=self.direct())
+        models = fpb.Models(
+            decoupled=self.decoupled,
+            barrier=barrier,
+            direct=self.direct(),
+            stopping=self.stopping,
+        )
         return encode_frame(fpb.DaemonToFront(models=models).SerializeToString())
 
     def synced(self, index: int, barrier: int) -> None:

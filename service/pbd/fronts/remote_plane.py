@@ -91,6 +91,7 @@ class RemotePlane(asyncio.Protocol):
         self.decoupled: frozenset[str] = frozenset()
         self.on_log_levels: Callable[[fpb.LogLevels], None] = lambda levels: None
         self.stop_grace: float | None = None
+        self.daemon_stopping = False  # the daemon drains and orders this front end's stop
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loop = asyncio.get_running_loop()
         self._frames = FrameSplitter()
@@ -340,6 +341,7 @@ class RemotePlane(asyncio.Protocol):
         answered once it applies, and once nothing sent to instances it took off the direct
         path is unanswered."""
         self.decoupled = frozenset(models.decoupled)
+        self.daemon_stopping = self.daemon_stopping or models.stopping
         if self.direct is not None:
             self.direct.update(list(models.direct))
         self._models.set()

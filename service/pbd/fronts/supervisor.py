@@ -214,6 +214,14 @@ class Fronts:
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes.values() if p.returncode is None]
 
+    def stopping(self) -> None:
+        """The daemon is shutting down: the front ends keep serving while it drains (it
+        refuses new requests, as it does serving alone) and stop on its ``stop`` only, not on
+        a signal of their own; ``stop`` follows once what the daemon accepted is answered."""
+        if self.hub is not None and not self.hub.stopping:
+            self.hub.stopping = True
+            self.hub.announce()
+
     async def stop(self, grace: float) -> None:
         """Each front end stops accepting, lets its calls finish within ``grace`` (their
         answers come from the daemon, which drains meanwhile) and exits; a front end still
