@@ -262,8 +262,8 @@ class Settings:
     )
     frontends: int = _opt(
         0,
-        "processes serving the gRPC and HTTP ports (0: one per 4 usable CPUs, 1 to 8; "
-        "1: the daemon serves them itself)",
+        "processes serving the gRPC and HTTP ports (0: one per 4 usable CPUs, 2 to 8, and 1 "
+        "on a single CPU; 1: the daemon serves them itself)",
     )
     frontend_direct: bool = _opt(
         True,
@@ -289,10 +289,12 @@ class Settings:
 
     def front_count(self) -> int:
         """How many front-end processes serve the ports: ``frontends``, or for 0 one per four
-        usable CPUs, between 1 and 8 (the workers and the daemon need the others)."""
+        usable CPUs, between 2 and 8 (the workers and the daemon need the others), and the
+        daemon itself (1) on a single CPU (docs/frontends.md, "Measured")."""
         if self.frontends > 0:
             return self.frontends
-        return max(1, min(8, len(os.sched_getaffinity(0)) // 4))
+        cpus = len(os.sched_getaffinity(0))
+        return 1 if cpus < 2 else max(2, min(8, cpus // 4))
 
 
 def _flag(name: str) -> str:

@@ -59,3 +59,14 @@ def test_every_field_has_help():
     for name in Settings.field_names():
         assert "--" + name.replace("_", "-") in text
         assert "PBD_" + name.upper() in text
+
+
+@pytest.mark.parametrize(
+    ("cpus", "expected"), [(1, 1), (2, 2), (7, 2), (11, 2), (12, 3), (16, 4), (64, 8)]
+)
+def test_the_default_front_end_count_follows_the_usable_cpus(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cpus)))
+    assert Settings().front_count() == expected
+    assert Settings(frontends=3).front_count() == 3  # given: kept, whatever the CPUs
