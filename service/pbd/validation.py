@@ -26,6 +26,7 @@ from pbd.types import (
     Uint64,
 )
 from pbd_wire import dtypes
+from pbd_wire.bytes_input import BytesInputError, check_bytes_input
 
 _NO_BYTES = memoryview(b"")
 _ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
@@ -52,30 +53,6 @@ def _dims_match(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
     if got == want:  # the common case, without a generator
         return True
     return len(got) == len(want) and all(w == -1 or g == w for g, w in zip(got, want, strict=True))
-
-
-def _check_bytes_elements(tensor: InputTensor, data: memoryview, count: int) -> None:
-    pos, seen, end = 0, 0, len(data)
-    while pos < end:
-        if end - pos < 4:
-            raise invalid_arg(
-                f"incomplete string length indicator for inference input '{tensor.name}', "
-                f"expecting 4 bytes but only {end - pos} bytes available. Please make sure "
-                "the string length indicator is in one of the first 4 bytes of the input."
-            )
-        length = int.from_bytes(data[pos : pos + 4], "little")
-        pos += 4
-        if end - pos < length:
-            raise invalid_arg(
-                f"incomplete string for inference input '{tensor.name}', expecting string of "
-                f"length {length} but only {end - pos} bytes available"
-            )
-        pos += length
-        seen += 1
-    if seen != count:
-        raise invalid_arg(
-            f"expected {count} string elements for inference input '{tensor.name}', got {seen}"
-        )
 
 
 def _prepare_input(
@@ -135,8 +112,11 @@ def _prepare_input(
         )
     size = len(tensor.data) if nbytes is None else nbytes
     if dt.is_bytes:
-        if nbytes is None:
-            _check_bytes_elements(tensor, tensor.data, count)
+        if nbytes is None:  # in shared memory: the worker checks it (pbd_wire.bytes_input)
+            try:
+                check_bytes_input(tensor.data, count, tensor.name, model, rid)
+            except BytesInputError as exc:
+                raise invalid_arg(str(exc)) from None
     elif size != count * dt.itemsize:
         raise invalid_arg(
             f"[request id: {rid}] input byte size mismatch for input '{tensor.name}' for model "

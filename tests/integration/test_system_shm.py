@@ -41,11 +41,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             "add_sub": EXAMPLE_MODELS / "add_sub",
             "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
             "shm_probe": TEST_MODELS / "shm_probe",
+            "identity_all": TEST_MODELS / "identity_all",
         },
     )
-    with running_daemon(
-        repo, root, "--allow-client-shm", "true", settle=["add_sub", "identity_fp32", "shm_probe"]
-    ) as d:
+    models = ["add_sub", "identity_fp32", "shm_probe", "identity_all"]
+    with running_daemon(repo, root, "--allow-client-shm", "true", settle=models) as d:
         yield d
 
 
@@ -118,6 +118,44 @@ def test_identity_of_a_region_input_answers_over_the_wire(daemon: Daemon, region
     x.set_shared_memory("ident", data.nbytes)
     result = client.infer("identity_fp32", [x])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+    client.unregister_system_shared_memory()
+
+
+def test_a_bytes_input_in_a_region_is_checked_as_triton_checks_it(
+    daemon: Daemon, regions: dict
+) -> None:
+    """Only a worker maps a client's region, so the worker checks a BYTES input there before
+    the model sees it: a malformed one is refused with Triton 2.51's status and message, the
+    same the request gets with the bytes in its body; a well-formed one runs."""
+    client = daemon.client()
+    client.unregister_system_shared_memory()
+    handle = regions["create"]("strings", 64)
+    client.register_system_shared_memory("strings", f"/{PREFIX}strings", 64)
+    cases = {
+        b"\x05\x00": "[request id: <id_unknown>] incomplete string length indicator for "
+        "inference input 'IN_BYTES' for model 'identity_all', expecting 4 bytes but only 2 "
+        "bytes available. Please make sure the string length indicator is in one buffer.",
+        b"\x05\x00\x00\x00ab": "incomplete string data for inference input 'IN_BYTES', "
+        "expecting string of length 5 but only 2 bytes available",
+        b"\x01\x00\x00\x00a\x00\x00\x00\x00": "[request id: <id_unknown>] unexpected number "
+        "of string elements 2 for inference input 'IN_BYTES' for model 'identity_all', "
+        "expecting 1",
+    }
+    for data, message in cases.items():
+        shm.set_shared_memory_region(handle, [np.frombuffer(data, np.uint8)])
+        tensor = grpcclient.InferInput("IN_BYTES", [1], "BYTES")
+        tensor.set_shared_memory("strings", len(data))
+        refused = error_of(lambda tensor=tensor: client.infer("identity_all", [tensor]))
+        assert (refused.status(), refused.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+        inline = grpcclient.InferInput("IN_BYTES", [1], "BYTES")
+        inline._raw_content = data
+        refused = error_of(lambda inline=inline: client.infer("identity_all", [inline]))
+        assert (refused.status(), refused.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+    good = b"\x02\x00\x00\x00ok"
+    shm.set_shared_memory_region(handle, [np.frombuffer(good, np.uint8)])
+    tensor = grpcclient.InferInput("IN_BYTES", [1], "BYTES")
+    tensor.set_shared_memory("strings", len(good))
+    assert client.infer("identity_all", [tensor]).as_numpy("OUT_BYTES").tolist() == [b"ok"]
     client.unregister_system_shared_memory()
 
 

@@ -7,6 +7,7 @@ worker (``pbd_worker``) both import it, and it imports neither (nor grpc).
 - ``shm``: the shared-memory segments tensors travel in, and the arena that carves them;
 - ``cuda``: CUDA IPC handles of GPU tensors (CuPy imported only when one is used);
 - ``dtypes``: the protocol's datatype names and their numpy dtypes;
+- ``bytes_input``: Triton's check of a BYTES input's elements against its shape;
 - ``otlp``: the OTLP span bytes a worker encodes and the daemon forwards.
 """
 

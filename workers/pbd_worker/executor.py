@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from pbd_wire import dtypes
 from pbd_wire import worker_pb2 as wpb
+from pbd_wire.bytes_input import BytesInputError, check_bytes_input
 from pbd_wire.cuda import CudaRegions, CudaUnavailable
 from pbd_wire.shm import Arena, Block, SegmentMap, ShmExhausted
 from pbd_worker.event_loop import WorkerLoop
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pbd_worker")
 
 _EMPTY = memoryview(b"")
+_NO_ID = "<id_unknown>"  # how Triton's messages name a request without an id
 # Triton's gRPC front end, when a default-mode request got a response and then an error.
 _TWO_RESPONSES = "expected a single response, got 2"
 
@@ -174,8 +177,12 @@ class BatchExecutor:
                 view = self.inputs.view(region, offset, nbytes)
             tensor = Tensor._over_bytes(ref.name, ref.datatype, ref.shape[:], view)
             array = tensor._array
-            if array is not None and "#" not in region:  # a daemon segment, not a client's
-                origins[id(array)] = (array, region, offset, nbytes)
+            if "#" not in region:  # a daemon segment, not a client's
+                if array is not None:
+                    origins[id(array)] = (array, region, offset, nbytes)
+            elif ref.datatype == "BYTES":  # in a client's region: only a worker reads those
+                count = math.prod(ref.shape)
+                check_bytes_input(view, count, ref.name, self.model_name, msg.id or _NO_ID)
             tensors.append(tensor)
         which = msg.WhichOneof("correlation")
         correlation: int | str = (
@@ -212,6 +219,11 @@ class BatchExecutor:
         try:
             with self.lock:
                 requests = [self._request(r) for r in msgs]
+        except BytesInputError:
+            msgs, requests = self._refuse_malformed(result, msgs)
+            if not requests:
+                return result
+            ids = [m.request_id for m in msgs]
         except Exception as exc:  # noqa: BLE001 - a bad descriptor fails the batch, not the worker
             for request_id in ids:
                 self.live.done(request_id)
@@ -315,6 +327,26 @@ class BatchExecutor:
                 error = _error("CANCELLED", "the request was cancelled before it ran")
                 result.responses.append(wpb.Response(request_id=msg.request_id, error=error))
             else:
+                kept[0].append(msg)
+                kept[1].append(request)
+        return kept
+
+    def _refuse_malformed(
+        self, result: wpb.ExecuteResult, msgs: list[wpb.Request]
+    ) -> tuple[list[wpb.Request], list[InferenceRequest]]:
+        """A BYTES input in a client's region does not hold its shape: that request is
+        refused as Triton refuses it before the model (INVALID_ARG, its message); the rest of
+        the batch runs."""
+        kept: tuple[list[wpb.Request], list[InferenceRequest]] = ([], [])
+        with self.lock:
+            for msg in msgs:
+                try:
+                    request = self._request(msg)
+                except BytesInputError as exc:
+                    self.live.done(msg.request_id)
+                    error = _error("INVALID_ARG", str(exc))
+                    result.responses.append(wpb.Response(request_id=msg.request_id, error=error))
+                    continue
                 kept[0].append(msg)
                 kept[1].append(request)
         return kept

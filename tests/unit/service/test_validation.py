@@ -116,7 +116,13 @@ def test_batching_shapes_reshape_and_bytes():
     lying = InputTensor("S", "BYTES", (1, 1), memoryview((50).to_bytes(4, "little") + b"abc"))
     assert "incomplete string" in _error(_request(x, lying), cfg).message
     count = _bytes_tensor("S", [b"a", b"b"], shape=(1, 1))
-    assert "expected 1 string elements" in _error(_request(x, count), cfg).message
+    assert "unexpected number of string elements 2 for inference input 'S'" in (
+        _error(_request(x, count), cfg).message
+    )
+    few = InputTensor("S", "BYTES", (2, 1), memoryview((1).to_bytes(4, "little") + b"a"))
+    assert "expected 2 string elements for inference input 'S'" in (
+        _error(_request(x, few), cfg).message
+    )
     stub = InputTensor("S", "BYTES", (1, 1), memoryview(b"\x01\x00"))
     assert "incomplete string length indicator" in _error(_request(x, stub), cfg).message
 

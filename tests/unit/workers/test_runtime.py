@@ -327,3 +327,37 @@ def test_an_input_outside_its_mapped_segment_fails_its_batch_with_the_segments_e
         f"bad request descriptor: range [{segment.size - 2}, {segment.size + 2}) outside "
         f"segment {segment.name!r} of {segment.size} bytes"
     )
+
+
+def test_a_malformed_bytes_input_in_a_clients_region_is_refused_alone(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """The daemon does not map a client's region, so the worker checks a BYTES input there:
+    the malformed request gets Triton's INVALID_ARG, the rest of its batch runs."""
+    assert not daemon.initialize(model_dir, {"name": "m"}).HasField("error")
+    region = Path(daemon.shm_dir) / "client_strings"
+    good, bad = b"\x02\x00\x00\x00ok", b"\x05\x00\x00\x00ab"
+    region.write_bytes(good + bad)
+    st = region.stat()
+    name = f"client_strings#1:{st.st_dev}:{st.st_ino}"
+    requests = [
+        wpb.Request(
+            request_id=request_id,
+            inputs=[
+                wpb.TensorRef(
+                    name="IN", datatype="BYTES", shape=[1], region=name, offset=offset, nbytes=size
+                )
+            ],
+        )  # fmt: skip
+        for request_id, offset, size in ((1, len(good), len(bad)), (2, 0, len(good)))
+    ]
+    daemon.send(execute=wpb.Execute(batch_id=1, requests=requests))
+    responses = {r.request_id: r for r in daemon.read().result.responses}
+    assert (responses[1].error.code, responses[1].error.message) == (
+        "INVALID_ARG",
+        "incomplete string data for inference input 'IN', expecting string of length 5 but only "
+        "2 bytes available",
+    )
+    assert not responses[2].HasField("error") and responses[2].outputs[0].name == "OUT"
+    assert daemon.runtime.executor is not None
+    assert daemon.runtime.executor.live.live_ids() == []
