@@ -43,6 +43,11 @@ EXTENSIONS = (
 )
 
 
+# How long an unregister waits for the front ends to say no request of theirs holds the
+# region (then it answers; the name stays taken until they do, as while requests use it).
+LET_GO_WAIT_S = 0.5
+
+
 class Follower(Protocol):
     """What follows the daemon's state from elsewhere (``pbd.fronts.supervisor.Fronts``: the
     front-end processes)."""
@@ -52,6 +57,12 @@ class Follower(Protocol):
         return once every follower knows."""
 
     def log_settings_changed(self) -> None: ...
+
+    async def regions_changed(self) -> None:
+        """The client's system regions changed; return once every follower knows."""
+
+    async def regions_let_go(self) -> None:
+        """Return once no follower's request in flight holds a region it was told is gone."""
 
     def direct_changed(self) -> None:
         """What decides the direct path changed (trace settings): the followers hear soon."""
@@ -90,6 +101,7 @@ class DataPlane:
         # Front-end processes (``pbd serve --frontends``) follow the daemon's state: they hear
         # of model changes before the RPC that made them answers, and of new log flags.
         self.follower = follower
+        self._background: set[asyncio.Future[None]] = set()  # the loop keeps weak references
 
     def all_instances(self) -> list[Instance]:
         """Every instance of every loaded model version."""
@@ -360,14 +372,34 @@ class DataPlane:
 
     # -- client shared memory --------------------------------------------------------------------
 
-    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+    async def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register a system region; usable through every front end once this returns."""
         self.shm.register(name, key, offset, byte_size)
+        if self.follower is not None:
+            await self.follower.regions_changed()
 
     def shm_status(self, name: str) -> list[SystemRegion]:
         return self.shm.status(name)
 
-    def shm_unregister(self, name: str) -> None:
-        self.shm.unregister(name)
+    async def shm_unregister(self, name: str) -> None:
+        """Unregister system regions (``name``, or all); usable through no front end once
+        this returns (requests in flight finish with them)."""
+        follower = self.follower
+        held = self.shm.unregister(name, held=follower is not None)
+        if follower is None:
+            return
+        await follower.regions_changed()
+        if held:  # their names stay taken until no front end's request holds them
+            letting_go = asyncio.ensure_future(follower.regions_let_go())
+            self._background.add(letting_go)
+            letting_go.add_done_callback(self._background.discard)
+            letting_go.add_done_callback(lambda _done: self._release_held(held))
+            # Held by none (nearly always): gone before this answers, as without front ends.
+            await asyncio.wait({letting_go}, timeout=LET_GO_WAIT_S)
+
+    def _release_held(self, regions: list[SystemRegion]) -> None:
+        for region in regions:
+            self.shm.release(region)
 
     async def cuda_shm_register(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int

@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from pbd_harness import (
     EXAMPLE_MODELS,
     TEST_MODELS,
     Daemon,
     DaemonFactory,
+    error_of,
     infer_input,
     make_repository,
     wait_until,
@@ -331,3 +333,56 @@ def test_at_the_exit_timeout_direct_requests_fail_in_the_daemons_words(
             "instance 'sleepy_0_0' of model 'sleepy' version 1 was stopped before execute() "
             "returned (the server is shutting down; --exit-timeout-secs 2s passed)"
         ), error.message()
+
+
+def test_requests_in_a_clients_regions_go_directly_with_the_daemons_checks(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """Inputs and outputs in a client's system regions: the front ends follow the daemon's
+    registry, so a region registered through one connection is used at once through every
+    front end, directly (the worker maps it); misuse gets the daemon's words; once
+    unregistered, the name is refused through every front end."""
+    daemon = start_daemon(repo, *FRONTS, "--allow-client-shm", "true", settle=["add_sub"])
+    direct_ready(daemon, "add_sub")
+    key = f"/pbddirect{os.getpid()}_io"
+    handle = shm.create_shared_memory_region("io", key, 64)
+    try:
+        a, b = np.arange(4, dtype=np.float32), np.full(4, 10, np.float32)
+        shm.set_shared_memory_region(handle, [a, b])  # a at 0, b at 16; outputs at 32, 48
+        daemon.client().register_system_shared_memory("io", key, 64)
+
+        def in_region(client: grpcclient.InferenceServerClient, offset: int = 0) -> None:
+            x, y = (grpcclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1"))
+            x.set_shared_memory("io", 16, offset=offset)
+            y.set_shared_memory("io", 16, offset=16)
+            o0, o1 = (grpcclient.InferRequestedOutput(n) for n in ("OUTPUT0", "OUTPUT1"))
+            o0.set_shared_memory("io", 16, offset=32)
+            o1.set_shared_memory("io", 16, offset=48)
+            result = client.infer("add_sub", [x, y], outputs=[o0, o1])
+            assert result.get_response().raw_output_contents[:] == [b"", b""]
+
+        seen = len(daemon.log())
+        for _ in range(6):  # new connections: both front ends take some
+            with grpcclient.InferenceServerClient(daemon.url) as client:
+                in_region(client)
+        assert GIVEN not in daemon.log()[seen:]
+        assert shm.get_contents_as_numpy(handle, np.float32, [4], offset=32).tolist() == [
+            *(a + b).tolist()
+        ]
+        assert shm.get_contents_as_numpy(handle, np.float32, [4], offset=48).tolist() == [
+            *(a - b).tolist()
+        ]
+        with grpcclient.InferenceServerClient(daemon.url) as client:
+            bad = error_of(lambda: in_region(client, offset=60))
+        assert (bad.status(), bad.message()) == (
+            "StatusCode.INVALID_ARGUMENT",
+            "Invalid offset + byte size for shared memory region: 'io'",
+        )
+        daemon.client().unregister_system_shared_memory("io")
+        for _ in range(4):
+            with grpcclient.InferenceServerClient(daemon.url) as client:
+                gone = error_of(lambda client=client: in_region(client))
+            assert gone.message() == "Unable to find shared memory region: 'io'"
+        assert daemon.client().get_system_shared_memory_status(as_json=True).get("regions") is None
+    finally:
+        shm.destroy_shared_memory_region(handle)

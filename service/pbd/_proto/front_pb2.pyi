@@ -205,6 +205,32 @@ class Models(_message.Message):
     stopping: bool
     def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ..., direct: _Optional[_Iterable[_Union[DirectVersion, _Mapping]]] = ..., stopping: _Optional[bool] = ...) -> None: ...
 
+class Regions(_message.Message):
+    __slots__ = ("regions", "barrier")
+    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_FIELD_NUMBER: _ClassVar[int]
+    regions: _containers.RepeatedCompositeFieldContainer[SystemRegion]
+    barrier: int
+    def __init__(self, regions: _Optional[_Iterable[_Union[SystemRegion, _Mapping]]] = ..., barrier: _Optional[int] = ...) -> None: ...
+
+class RegionsLetGo(_message.Message):
+    __slots__ = ("barrier",)
+    BARRIER_FIELD_NUMBER: _ClassVar[int]
+    barrier: int
+    def __init__(self, barrier: _Optional[int] = ...) -> None: ...
+
+class SystemRegion(_message.Message):
+    __slots__ = ("name", "worker_name", "offset", "byte_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    worker_name: str
+    offset: int
+    byte_size: int
+    def __init__(self, name: _Optional[str] = ..., worker_name: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
+
 class DirectVersion(_message.Message):
     __slots__ = ("model", "version", "latest", "config_json", "instances")
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -318,7 +344,7 @@ class FrontToDaemon(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., synced: _Optional[_Union[Synced, _Mapping]] = ..., stats: _Optional[_Union[StatsReport, _Mapping]] = ...) -> None: ...
 
 class DaemonToFront(_message.Message):
-    __slots__ = ("answer", "reply", "models", "log_levels", "stop", "inputs_free", "stats_ask", "instance_gone")
+    __slots__ = ("answer", "reply", "models", "log_levels", "stop", "inputs_free", "stats_ask", "instance_gone", "regions", "regions_let_go")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -327,6 +353,8 @@ class DaemonToFront(_message.Message):
     INPUTS_FREE_FIELD_NUMBER: _ClassVar[int]
     STATS_ASK_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_GONE_FIELD_NUMBER: _ClassVar[int]
+    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    REGIONS_LET_GO_FIELD_NUMBER: _ClassVar[int]
     answer: Answer
     reply: CallReply
     models: Models
@@ -335,4 +363,6 @@ class DaemonToFront(_message.Message):
     inputs_free: InputsFree
     stats_ask: StatsAsk
     instance_gone: InstanceGone
-    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., reply: _Optional[_Union[CallReply, _Mapping]] = ..., models: _Optional[_Union[Models, _Mapping]] = ..., log_levels: _Optional[_Union[LogLevels, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., inputs_free: _Optional[_Union[InputsFree, _Mapping]] = ..., stats_ask: _Optional[_Union[StatsAsk, _Mapping]] = ..., instance_gone: _Optional[_Union[InstanceGone, _Mapping]] = ...) -> None: ...
+    regions: Regions
+    regions_let_go: RegionsLetGo
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., reply: _Optional[_Union[CallReply, _Mapping]] = ..., models: _Optional[_Union[Models, _Mapping]] = ..., log_levels: _Optional[_Union[LogLevels, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., inputs_free: _Optional[_Union[InputsFree, _Mapping]] = ..., stats_ask: _Optional[_Union[StatsAsk, _Mapping]] = ..., instance_gone: _Optional[_Union[InstanceGone, _Mapping]] = ..., regions: _Optional[_Union[Regions, _Mapping]] = ..., regions_let_go: _Optional[_Union[RegionsLetGo, _Mapping]] = ...) -> None: ...

@@ -45,15 +45,24 @@ from pbd.instance.inflight import failed_share
 from pbd.instance.memory import describe_request
 from pbd.instance.releases import PendingReleases
 from pbd.instance.requests import FINAL, json_params, stream_item
+from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
 from pbd.responses import ResponseStream
 from pbd.stats import ModelStats, failure_reason
-from pbd.types import InferRequest, InferResult, OutputTensor, PreparedRequest, batch_rows
-from pbd.validation import prepare_request
+from pbd.types import (
+    InferRequest,
+    InferResult,
+    OutputTensor,
+    ParamValue,
+    PreparedRequest,
+    batch_rows,
+)
+from pbd.validation import prepare_request, release_regions
 from pbd_wire import front_base
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
+from pbd_wire.client_region import RegionIdentity
 from pbd_wire.framing import FrameError, FrameSplitter, encode_frame, socket_address
 from pbd_wire.shm import Block
 
@@ -302,7 +311,7 @@ class WorkerLink(asyncio.Protocol):
             outcome = PbdError(Code.parse(err.code), err.message)
         else:
             try:
-                outputs, worker_holds = self._outputs(response)
+                outputs, worker_holds = self._outputs(response, call.prepared)
             except ValueError as exc:
                 outcome = PbdError(Code.INTERNAL, f"{self.name}: {exc}")
             else:
@@ -340,7 +349,7 @@ class WorkerLink(asyncio.Protocol):
             if call is None or call.gone:
                 return None
             try:
-                outputs, _ = self._outputs(response)
+                outputs, _ = self._outputs(response, call.prepared)
             except ValueError:
                 return None  # as the daemon: outputs it cannot map are not handed on
             held = frame.held
@@ -363,13 +372,17 @@ class WorkerLink(asyncio.Protocol):
                 self.idle.set()
             self._drop_hold(call)
 
-    def _outputs(self, response: wpb.Response) -> tuple[list[OutputTensor], bool]:
-        """The outputs' views, and whether the worker holds blocks for them."""
+    def _outputs(
+        self, response: wpb.Response, prepared: PreparedRequest
+    ) -> tuple[list[OutputTensor], bool]:
+        """The outputs' views, and whether the worker holds blocks for them. Outputs the
+        worker wrote into a client's region travel as shape and type only."""
         view, own = self.direct.view, self.direct.own
+        targets = prepared.output_targets
         outputs: list[OutputTensor] = []
         worker_holds = False
         for ref in response.outputs[:]:
-            if not ref.nbytes:
+            if not ref.nbytes or (targets and ref.name in targets):
                 data = _EMPTY
             else:
                 data = view(ref.region, ref.offset, ref.nbytes)
@@ -415,8 +428,17 @@ class WorkerLink(asyncio.Protocol):
         call.holds -= 1
         if call.holds == 0:
             self.direct.free(call.blocks)
+            if call.prepared.regions:
+                self.direct.release_regions(call.prepared)
         if self.retired and not self.calls and not self.streams:
             self.close()
+
+
+def _region_known(parameters: dict[str, ParamValue], regions: dict[str, Region]) -> bool:
+    """Whether the tensor's ``shared_memory_region`` is a system region this front end
+    knows (any other goes through the daemon, which answers what it is)."""
+    region = parameters.get("shared_memory_region")
+    return isinstance(region, str) and region in regions
 
 
 def _stream_of(call: _Call) -> ResponseStream:
@@ -472,6 +494,14 @@ class Direct:
         self._lost: dict[str, WorkerLink] = {}  # links that ended, waiting for those words
         self._retired: set[WorkerLink] = set()  # out of the table, requests still out
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The client's system regions as the daemon last told them (``Regions``): a request
+        # whose tensors are in them is described for the worker here, checked as the daemon
+        # checks it; one naming another region (a CUDA one, an unknown name) goes through the
+        # daemon, which answers it.
+        self.shm = ClientShmRegistry(enabled=True, key_prefixes=[], shm_dir=shm_dir)
+        self._left_out: list[Region] = []  # out of the table, held by requests in flight
+        self._let_go = asyncio.Event()  # set while none of those is held
+        self._let_go.set()
 
     # -- the table -------------------------------------------------------------------------------
 
@@ -513,6 +543,44 @@ class Direct:
                 else:
                     self._retired.add(link)
         return retired
+
+    def follow_regions(self, regions: fpb.Regions) -> None:
+        """The daemon's system regions now. Requests in flight keep the ones they hold (the
+        worker has mapped them by a name unique to their registration); the daemon keeps
+        the name of one left out taken until they let go (``regions_let_go``)."""
+        old = self.shm.regions
+        table: dict[str, Region] = {}
+        for item in regions.regions:
+            kept = old.get(item.name)
+            if isinstance(kept, SystemRegion) and kept.worker_name == item.worker_name:
+                table[item.name] = kept  # the same registration: its holds with it
+                continue
+            identity = RegionIdentity.parse(item.worker_name)
+            if identity is not None:  # else not a client's region: not served from here
+                table[item.name] = SystemRegion(
+                    item.name, "", item.offset, item.byte_size, identity
+                )
+        self.shm.regions = table
+        self._left_out += [r for r in old.values() if r.in_use and table.get(r.name) is not r]
+        self._check_let_go()
+
+    def release_regions(self, prepared: PreparedRequest) -> None:
+        """A request no longer uses its regions (the worker read its inputs and wrote its
+        outputs)."""
+        release_regions(prepared, self.shm)
+        if self._left_out:
+            self._check_let_go()
+
+    async def regions_let_go(self) -> None:
+        """Until no request in flight here holds a region the daemon no longer lists."""
+        await self._let_go.wait()
+
+    def _check_let_go(self) -> None:
+        self._left_out = [r for r in self._left_out if r.in_use]
+        if self._left_out:
+            self._let_go.clear()
+        else:
+            self._let_go.set()
 
     def retired_busy(self) -> list[WorkerLink]:
         """The links out of the table that still carry requests (a barrier waits for them)."""
@@ -567,11 +635,14 @@ class Direct:
         version = self.versions.get((request.model_name, request.model_version))
         if version is None:
             return None
+        regions = self.shm.regions
         for tensor in request.inputs:
-            if tensor.data is None:  # a client's shared-memory region: the daemon's registry
+            if tensor.data is None and not _region_known(tensor.parameters, regions):
                 return None
         for output in request.outputs:
-            if output.parameters and any(key in output.parameters for key in SHM_PARAMS):
+            params = output.parameters
+            aimed = params and any(key in params for key in SHM_PARAMS)
+            if aimed and not _region_known(params, regions):
                 return None
         return version
 
@@ -589,8 +660,9 @@ class Direct:
         if link is None:
             return None
         blocks = place(request)
+        prepared: PreparedRequest | None = None
         try:
-            prepared = prepare_request(request, version.config)
+            prepared = prepare_request(request, version.config, self.shm)
             loop = self._loop
             if loop is None:  # kept: get_running_loop() is a getpid() system call on 3.11
                 loop = self._loop = asyncio.get_running_loop()
@@ -600,6 +672,8 @@ class Direct:
             link.send(request_id, call)
         except (PbdError, ValueError) as exc:
             self.free(blocks)
+            if prepared is not None:
+                self.release_regions(prepared)
             error = exc if isinstance(exc, PbdError) else PbdError(Code.INVALID_ARG, str(exc))
             error.before_model = True  # refused before any queue: no failure counted
             if error is exc:

@@ -78,6 +78,7 @@ class FrontHub:
         self._barriers = itertools.count(1)
         self._waiting: dict[int, tuple[set[int], asyncio.Future[None]]] = {}
         self.on_attach: Callable[[FrontLink], None] = lambda link: None
+        self.shm = dataplane.shm  # the client's regions, which front ends follow
 
     def attach(self, link: FrontLink) -> None:
         old = self.links.get(link.index)
@@ -85,6 +86,7 @@ class FrontHub:
         if old is not None and old is not link:
             old.close()
         link.send(self._models_frame(0))
+        link.send(self._regions_frame(0))
         self.on_attach(link)
 
     def lost(self, link: FrontLink) -> None:
@@ -100,6 +102,23 @@ class FrontHub:
         if decoupled is not None:
             self.decoupled = decoupled
         return await self._ask(self._models_frame, timeout, "confirm the model table")
+
+    async def sync_regions(self, timeout: float = 10.0) -> bool:
+        """Tell every front end the client's system regions usable now, and return once
+        each has them (a region registered is usable through any front end once its
+        registration is answered; one unregistered, through none)."""
+        return await self._ask(self._regions_frame, timeout, "confirm the shared-memory regions")
+
+    async def regions_let_go(self, timeout: float = 60.0) -> bool:
+        """Return once no front end's request in flight holds a region the last table left
+        out (False after ``timeout``: the daemon then frees the names anyway; a worker keeps
+        its mapping of a registration for as long as a request uses it)."""
+
+        def frame(barrier: int) -> bytes:
+            let_go = fpb.DaemonToFront(regions_let_go=fpb.RegionsLetGo(barrier=barrier))
+            return encode_frame(let_go.SerializeToString())
+
+        return await self._ask(frame, timeout, "let go of unregistered shared-memory regions")
 
     def announce(self) -> None:
         """Tell every front end the model table, waiting for no one."""
@@ -143,6 +162,18 @@ class FrontHub:
             stopping=self.stopping,
         )
         return encode_frame(fpb.DaemonToFront(models=models).SerializeToString())
+
+    def _regions_frame(self, barrier: int) -> bytes:
+        regions = fpb.Regions(barrier=barrier)
+        for region in self.shm.system_regions():
+            if not region.awaiting_unregister:
+                regions.regions.add(
+                    name=region.name,
+                    worker_name=region.worker_name,
+                    offset=region.offset,
+                    byte_size=region.byte_size,
+                )
+        return encode_frame(fpb.DaemonToFront(regions=regions).SerializeToString())
 
     def synced(self, index: int, barrier: int) -> None:
         waiting = self._waiting.get(barrier)

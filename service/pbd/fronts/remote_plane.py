@@ -329,6 +329,21 @@ class RemotePlane(asyncio.Protocol):
             self._write(encode_frame(fpb.FrontToDaemon(stats=report).SerializeToString()))
         elif kind == "log_levels":
             self.on_log_levels(message.log_levels)
+        elif kind == "regions":
+            regions = message.regions
+            if self.direct is not None:
+                self.direct.follow_regions(regions)
+            if regions.barrier:
+                self._synced(regions.barrier)
+        elif kind == "regions_let_go":
+            barrier = message.regions_let_go.barrier
+            if self.direct is None:
+                self._synced(barrier)
+            else:
+                let_go = asyncio.ensure_future(self.direct.regions_let_go())
+                self._barriers.add(let_go)
+                let_go.add_done_callback(self._barriers.discard)
+                let_go.add_done_callback(lambda _done: self._synced(barrier))
         elif kind == "stop":
             if self.direct is not None:
                 self.direct.clear()  # the daemon answers (refuses) whatever comes now
@@ -345,19 +360,22 @@ class RemotePlane(asyncio.Protocol):
         if self.direct is not None:
             self.direct.update(list(models.direct))
         self._models.set()
-        if not models.barrier:
+        barrier = models.barrier
+        if not barrier:
             return
-        synced = fpb.FrontToDaemon(synced=fpb.Synced(barrier=models.barrier))
-        frame = encode_frame(synced.SerializeToString())
         busy = self.direct.retired_busy() if self.direct is not None else []
         if not busy:
-            self._write(frame)
+            self._synced(barrier)
             return
         assert self.direct is not None
         drained = asyncio.ensure_future(self.direct.drained(busy, DRAIN_WAIT_S))
         self._barriers.add(drained)  # the loop keeps only weak references to tasks
         drained.add_done_callback(self._barriers.discard)
-        drained.add_done_callback(lambda _done: self._write(frame))
+        drained.add_done_callback(lambda _done: self._synced(barrier))
+
+    def _synced(self, barrier: int) -> None:
+        synced = fpb.FrontToDaemon(synced=fpb.Synced(barrier=barrier))
+        self._write(encode_frame(synced.SerializeToString()))
 
     def _answer(self, answer: fpb.Answer) -> None:
         call = answer.call

@@ -184,6 +184,15 @@ class Fronts:
         if self.hub is not None:
             await self.hub.sync(decoupled)
 
+    async def regions_changed(self) -> None:
+        """Every front end learns the client's system regions; returns once each has."""
+        if self.hub is not None:
+            await self.hub.sync_regions()
+
+    async def regions_let_go(self) -> None:
+        if self.hub is not None:
+            await self.hub.regions_let_go()
+
     def direct_changed(self) -> None:
         if self.routes is not None:
             self.routes.changed()

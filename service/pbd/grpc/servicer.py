@@ -185,7 +185,7 @@ class InferenceServicer(InferenceRpcs):
         return pb.RepositoryModelUnloadResponse()
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.dp.shm_register(request.name, request.key, request.offset, request.byte_size)
+        await self.dp.shm_register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
@@ -199,7 +199,7 @@ class InferenceServicer(InferenceRpcs):
         return response
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.dp.shm_unregister(request.name)
+        await self.dp.shm_unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:

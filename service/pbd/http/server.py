@@ -464,7 +464,7 @@ class HttpFrontend:
             key, offset, size = str(body["key"]), int(body.get("offset", 0)), int(body["byte_size"])
         except (KeyError, TypeError, ValueError):
             raise PbdError(Code.INVALID_ARG, "register needs 'key' and 'byte_size'") from None
-        self.dp.shm_register(name, key, offset, size)
+        await self.dp.shm_register(name, key, offset, size)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
@@ -472,7 +472,7 @@ class HttpFrontend:
         if self._cuda(request):
             self.dp.cuda_shm_unregister(name)
         else:
-            self.dp.shm_unregister(name)
+            await self.dp.shm_unregister(name)
         return web.Response(status=200)
 
 

@@ -170,10 +170,18 @@ class ClientShmRegistry:
             )
         return [region]
 
-    def unregister(self, name: str) -> None:
-        """System regions only: an unknown name, or a CUDA region's, is not an error."""
+    def unregister(self, name: str, *, held: bool = False) -> list[SystemRegion]:
+        """System regions only: an unknown name, or a CUDA region's, is not an error. With
+        ``held``, each region unregistered now stays (its name taken, as while requests use
+        it) until released once more: the returned ones, for the caller to ``release`` when
+        what else may use them (front ends) let go."""
         self._check_enabled()
-        self._unregister([r for r in self.system_regions() if not name or r.name == name])
+        named = [r for r in self.system_regions() if not name or r.name == name]
+        going = [r for r in named if not r.awaiting_unregister] if held else []
+        for region in going:
+            region.in_use += 1
+        self._unregister(named)
+        return going
 
     def _unregister(self, regions: list[SystemRegion] | list[CudaRegion]) -> None:
         for region in regions:

@@ -104,7 +104,8 @@ class Plane:
     def place(self, request: InferRequest) -> list[Block]:
         blocks = []
         for tensor in request.inputs:
-            assert tensor.data is not None
+            if tensor.data is None:  # in a client's region: named there, not placed
+                continue
             block = self.arena.allocate(len(tensor.data))
             block.view()[:] = tensor.data
             blocks.append(block)
@@ -293,17 +294,67 @@ def test_without_the_daemons_words_the_link_says_it_closed(
     run(body, "g")
 
 
-def test_requests_naming_shared_memory_or_unknown_versions_go_through_the_daemon() -> None:
+def regions(*names: str) -> fpb.Regions:
+    """The daemon's table: system regions of 64 bytes, each its own registration."""
+    table = fpb.Regions()
+    for generation, name in enumerate(names, start=1):
+        table.regions.add(name=name, worker_name=f"client_{name}#{generation}:1:2", byte_size=64)
+    return table
+
+
+def in_region(name: str) -> InferRequest:
+    where = {"shared_memory_region": name, "shared_memory_byte_size": 16}
+    data = memoryview(bytes(16))
+    inputs = [InputTensor("INPUT0", "FP32", (4,), None, where),
+              InputTensor("INPUT1", "FP32", (4,), data)]  # fmt: skip
+    return request(inputs=inputs)
+
+
+def test_requests_naming_unknown_regions_or_versions_go_through_the_daemon() -> None:
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
         assert direct.route(request(model_version="1")) is not None
         assert direct.route(request(model_version="2")) is None
         assert direct.route(request(model_name="other")) is None
-        in_shm = request(inputs=[InputTensor("INPUT0", "FP32", (4,), None)])
-        assert direct.route(in_shm) is None
+        assert direct.route(in_region("r")) is None  # no table yet
         out_shm = request(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": "r"})])
         assert direct.route(out_shm) is None
+        direct.follow_regions(regions("r"))
+        assert direct.route(in_region("r")) is not None
+        assert direct.route(out_shm) is not None
+        assert direct.route(in_region("cuda0")) is None  # a CUDA region's, or unknown
+        odd = request(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": 7})])
+        assert direct.route(odd) is None  # the daemon says what is wrong with it
 
     run(body, "e")
+
+
+def test_a_region_left_out_of_the_table_is_let_go_once_its_requests_end() -> None:
+    """The worker is told where the input lies in the client's region; the region stays held
+    until the request ends, past a table that no longer lists it."""
+
+    async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
+        direct.follow_regions(regions("r"))
+        version = direct.route(in_region("r"))
+        assert version is not None
+        answer = asyncio.ensure_future(direct.infer(in_region("r"), version, plane.place))
+        execute = (await worker.read(2))[1].execute
+        ref = execute.requests[0].inputs[0]
+        assert (ref.region, ref.offset, ref.nbytes) == ("client_r#1:1:2", 0, 16)
+        direct.follow_regions(regions("r"))  # the same registration: still held, not let go
+        await asyncio.wait_for(direct.regions_let_go(), 5)
+        direct.follow_regions(regions())
+        assert direct.route(in_region("r")) is None
+        let_go = asyncio.ensure_future(direct.regions_let_go())
+        await asyncio.sleep(0.05)
+        assert not let_go.done()  # the request still holds it
+        other = execute.requests[0].inputs[1]
+        await worker.send(result_for(execute, other.region, other.offset))
+        result = await asyncio.wait_for(answer, 5)
+        assert result is not None
+        result.release()
+        await asyncio.wait_for(let_go, 5)
+
+    run(body, "g")
 
 
 def test_an_instance_taken_out_of_the_table_finishes_what_it_has() -> None:

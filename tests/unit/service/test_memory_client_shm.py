@@ -106,3 +106,25 @@ def test_the_worker_maps_only_the_file_that_was_registered(
     (shm_dir / "k").write_bytes(b"b" * 64)  # another file under the same name
     with pytest.raises(RegionRefused, match="replaced after it was registered"):
         SegmentMap(str(shm_dir)).view(worker_name, 0, 4)
+
+
+def test_a_held_unregister_keeps_the_name_taken_until_released(
+    registry: ClientShmRegistry, shm_dir: Path
+) -> None:
+    """What front ends may still use: unregistered, listed by no new request, its name still
+    taken until the holder releases it; an unregister without a hold removes at once."""
+    (shm_dir / "a").write_bytes(bytes(64))
+    registry.register("r", "/a", 0, 64)
+    registry.register("s", "/a", 0, 32)
+    (held,) = registry.unregister("r", held=True)
+    assert held.name == "r" and held.awaiting_unregister
+    with pytest.raises(PbdError) as taken:
+        registry.register("r", "/a", 0, 64)
+    assert taken.value.code is Code.ALREADY_EXISTS
+    with pytest.raises(PbdError) as gone:
+        registry.acquire("r", 0, 16)
+    assert gone.value.message == "Unable to find shared memory region: 'r'"
+    assert registry.unregister("r", held=True) == []  # already going: no second hold
+    registry.release(held)
+    registry.register("r", "/a", 0, 64)
+    assert registry.unregister("s") == [] and "s" not in registry.regions
