@@ -58,8 +58,9 @@ class Follower(Protocol):
 
     def log_settings_changed(self) -> None: ...
 
-    async def regions_changed(self) -> None:
-        """The client's system regions changed; return once every follower knows."""
+    async def regions_changed(self, added: list[SystemRegion], removed: list[str]) -> None:
+        """System regions were registered (``added``) or unregistered (``removed``, by
+        name); return once every follower knows."""
 
     async def regions_let_go(self) -> None:
         """Return once no follower's request in flight holds a region it was told is gone."""
@@ -376,7 +377,9 @@ class DataPlane:
         """Register a system region; usable through every front end once this returns."""
         self.shm.register(name, key, offset, byte_size)
         if self.follower is not None:
-            await self.follower.regions_changed()
+            region = self.shm.regions[name]
+            assert isinstance(region, SystemRegion)
+            await self.follower.regions_changed([region], [])
 
     def shm_status(self, name: str) -> list[SystemRegion]:
         return self.shm.status(name)
@@ -388,7 +391,7 @@ class DataPlane:
         held = self.shm.unregister(name, held=follower is not None)
         if follower is None:
             return
-        await follower.regions_changed()
+        await follower.regions_changed([], [region.name for region in held])
         if held:  # their names stay taken until no front end's request holds them
             letting_go = asyncio.ensure_future(follower.regions_let_go())
             self._background.add(letting_go)

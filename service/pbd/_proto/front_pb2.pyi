@@ -206,12 +206,16 @@ class Models(_message.Message):
     def __init__(self, decoupled: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ..., direct: _Optional[_Iterable[_Union[DirectVersion, _Mapping]]] = ..., stopping: _Optional[bool] = ...) -> None: ...
 
 class Regions(_message.Message):
-    __slots__ = ("regions", "barrier")
-    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("all", "added", "removed", "barrier")
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    ADDED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
-    regions: _containers.RepeatedCompositeFieldContainer[SystemRegion]
+    all: bool
+    added: _containers.RepeatedCompositeFieldContainer[SystemRegion]
+    removed: _containers.RepeatedScalarFieldContainer[str]
     barrier: int
-    def __init__(self, regions: _Optional[_Iterable[_Union[SystemRegion, _Mapping]]] = ..., barrier: _Optional[int] = ...) -> None: ...
+    def __init__(self, all: _Optional[bool] = ..., added: _Optional[_Iterable[_Union[SystemRegion, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ..., barrier: _Optional[int] = ...) -> None: ...
 
 class RegionsLetGo(_message.Message):
     __slots__ = ("barrier",)

@@ -544,17 +544,15 @@ class Direct:
                     self._retired.add(link)
         return retired
 
-    def follow_regions(self, regions: fpb.Regions) -> None:
-        """The daemon's system regions now. Requests in flight keep the ones they hold (the
-        worker has mapped them by a name unique to their registration); the daemon keeps
-        the name of one left out taken until they let go (``regions_let_go``)."""
+    def follow_regions(self, change: fpb.Regions) -> None:
+        """Apply the daemon's change to its system regions. Requests in flight keep the ones
+        they hold (the worker has mapped them by a name unique to their registration); the
+        daemon keeps the name of one removed taken until they let go (``regions_let_go``)."""
         old = self.shm.regions
-        table: dict[str, Region] = {}
-        for item in regions.regions:
-            kept = old.get(item.name)
-            if isinstance(kept, SystemRegion) and kept.worker_name == item.worker_name:
-                table[item.name] = kept  # the same registration: its holds with it
-                continue
+        table: dict[str, Region] = {} if change.all else dict(old)
+        for name in change.removed:
+            table.pop(name, None)
+        for item in change.added:
             identity = RegionIdentity.parse(item.worker_name)
             if identity is not None:  # else not a client's region: not served from here
                 table[item.name] = SystemRegion(

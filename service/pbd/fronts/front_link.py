@@ -40,6 +40,7 @@ from pbd.grpc.protocol import Abort
 from pbd.grpc.status import finishing as grpc_finishing
 from pbd.http.status import finishing as http_finishing
 from pbd.memory import lent
+from pbd.memory.client_shm import SystemRegion
 from pbd.peercred import peer_allowed
 from pbd.types import InferRequest, InferResult, LentInputs
 from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
@@ -86,7 +87,8 @@ class FrontHub:
         if old is not None and old is not link:
             old.close()
         link.send(self._models_frame(0))
-        link.send(self._regions_frame(0))
+        everything = [r for r in self.shm.system_regions() if not r.awaiting_unregister]
+        link.send(_regions_frame(fpb.Regions(all=True, added=_described(everything))))
         self.on_attach(link)
 
     def lost(self, link: FrontLink) -> None:
@@ -103,11 +105,20 @@ class FrontHub:
             self.decoupled = decoupled
         return await self._ask(self._models_frame, timeout, "confirm the model table")
 
-    async def sync_regions(self, timeout: float = 10.0) -> bool:
-        """Tell every front end the client's system regions usable now, and return once
-        each has them (a region registered is usable through any front end once its
-        registration is answered; one unregistered, through none)."""
-        return await self._ask(self._regions_frame, timeout, "confirm the shared-memory regions")
+    async def sync_regions(
+        self, added: list[SystemRegion], removed: list[str], timeout: float = 10.0
+    ) -> bool:
+        """Tell every front end the regions registered (``added``) and unregistered
+        (``removed``), and return once each applied it (a region registered is usable
+        through any front end once its registration is answered; one unregistered, through
+        none)."""
+        change = fpb.Regions(added=_described(added), removed=removed)
+
+        def frame(barrier: int) -> bytes:
+            change.barrier = barrier
+            return _regions_frame(change)
+
+        return await self._ask(frame, timeout, "confirm the shared-memory regions")
 
     async def regions_let_go(self, timeout: float = 60.0) -> bool:
         """Return once no front end's request in flight holds a region the last table left
@@ -163,18 +174,6 @@ class FrontHub:
         )
         return encode_frame(fpb.DaemonToFront(models=models).SerializeToString())
 
-    def _regions_frame(self, barrier: int) -> bytes:
-        regions = fpb.Regions(barrier=barrier)
-        for region in self.shm.system_regions():
-            if not region.awaiting_unregister:
-                regions.regions.add(
-                    name=region.name,
-                    worker_name=region.worker_name,
-                    offset=region.offset,
-                    byte_size=region.byte_size,
-                )
-        return encode_frame(fpb.DaemonToFront(regions=regions).SerializeToString())
-
     def synced(self, index: int, barrier: int) -> None:
         waiting = self._waiting.get(barrier)
         if waiting is None:
@@ -187,6 +186,19 @@ class FrontHub:
     def broadcast(self, frame: bytes) -> None:
         for link in list(self.links.values()):
             link.send(frame)
+
+
+def _described(regions: list[SystemRegion]) -> list[fpb.SystemRegion]:
+    return [
+        fpb.SystemRegion(
+            name=r.name, worker_name=r.worker_name, offset=r.offset, byte_size=r.byte_size
+        )
+        for r in regions
+    ]
+
+
+def _regions_frame(regions: fpb.Regions) -> bytes:
+    return encode_frame(fpb.DaemonToFront(regions=regions).SerializeToString())
 
 
 class FrontLink(asyncio.Protocol):

@@ -38,6 +38,7 @@ from pbd.grpc.restricted import parse_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.http.server import HttpFrontend
 from pbd.memory import lent
+from pbd.memory.client_shm import SystemRegion
 from pbd.settings import Settings
 from pbd.version.runtime import VersionRuntime
 from pbd_wire.framing import encode_frame, socket_address
@@ -184,10 +185,10 @@ class Fronts:
         if self.hub is not None:
             await self.hub.sync(decoupled)
 
-    async def regions_changed(self) -> None:
-        """Every front end learns the client's system regions; returns once each has."""
+    async def regions_changed(self, added: list[SystemRegion], removed: list[str]) -> None:
+        """Every front end learns the change; returns once each has."""
         if self.hub is not None:
-            await self.hub.sync_regions()
+            await self.hub.sync_regions(added, removed)
 
     async def regions_let_go(self) -> None:
         if self.hub is not None:

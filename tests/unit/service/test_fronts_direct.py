@@ -294,12 +294,13 @@ def test_without_the_daemons_words_the_link_says_it_closed(
     run(body, "g")
 
 
-def regions(*names: str) -> fpb.Regions:
-    """The daemon's table: system regions of 64 bytes, each its own registration."""
-    table = fpb.Regions()
+def regions(*names: str, removed: tuple[str, ...] = (), everything: bool = True) -> fpb.Regions:
+    """The daemon's change: system regions of 64 bytes registered, each its own registration
+    (by default the whole list, as a front end gets it when it links), or ``removed``."""
+    change = fpb.Regions(all=everything, removed=removed)
     for generation, name in enumerate(names, start=1):
-        table.regions.add(name=name, worker_name=f"client_{name}#{generation}:1:2", byte_size=64)
-    return table
+        change.added.add(name=name, worker_name=f"client_{name}#{generation}:1:2", byte_size=64)
+    return change
 
 
 def in_region(name: str) -> InferRequest:
@@ -321,6 +322,12 @@ def test_requests_naming_unknown_regions_or_versions_go_through_the_daemon() -> 
         direct.follow_regions(regions("r"))
         assert direct.route(in_region("r")) is not None
         assert direct.route(out_shm) is not None
+        direct.follow_regions(regions("q", everything=False))  # one more registered
+        assert direct.route(in_region("q")) is not None
+        assert direct.route(in_region("r")) is not None
+        direct.follow_regions(regions(removed=("q",), everything=False))
+        assert direct.route(in_region("q")) is None
+        assert direct.route(in_region("r")) is not None
         assert direct.route(in_region("cuda0")) is None  # a CUDA region's, or unknown
         odd = request(outputs=[RequestedOutput("OUTPUT0", {"shared_memory_region": 7})])
         assert direct.route(odd) is None  # the daemon says what is wrong with it
@@ -340,9 +347,9 @@ def test_a_region_left_out_of_the_table_is_let_go_once_its_requests_end() -> Non
         execute = (await worker.read(2))[1].execute
         ref = execute.requests[0].inputs[0]
         assert (ref.region, ref.offset, ref.nbytes) == ("client_r#1:1:2", 0, 16)
-        direct.follow_regions(regions("r"))  # the same registration: still held, not let go
+        direct.follow_regions(regions("s", everything=False))  # another: "r" not let go
         await asyncio.wait_for(direct.regions_let_go(), 5)
-        direct.follow_regions(regions())
+        direct.follow_regions(regions(removed=("r",), everything=False))
         assert direct.route(in_region("r")) is None
         let_go = asyncio.ensure_future(direct.regions_let_go())
         await asyncio.sleep(0.05)
