@@ -389,16 +389,16 @@ class DataPlane:
         this returns (requests in flight finish with them)."""
         follower = self.follower
         held = self.shm.unregister(name, held=follower is not None)
-        if follower is None:
+        if follower is None or not held:  # none going now: the front ends' lists stand
             return
         await follower.regions_changed([], [region.name for region in held])
-        if held:  # their names stay taken until no front end's request holds them
-            letting_go = asyncio.ensure_future(follower.regions_let_go())
-            self._background.add(letting_go)
-            letting_go.add_done_callback(self._background.discard)
-            letting_go.add_done_callback(lambda _done: self._release_held(held))
-            # Held by none (nearly always): gone before this answers, as without front ends.
-            await asyncio.wait({letting_go}, timeout=LET_GO_WAIT_S)
+        # Their names stay taken until no front end's request holds them.
+        letting_go = asyncio.ensure_future(follower.regions_let_go())
+        self._background.add(letting_go)
+        letting_go.add_done_callback(self._background.discard)
+        letting_go.add_done_callback(lambda _done: self._release_held(held))
+        # Held by none (nearly always): gone before this answers, as without front ends.
+        await asyncio.wait({letting_go}, timeout=LET_GO_WAIT_S)
 
     def _release_held(self, regions: list[SystemRegion]) -> None:
         for region in regions:
