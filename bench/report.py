@@ -101,6 +101,7 @@ class ScenarioResult:
                     "p99_ms": self.median(server, "p99_ms"),
                     "server_cpu_us_per_infer": self.cpu_us_per_infer(server),
                     "client_cpu_us_per_infer": self.cpu_us_per_infer(server, "client"),
+                    "main_process_cpu_us_per_infer": self.cpu_us_per_infer(server, "main"),
                     "machine_busy_share": self.machine_share(server, "machine_busy"),
                     "machine_steal_share": self.machine_share(server, "machine_steal"),
                     "machine_other_share": self.machine_share(server, "other"),

@@ -181,6 +181,8 @@ async def measure_scenario(
                     max_requests=opts.max_requests,
                     clocks={
                         "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
+                        # The server's main process alone (pbd's daemon: the control plane).
+                        "main": lambda pid=pid: procstat.cpu_seconds(pid),
                         "machine_busy": lambda: procstat.machine_seconds()[0],
                         "machine_steal": lambda: procstat.machine_seconds()[1],
                     },

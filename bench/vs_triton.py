@@ -53,6 +53,7 @@ from bench.servers import (
 )
 
 MODEL = "identity_fp32_x2"
+BATCH_MODEL = "identity_fp32_batch"  # the same identity with dynamic_batching {}
 REPOSITORY = ROOT / "bench" / "models"
 RESULTS = ROOT / "bench" / "results"
 SERVERS = ("triton", "pbd")  # (baseline, subject): ratios are pbd over Triton
@@ -64,6 +65,7 @@ TRITON_STUB_SHM = "triton_python_backend_shm_region_"  # the python backend's ow
 class Case:
     scenario: Scenario
     shm: bool = False  # input and output through system shared memory
+    model: str = MODEL
 
     @property
     def label(self) -> str:
@@ -77,6 +79,7 @@ CASES = [
     Case(Scenario("fp32 1 MiB", [1, MIB], 4)),
     Case(Scenario("fp32 16 MiB", [1, 16 * MIB], 2)),
     Case(Scenario("fp32 1 MiB shm", [1, MIB], 4), shm=True),
+    Case(Scenario("fp32 [1,16] batch", [1, 16], 16), model=BATCH_MODEL),
 ]
 
 
@@ -210,10 +213,13 @@ def servers(
     shm_prefix = f"pbdvt{os.getpid()}"
     try:
         began = time.monotonic()
-        started["triton"] = start_triton(tritonserver, RESULTS, REPOSITORY, MODEL, opts.triton_arg)
+        both = ["--load-model", BATCH_MODEL]
+        started["triton"] = start_triton(
+            tritonserver, RESULTS, REPOSITORY, MODEL, [*both, *opts.triton_arg]
+        )
         facts["triton_start_s"] = round(time.monotonic() - began, 2)
         began = time.monotonic()
-        pbd_args = ["--allow-client-shm", "true", *opts.pbd_arg]
+        pbd_args = ["--allow-client-shm", "true", *both, *opts.pbd_arg]
         started["pbd"] = start_pbd(
             opts.python, RESULTS, REPOSITORY, MODEL, shm_prefix, pbd_args, name="pbd-vs-triton"
         )  # its log: bench/results/pbd-vs-triton.log (pbd.log is `python -m bench`'s)
@@ -268,7 +274,7 @@ async def measure(
     print(f"{head}\n{'-' * len(head)}", flush=True)
     for case in opts.cases:
         result = ScenarioResult(case.scenario, servers=SERVERS)
-        payload, data = build_request(MODEL, case.scenario.shape)
+        payload, data = build_request(case.model, case.scenario.shape)
         try:
             if case.shm:
                 targets = [s.target for s in started.values()]
@@ -285,7 +291,13 @@ async def measure(
         except RuntimeError as exc:
             return results, f"{case.label}: {exc}"
         results.append(result)
-        print(format_row(result) + (" (system shm in+out)" if case.shm else ""), flush=True)
+        daemon = result.cpu_us_per_infer("pbd", "main")
+        print(
+            format_row(result)
+            + (" (system shm in+out)" if case.shm else "")
+            + f" pbd daemon {daemon:.1f} µs/infer",
+            flush=True,
+        )
     print(TABLE_FOOT)
     return results, ""
 

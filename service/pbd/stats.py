@@ -180,6 +180,39 @@ class ModelStats:
         self.last_inference_ms = time.time_ns() // 1_000_000
 
 
+    def executed_part(
+        self,
+        requests: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        batch_size: int,
+        failed: tuple[int, int],
+        execution_rows: int,
+    ) -> None:
+        """Part of an execute whose other parts another process counts (a batch a worker
+        formed from several front ends' requests): ``requests`` requests of ``batch_size``
+        rows, ``failed`` of them failed, as ``executed`` takes them; the part that counts the
+        execution itself also gives the rows the whole execute ran without failing
+        (``execution_rows``; 0 on the other parts)."""
+        failed_requests, failed_rows = failed
+        requests -= failed_requests
+        if requests > 0:
+            # The batch's durations once (as ``executed`` adds them), with the counting part.
+            once = 1 if execution_rows > 0 else 0
+            self.inference_count += batch_size - failed_rows
+            self.compute_input.add(input_ns * once, requests)
+            self.compute_infer.add(infer_ns * once, requests)
+            self.compute_output.add(output_ns * once, requests)
+            self.last_inference_ms = time.time_ns() // 1_000_000
+        if execution_rows > 0:
+            self.execution_count += 1
+            per_size = self.batches.setdefault(execution_rows, BatchStats())
+            per_size.compute_input.add(input_ns)
+            per_size.compute_infer.add(infer_ns)
+            per_size.compute_output.add(output_ns)
+
+
 def _batch_durations(stats: BatchStats) -> tuple[Duration, Duration, Duration]:
     return stats.compute_input, stats.compute_infer, stats.compute_output
 

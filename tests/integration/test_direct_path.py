@@ -50,7 +50,7 @@ def repo(tmp_path: Path) -> Path:
         },
     )
     with open(repository / "batch_recorder" / "config.pbtxt", "a") as config:
-        config.write("dynamic_batching { }\n")  # off the direct path
+        config.write("dynamic_batching { priority_levels: 2 }\n")  # off the direct path
     return repository
 
 
@@ -123,7 +123,7 @@ def test_a_plain_models_requests_skip_the_daemon_and_are_counted_there(
     assert metric(daemon, "nv_inference_request_success", "add_sub") == (
         stats.inference_stats.success.count
     )
-    # A model the direct path refuses (dynamic batching) still goes through the daemon.
+    # A model the direct path refuses (priority levels) still goes through the daemon.
     tensor = infer_input("X", np.array([[7]], dtype=np.int32), "INT32")
     seen = len(daemon.log())
     assert daemon.client().infer("batch_recorder", [tensor]).as_numpy("Y").tolist() == [[7]]
@@ -386,3 +386,39 @@ def test_requests_in_a_clients_regions_go_directly_with_the_daemons_checks(
         assert daemon.client().get_system_shared_memory_status(as_json=True).get("regions") is None
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+def test_a_dynamic_batching_models_requests_skip_the_daemon_and_batch_in_the_worker(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """Dynamic batching whose settings a worker honours alone (sizes, the delay): front ends
+    send its requests to the workers, which batch them (pbd_worker.front_batcher)."""
+    config = repo / "batch_recorder" / "config.pbtxt"
+    text = config.read_text().replace("priority_levels: 2", "preferred_batch_size: [ 2 ] "
+                                      "max_queue_delay_microseconds: 600000000")  # fmt: skip
+    config.write_text(text)
+    daemon = start_daemon(repo, *FRONTS, settle=["batch_recorder"])
+
+    def pair(client: grpcclient.InferenceServerClient) -> list[list[int]]:
+        def one(x: int) -> list[int]:
+            tensor = infer_input("X", np.array([[x]], dtype=np.int32), "INT32")
+            result = client.infer("batch_recorder", [tensor], client_timeout=60)
+            return [int(result.as_numpy("Y")[0][0]), int(result.as_numpy("REQUESTS")[0][0])]
+
+        with ThreadPoolExecutor(2) as pool:  # two in flight: the preferred size goes at once
+            return list(pool.map(one, (1, 2)))
+
+    direct_ready(daemon, "batch_recorder", pair)
+    before = daemon.control().get_inference_statistics("batch_recorder").model_stats[0]
+    seen = len(daemon.log())
+    client = grpcclient.InferenceServerClient(daemon.url)
+    try:
+        answers = [pair(client) for _ in range(5)]
+    finally:
+        client.close()
+    assert "batch_recorder/1: request given to instance" not in daemon.log()[seen:]
+    assert answers == [[[1, 2], [2, 2]]] * 5  # each pair in one execute()
+    stats = daemon.control().get_inference_statistics("batch_recorder").model_stats[0]
+    assert stats.execution_count - before.execution_count == 5
+    assert stats.inference_count - before.inference_count == 10
+    assert stats.inference_stats.success.count - before.inference_stats.success.count == 10

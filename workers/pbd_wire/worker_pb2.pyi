@@ -159,20 +159,24 @@ class CancelRequests(_message.Message):
     def __init__(self, request_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ExecuteResult(_message.Message):
-    __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns", "execute_span")
+    __slots__ = ("batch_id", "responses", "input_ns", "infer_ns", "output_ns", "execute_span", "merged", "batch_rows")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     INPUT_NS_FIELD_NUMBER: _ClassVar[int]
     INFER_NS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_NS_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_SPAN_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ROWS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     responses: _containers.RepeatedCompositeFieldContainer[Response]
     input_ns: int
     infer_ns: int
     output_ns: int
     execute_span: ExecuteSpan
-    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., input_ns: _Optional[int] = ..., infer_ns: _Optional[int] = ..., output_ns: _Optional[int] = ..., execute_span: _Optional[_Union[ExecuteSpan, _Mapping]] = ...) -> None: ...
+    merged: bool
+    batch_rows: int
+    def __init__(self, batch_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[Response, _Mapping]]] = ..., input_ns: _Optional[int] = ..., infer_ns: _Optional[int] = ..., output_ns: _Optional[int] = ..., execute_span: _Optional[_Union[ExecuteSpan, _Mapping]] = ..., merged: _Optional[bool] = ..., batch_rows: _Optional[int] = ...) -> None: ...
 
 class ExecuteSpan(_message.Message):
     __slots__ = ("span_id", "start_ns", "end_ns", "exception_type", "exception_message", "exception_stacktrace", "exception_ns")

@@ -96,6 +96,9 @@ class BatchExecutor:
         self.cuda = cuda or CudaRegions()  # clients' CUDA regions and pools, opened on use
         self.gpu_inputs = gpu_inputs  # CUDA inputs stay on the GPU (pbd_wire.cuda)
         self._held: dict[int, list[Block]] = {}
+        # A batch formed here from several Executes (``run_parts``): its blocks, by each part's
+        # batch id, until every part is released.
+        self._shared: dict[int, tuple[list[Block], set[int]]] = {}
         # The running batch's input arrays over the daemon's segments, by id: an output that is
         # one of them (an identity model) is found in place without its address. The array is
         # kept with its (region, offset, nbytes), so an id is never one of another array.
@@ -133,15 +136,25 @@ class BatchExecutor:
     def rebind(self, inputs: SegmentMap, outputs: Arena) -> None:
         """New segments after a daemon restart; blocks of the old arena are void."""
         self._held.clear()
+        self._shared.clear()
         self.inputs, self.outputs = inputs, outputs
 
     def held_batches(self) -> list[int]:
-        return list(self._held)
+        return [*self._held, *self._shared]
 
     def release(self, batch_ids: list[int]) -> None:
         with self.lock:
             for batch_id in batch_ids:
-                for block in self._held.pop(batch_id, ()):
+                blocks = self._held.pop(batch_id, None)
+                if blocks is None:
+                    shared = self._shared.pop(batch_id, None)
+                    if shared is None:
+                        continue
+                    shared[1].discard(batch_id)
+                    if shared[1]:
+                        continue  # another part of the batch still reads its outputs
+                    blocks = shared[0]
+                for block in blocks:
                     self.outputs.free(block)
 
     def hold(self, held_id: int, blocks: list[Block]) -> None:
@@ -210,6 +223,47 @@ class BatchExecutor:
             # No lock: a sender thread that reads it meanwhile finds an entry or looks the
             # array up by address (dict operations are atomic).
             self._origins.clear()
+
+    def run_parts(self, parts: list[wpb.Execute], results: list[wpb.ExecuteResult]) -> None:
+        """Run the requests of several Executes as one batch, one ``execute()`` (a batch the
+        worker formed from its front links, ``pbd_worker.front_batcher``). ``results[i]`` answers
+        ``parts[i]``: its own requests' responses, the whole batch's timings and ``merged``;
+        the first part with a request that did not fail carries the rows the batch executed
+        without failing (``batch_rows``), so the execution is counted once. The outputs stay
+        held until every part is released."""
+        whole = wpb.Execute(batch_id=parts[0].batch_id)
+        owner: dict[int, tuple[int, int]] = {}  # request id -> (part, rows)
+        for index, part in enumerate(parts):
+            for request in part.requests:
+                shape = request.inputs[0].shape if request.inputs else ()
+                owner[request.request_id] = (index, shape[0] if shape else 1)
+            whole.requests.extend(part.requests)
+        result = self.run(whole)
+        ids = {part.batch_id for part in parts}
+        with self.lock:
+            blocks = self._held.pop(whole.batch_id, None)
+            if blocks:
+                shared = (blocks, ids)
+                for batch_id in ids:
+                    self._shared[batch_id] = shared
+        counted = -1
+        executed_rows = 0
+        for part, out in zip(parts, results, strict=True):
+            out.batch_id = part.batch_id
+            out.merged = True
+            out.input_ns, out.infer_ns, out.output_ns = (
+                result.input_ns, result.infer_ns, result.output_ns,
+            )  # fmt: skip
+            if result.HasField("execute_span"):
+                out.execute_span.CopyFrom(result.execute_span)
+        for response in result.responses:
+            index, rows = owner.get(response.request_id, (0, 1))
+            results[index].responses.append(response)
+            if not response.HasField("error"):
+                executed_rows += rows
+                counted = index if counted < 0 else counted
+        if counted >= 0:
+            results[counted].batch_rows = executed_rows
 
     def _run(self, execute: wpb.Execute, result: wpb.ExecuteResult) -> wpb.ExecuteResult:
         result.batch_id = execute.batch_id

@@ -40,6 +40,7 @@ from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
+from pbd_worker.front_batcher import FrontBatcher, Part
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.front_links import FrontLink, FrontLinks
 from pbd_worker.lifecycle import (
@@ -47,6 +48,7 @@ from pbd_worker.lifecycle import (
     auto_complete,
     declared_outputs,
     decoupled,
+    direct_batching_of,
     init_fingerprint,
     report_init_failure,
 )
@@ -118,6 +120,8 @@ class WorkerRuntime:
         # Streamed responses go where their request came from: the daemon or a front link.
         self.live = LiveRequests(self.fronts.route, decoupled=False)
         state.response_sender_factory = self.live.sender_for
+        # A model with dynamic batching batches its front ends' requests here (front_batcher).
+        self.batcher: FrontBatcher | None = None
 
     def _heartbeat(self, interval_s: float) -> None:
         watchdog = self.notify.watchdog_interval_s
@@ -192,6 +196,11 @@ class WorkerRuntime:
             execute = message.execute
             if front is not None and front.closed:
                 return  # its link closed meanwhile: nobody to answer
+            if front is not None and self.batcher is not None:
+                parts = self.batcher.gather(front, message)
+                if len(parts) > 1:
+                    self._execute_parts(parts)
+                    return
             if execute.release:
                 released = execute.release[:]
                 self.executor.release(released if front is None else front.take_owned(released))
@@ -263,6 +272,41 @@ class WorkerRuntime:
             completed = auto_complete(message.auto_complete)
             self.send(wpb.WorkerToDaemon(auto_completed=completed))
             self.exit_code = 0
+
+    def _execute_parts(self, parts: list[Part]) -> None:
+        """Run a batch the worker formed from its front links' Executes (``front_batcher``); each
+        part's result goes back on its own link."""
+        executor = self.executor
+        assert executor is not None
+        executes = []
+        for link, message in parts:
+            execute = message.execute
+            if execute.release:
+                executor.release(link.take_owned(execute.release[:]))
+            executes.append(execute)
+        frames = [wpb.WorkerToDaemon() for _ in parts]
+        combined = wpb.Execute()
+        for execute in executes:
+            combined.requests.extend(execute.requests)
+        self.bls.begin_batch(combined)
+        try:
+            executor.run_parts(executes, [frame.result for frame in frames])
+        except MemoryError as exc:
+            self._exit(EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}")
+        except SystemExit as exc:
+            self._exit(_exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()")
+        finally:
+            self.bls.end_batch()
+        self.executed += 1
+        self.requests += len(combined.requests)
+        by_link: dict[int, tuple[FrontLink, list[wpb.WorkerToDaemon]]] = {}
+        for (link, _), frame in zip(parts, frames, strict=True):
+            by_link.setdefault(id(link), (link, []))[1].append(frame)
+        for link, results in by_link.values():  # one write per front end
+            self.fronts.send_results(link, results)
+        self.link.send()
+        if self.notify.enabled:
+            self.notify.status(self._status())
 
     def _exit(self, code: int, why: str) -> NoReturn:
         """Tell the daemon why, then end the process (its state is not to be trusted)."""
@@ -362,6 +406,9 @@ class WorkerRuntime:
             )
         self.model = model
         self.live.decoupled = decoupled(args)
+        policy = direct_batching_of(args)
+        if policy is not None and not self.live.decoupled:
+            self.batcher = FrontBatcher(policy, self.fronts, self.handle)
         self._attach_cancel_flags(init, shm_dir)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init, shm_dir)

@@ -154,6 +154,8 @@ class WorkerLink(asyncio.Protocol):
         self.idle.set()
         self._give_up: asyncio.TimerHandle | None = None  # the daemon's words were not heard
         self._frames = FrameSplitter()
+        self._out: list[bytes] = []  # frames to write at the end of this loop turn
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -253,8 +255,7 @@ class WorkerLink(asyncio.Protocol):
             execute.release.extend(released)
         self.calls[request_id] = call
         self.idle.clear()
-        assert self.transport is not None
-        self.transport.write(encode_frame(frame.SerializeToString()))
+        self._write(encode_frame(frame.SerializeToString()))
 
     def cancel(self, request_id: int) -> None:
         """The caller gave up: the model sees it at once (``is_cancelled()``); the inputs
@@ -275,8 +276,21 @@ class WorkerLink(asyncio.Protocol):
         self._write(encode_frame(release.SerializeToString()))
 
     def _write(self, frame: bytes) -> None:
+        """Frames written in one loop turn leave in one write, at its end: a read of the
+        client's that brings several requests (calls in flight on one connection) costs the
+        worker one read, and its batch can take them all (``pbd_worker.front_batcher``)."""
+        out = self._out
+        out.append(frame)
+        if len(out) == 1:
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(frame)
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     # -- answers ---------------------------------------------------------------------------------
 
@@ -326,7 +340,11 @@ class WorkerLink(asyncio.Protocol):
                 if isinstance(outcome, InferResult)
                 else failed_share(prepared, [outcome], version.config)
             )
-            stats.executed(1, result.input_ns, result.infer_ns, result.output_ns, size, failed)
+            ns = result.input_ns, result.infer_ns, result.output_ns
+            if result.merged:  # one part of a batch the worker formed (pbd_worker.front_batcher)
+                stats.executed_part(1, *ns, size, failed, result.batch_rows)
+            else:
+                stats.executed(1, *ns, size, failed)
         if worker_holds:
             self.releases.add(request_id)
         if call.stream is not None:

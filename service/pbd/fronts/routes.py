@@ -8,8 +8,10 @@ be one, a front end can run the request itself: it validates it against the vers
 configuration, picks one of the ready instances and sends the Execute to that worker on a link
 of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon keeps control:
 
-- **Which versions** (``refusal``): Triton's default scheduler with no ``--max-queue-size``,
-  not decoupled, not an ensemble, no response cache, instances not scaled with load, no
+- **Which versions** (``refusal``): Triton's default scheduler, or dynamic batching whose
+  settings a worker honours alone (``pbd_wire.batching.direct_batching``: sizes and the
+  queue delay; its batches then form in the worker), with no ``--max-queue-size``, not
+  decoupled, not an ensemble, no response cache, instances not scaled with load, no
   ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
   runs), no trace settings that could sample the model, no latency histograms.
   A front end holds at most an eighth of ``--max-queued-bytes`` (shared by the front ends)
@@ -39,6 +41,7 @@ from pbd.instance.records import State
 from pbd.settings import Settings
 from pbd.tracing.provider import Tracing
 from pbd.version.runtime import VersionRuntime, VersionState
+from pbd_wire.batching import direct_batching
 from pbd_wire.framing import encode_frame
 
 if TYPE_CHECKING:
@@ -53,11 +56,14 @@ def refusal(runtime: VersionRuntime, settings: Settings, tracing: Tracing | None
     """Why requests of ``runtime`` must go through the daemon; "" when they need not."""
     config = runtime.config
     features = config.as_dict
+    # Dynamic batches of direct requests form in the worker (pbd_worker.front_batcher), for the
+    # settings a worker can honour alone.
+    _policy, batching_refusal = direct_batching(features)
     checks = (
         (not settings.frontend_direct, "--frontend-direct is off"),
         (config.ensemble is not None, "an ensemble"),
         (config.decoupled, "decoupled"),
-        ("dynamic_batching" in features, "dynamic batching"),
+        (bool(batching_refusal), batching_refusal),
         ("sequence_batching" in features, "sequence batching"),
         (settings.max_queue_size > 0, "--max-queue-size"),
         (config.response_cache and settings.cache_local_size_bytes > 0, "the response cache"),

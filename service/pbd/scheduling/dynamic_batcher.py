@@ -26,6 +26,7 @@ from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.priority_queues import PriorityQueues
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import InferResult, PreparedRequest, request_batch_size
+from pbd_wire import batching
 
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 
@@ -39,30 +40,17 @@ def signature(prepared: PreparedRequest) -> Signature:
 def gather(
     items: Iterable[WorkItem], policy: BatchingPolicy
 ) -> tuple[list[WorkItem], bool, list[WorkItem] | None]:
-    """The batch ``items`` (in service order) start: (batch, closed, preferred). It reads no
-    further than the first request that does not join.
+    """The batch ``items`` (in service order) start: (batch, closed, preferred), by the rule
+    every batcher shares (``pbd_wire.batching.gather``)."""
+    max_batch_size = policy.max_batch_size
 
-    ``closed``: nothing more can join (full, or the next request does not fit). ``preferred``:
-    the longest prefix whose size is a preferred batch size, if any."""
-    limit = max(policy.max_batch_size, 1)
-    batch: list[WorkItem] = []
-    size = 0
-    preferred: list[WorkItem] | None = None
-    first: Signature | None = None
-    for item in items:
-        n = request_batch_size(item.prepared, policy.max_batch_size)
-        sig = signature(item.prepared)
-        if batch and (size + n > limit or sig != first):
-            return batch, True, preferred
-        if not batch:
-            first = sig
-        batch.append(item)
-        size += n
-        if size in policy.preferred:
-            preferred = list(batch)
-        if size >= limit:
-            return batch, True, preferred
-    return batch, False, preferred
+    def size_of(item: WorkItem) -> int:
+        return request_batch_size(item.prepared, max_batch_size)
+
+    def signature_of(item: WorkItem) -> Signature:
+        return signature(item.prepared)
+
+    return batching.gather(items, size_of, signature_of, max_batch_size, policy.preferred)
 
 
 class DynamicBatcher(PriorityQueues[InstanceT]):

@@ -39,7 +39,14 @@ def test_a_plain_version_is_served_directly() -> None:
 
 
 def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
-    assert why("dynamic_batching { }") == "dynamic batching"
+    # Dynamic batching: served directly (batches form in the worker) unless its settings
+    # need the daemon's queue.
+    assert why("max_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 4 ] }") == ""
+    assert why("dynamic_batching { }") == "dynamic batching without max_batch_size"
+    levels = "max_batch_size: 8\ndynamic_batching { priority_levels: 2 }"
+    assert why(levels) == "dynamic batching with priority levels"
+    bounded = "max_batch_size: 8\ndynamic_batching { default_queue_policy { max_queue_size: 2 } }"
+    assert why(bounded) == "dynamic batching with a queue policy"
     assert why("sequence_batching { }") == "sequence batching"
     assert why("model_transaction_policy { decoupled: true }") == "decoupled"
     assert why(policy=Policy(enabled=True)) == "instances scaled with load"

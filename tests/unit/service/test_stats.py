@@ -57,3 +57,22 @@ def test_a_record_adds_up_where_it_is_merged() -> None:
     assert ours.batches[2].compute_output.ns == 30
     assert ours.failures == {"REJECTED": 0, "CANCELED": 1, "BACKEND": 1, "OTHER": 0}
     assert ours.last_inference_ms == max(ours.last_inference_ms, theirs.last_inference_ms) > 0
+
+
+def test_the_parts_of_a_batch_a_worker_formed_count_one_execution() -> None:
+    """Three front ends' requests in one execute (pbd_worker.front_batcher): each counts its own
+    request; the part that carries the executed rows counts the execution, once."""
+    whole = ModelStats()
+    whole.executed_part(1, 10, 20, 30, 2, (0, 0), 0)
+    whole.executed_part(1, 10, 20, 30, 1, (0, 0), 4)  # 2 + 1 + 1 rows ran
+    whole.executed_part(1, 10, 20, 30, 1, (0, 0), 0)
+    whole.executed_part(1, 10, 20, 30, 3, (1, 3), 0)  # failed: neither inference nor compute
+    assert (whole.execution_count, whole.inference_count) == (1, 4)
+    assert (whole.compute_infer.count, whole.compute_infer.ns) == (3, 20)
+    assert sorted(whole.batches) == [4]
+    assert whole.batches[4].compute_infer.count == 1
+    # The same batch counted by one process as it executed it.
+    alone = ModelStats()
+    alone.executed(4, 10, 20, 30, batch_size=7, failed=(1, 3))
+    assert (alone.execution_count, alone.inference_count) == (1, 4)
+    assert (alone.compute_infer.count, alone.compute_infer.ns) == (3, 20)

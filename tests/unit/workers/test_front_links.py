@@ -132,7 +132,15 @@ class Peer:
 class Worker:
     """A worker process, initialized with a front socket; this object plays its daemon."""
 
-    def __init__(self, tmp_path: Path, name: str, decoupled: bool, reconnect: bool) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        name: str,
+        decoupled: bool,
+        reconnect: bool,
+        model: str = MODEL,
+        config: dict[str, object] | None = None,
+    ) -> None:
         tag = f"{os.getpid()}-{next(_names)}"
         self.tag = tag
         self.front_address = f"@pbd-test-front-{tag}"
@@ -140,7 +148,7 @@ class Worker:
         self.shm_dir.mkdir(exist_ok=True)
         model_dir = tmp_path / name
         (model_dir / "1").mkdir(parents=True)
-        (model_dir / "1" / "model.py").write_text(MODEL)
+        (model_dir / "1" / "model.py").write_text(model)
         address = f"@pbd-test-daemon-{tag}"
         env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
         self.log = tmp_path / f"worker-{tag}.log"
@@ -156,7 +164,7 @@ class Worker:
         self.peers: list[Peer] = []  # front ends, closed at the end
         self.inputs = Arena(f"pbdtest-in-{tag}-", 1 << 16, 1 << 16, shm_dir=str(self.shm_dir))
         self.outputs = SegmentMap(str(self.shm_dir))
-        config: dict[str, object] = {"name": name}
+        config = {"name": name, **(config or {})}
         if decoupled:
             config["model_transaction_policy"] = {"decoupled": True}
         self.init = wpb.Initialize(
@@ -200,12 +208,14 @@ class Worker:
         self.peers.append(peer)
         return peer
 
-    def request(self, request_id: int, value: float, count: int = 1) -> wpb.Request:
+    def request(
+        self, request_id: int, value: float, count: int = 1, shape: list[int] | None = None
+    ) -> wpb.Request:
         data = np.full(count, value, np.float32).tobytes()
         block = self.inputs.allocate(len(data))
         block.view()[:] = data
         ref = wpb.TensorRef(
-            name="IN", datatype="FP32", shape=[count], region=block.segment.name,
+            name="IN", datatype="FP32", shape=shape or [count], region=block.segment.name,
             offset=block.offset, nbytes=len(data),
         )  # fmt: skip
         return wpb.Request(request_id=request_id, id=f"r{request_id}", inputs=[ref])
@@ -246,8 +256,14 @@ def start(tmp_path: Path) -> Iterator[Start]:
     afterwards."""
     started: list[Worker] = []
 
-    def make(name: str = "m", decoupled: bool = False, reconnect: bool = False) -> Worker:
-        worker = Worker(tmp_path, name, decoupled, reconnect)
+    def make(
+        name: str = "m",
+        decoupled: bool = False,
+        reconnect: bool = False,
+        model: str = MODEL,
+        config: dict[str, object] | None = None,
+    ) -> Worker:
+        worker = Worker(tmp_path, name, decoupled, reconnect, model, config)
         started.append(worker)
         return worker
 

@@ -208,6 +208,10 @@ class FrontLinks:
         self._hellos = 0  # entries of _by_fd that are connections yet to say hello
         self._poll: select.poll | None = None  # over _by_fd and the daemon's socket
         self._poll_daemon = -1
+        self._links_poll: select.poll | None = None  # over _by_fd alone (``read_now``)
+        # When each Execute waiting in an inbox was read (monotonic), by batch id: kept only
+        # for a model that batches here (``pbd_worker.front_batcher``), whose delay counts from it.
+        self.arrived: dict[int, float] | None = None
         self._loop: AbstractEventLoop | None = None  # the event loop watching us (``attach``)
         self._arrived: Callable[[], None] | None = None
         self._expiry: TimerHandle | None = None
@@ -275,6 +279,7 @@ class FrontLinks:
         self._by_fd.clear()
         self._hellos = 0
         self._poll, self._loop, self._arrived, self._expiry = None, None, None, None
+        self._links_poll = None
 
     # -- reading (main thread) --------------------------------------------------------------------
 
@@ -317,6 +322,28 @@ class FrontLinks:
                 self._expire()
             if self.ready():
                 return False
+
+    def read_now(self, timeout_s: float = 0.0) -> None:
+        """Read what the links have sent by now into their inboxes, waiting up to
+        ``timeout_s`` when nothing is there yet (a batch waiting to fill): the daemon's
+        socket is left to ``wait``."""
+        poller = self._links_poll
+        if poller is None:
+            poller = self._links_poll = select.poll()
+            for fd in self._by_fd:
+                poller.register(fd, select.POLLIN)
+        timeout_ms = 0.0 if self.ready() else timeout_s * 1000.0
+        for fd, _ in poller.poll(timeout_ms):
+            self._readable(fd)
+        if self._hellos:
+            self._expire()
+
+    @staticmethod
+    def put_back(link: FrontLink, messages: Sequence[wpb.DaemonToWorker]) -> None:
+        """Return frames taken from ``link`` (in the order taken) to the head of its inbox:
+        they come out of ``take`` again first."""
+        if not link.closed:
+            link.inbox.extendleft(reversed(messages))
 
     def attach(self, loop: AbstractEventLoop, arrived: Callable[[], None]) -> None:
         """Have ``loop`` watch the listener and the links while it runs (coroutines are
@@ -427,6 +454,8 @@ class FrontLinks:
             self._file(link, frames)
 
     def _file(self, link: FrontLink, frames: list[bytes | bytearray | memoryview]) -> None:
+        arrived = self.arrived
+        now = time.monotonic() if arrived is not None else 0.0
         for frame in frames:
             try:
                 message = wpb.DaemonToWorker.FromString(frame)  # type: ignore[arg-type]  # any buffer
@@ -438,6 +467,8 @@ class FrontLinks:
                 self._drop(link, f"it sent {problem}", warn=True)
                 return
             link.inbox.append(message)
+            if arrived is not None and message.WhichOneof("kind") == "execute":
+                arrived[message.execute.batch_id] = now
 
     def _expiry_ms(self) -> int | None:
         if not self._hellos:
@@ -474,7 +505,7 @@ class FrontLinks:
         fd = sock.fileno()
         self._by_fd[fd] = entry
         self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
-        self._poll = None
+        self._poll = self._links_poll = None
         if self._loop is not None:
             self._loop.add_reader(fd, self._on_loop_readable, fd)
 
@@ -482,7 +513,7 @@ class FrontLinks:
         if self._by_fd.pop(fd, False) is False:
             return
         self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
-        self._poll = None
+        self._poll = self._links_poll = None
         if self._loop is not None:
             self._loop.remove_reader(fd)
 
@@ -505,6 +536,9 @@ class FrontLinks:
             link.closed = True
             held, link.held = link.held, set()
         link.inbox.clear()
+        if self.arrived:
+            for ident in [i for i in self.arrived if front_of(i) == link.front]:
+                del self.arrived[ident]
         self._unwatch(link.sock.fileno())
         with contextlib.suppress(OSError):
             link.sock.shutdown(socket.SHUT_RDWR)  # a forked child's copy must not keep it up
@@ -522,8 +556,13 @@ class FrontLinks:
     def send_result(self, link: FrontLink, frame: wpb.WorkerToDaemon) -> None:
         """An ExecuteResult for a batch of ``link``; dropped (its blocks freed) when the
         link is gone."""
-        if not link.send([frame]):
-            self._free([frame.result.batch_id])
+        self.send_results(link, [frame])
+
+    def send_results(self, link: FrontLink, frames: Sequence[wpb.WorkerToDaemon]) -> None:
+        """ExecuteResults for batches of ``link``, in one write; dropped (their blocks freed)
+        when the link is gone."""
+        if not link.send(frames):
+            self._free([frame.result.batch_id for frame in frames])
 
     def route(self, *messages: wpb.WorkerToDaemon) -> None:
         """``LiveRequests.send``: streamed responses go where their request came from."""

@@ -1,0 +1,129 @@
+"""Dynamic batches formed in the worker, from the requests every front end sent it.
+
+A front end sends each request of a dynamic-batching model straight to one of the model's
+workers (the instance with the fewest of its requests in flight), as it does for a plain model:
+the requests wait in the worker's links until the model is free, which is where Triton's
+dynamic batcher would hold them. When the main loop takes one of them, ``FrontBatcher.gather``
+takes every other request the links hold by then (reading what has arrived, without waiting
+on the daemon) and keeps those that make a batch with it by Triton's rule
+(``pbd_wire.batching.gather``: sizes within ``max_batch_size``, same shapes past the batch
+dimension and same outputs, a ``preferred_batch_size`` reached, ``max_queue_delay_microseconds``
+to wait for more). What does not join goes back to the head of its link's inbox, in order, for
+the next batch; frames other than Executes met on the way (a Release, a CancelRequests) are
+handled at once, in the order they came.
+
+The batch runs as one ``execute()`` (``BatchExecutor.run_parts``); each front end still gets one
+``ExecuteResult`` per request it sent, on its own link, marked ``merged`` (one of them counts
+the execution in the statistics: ``batch_rows``).
+
+Which settings a worker honours alone is ``pbd_wire.batching.direct_batching``'s to say; a model
+whose batching needs more keeps its requests on the daemon's path, and the daemon's own batches
+(requests that went through it) run as it formed them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pbd_wire import worker_pb2 as wpb
+from pbd_wire.batching import DirectBatching, gather
+from pbd_worker.ipc.front_links import FrontLink, FrontLinks
+
+# A front link's Execute frame, and the link.
+Part = tuple[FrontLink, wpb.DaemonToWorker]
+Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
+
+
+def rows(execute: wpb.Execute) -> int:
+    """The batch dimension the Execute's requests add (the first dimension of each one's
+    first input; a front end's Execute carries one request)."""
+    total = 0
+    for request in execute.requests:
+        shape = request.inputs[0].shape if request.inputs else ()
+        total += shape[0] if shape else 1
+    return total
+
+
+def signature(execute: wpb.Execute) -> Signature:
+    """What two requests must share to run in one execute (``pbd.scheduling.dynamic_batcher``'s
+    signature, read from the wire)."""
+    inputs: list[tuple[str, str, tuple[int, ...]]] = []
+    outputs: list[str] = []
+    for request in execute.requests:
+        inputs.extend((i.name, i.datatype, tuple(i.shape[1:])) for i in request.inputs)
+        outputs.extend(request.requested_outputs)
+    return tuple(sorted(inputs)), tuple(sorted(outputs))
+
+
+def _rows_of(part: Part) -> int:
+    return rows(part[1].execute)
+
+
+def _signature_of(part: Part) -> Signature:
+    return signature(part[1].execute)
+
+
+class FrontBatcher:
+    """Gathers the front links' Executes of one dynamic-batching model into batches."""
+
+    def __init__(
+        self,
+        policy: DirectBatching,
+        fronts: FrontLinks,
+        other: Callable[[wpb.DaemonToWorker, FrontLink], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.fronts = fronts
+        self._other = other  # handles a link's Release or CancelRequests met on the way
+        self._clock = clock
+        fronts.arrived = {}  # the delay counts from when the first request was read
+
+    def gather(self, link: FrontLink, message: wpb.DaemonToWorker) -> list[Part]:
+        """The batch that ``message`` (an Execute just taken from ``link``) starts: itself
+        first, then the links' Executes that join it."""
+        policy = self.policy
+        arrived = self.fronts.arrived
+        assert arrived is not None
+        first = arrived.get(message.execute.batch_id)
+        items: list[Part] = [(link, message)]
+        while True:
+            self._take_arrived(items)
+            batch, closed, preferred = gather(
+                items, _rows_of, _signature_of, policy.max_batch_size, policy.preferred
+            )
+            if closed or not policy.max_delay_us:
+                break
+            if preferred is not None:
+                batch = preferred
+                break
+            since = first if first is not None else self._clock()
+            first = since
+            left = since + policy.max_delay_us / 1e6 - self._clock()
+            if left <= 0:
+                break
+            self.fronts.read_now(left)
+        self._put_back(items[len(batch) :])
+        for _, taken in batch:
+            arrived.pop(taken.execute.batch_id, None)
+        return batch
+
+    def _take_arrived(self, items: list[Part]) -> None:
+        """Add the links' Executes that are here to ``items``; handle what else they sent."""
+        fronts = self.fronts
+        fronts.read_now()
+        while (taken := fronts.take()) is not None:
+            link, message = taken
+            if message.WhichOneof("kind") == "execute":
+                if not link.closed:
+                    items.append(taken)
+            else:
+                self._other(message, link)
+
+    def _put_back(self, parts: list[Part]) -> None:
+        by_link: dict[int, tuple[FrontLink, list[wpb.DaemonToWorker]]] = {}
+        for link, message in parts:
+            by_link.setdefault(id(link), (link, []))[1].append(message)
+        for link, messages in by_link.values():
+            self.fronts.put_back(link, messages)
