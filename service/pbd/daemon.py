@@ -27,8 +27,9 @@ from pbd.errors import PbdError, unavailable
 from pbd.fronts.routes import Routes
 from pbd.fronts.supervisor import Fronts
 from pbd.gpus import visible_gpus
-from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.server import build_server, tls_context
+from pbd.http.restricted import HttpRestrictions
 from pbd.http.server import HttpFrontend
 from pbd.instance.custom_metrics import CustomMetrics
 from pbd.instance.instance import InstanceServices
@@ -423,7 +424,8 @@ class Daemon:
                 http_port = http.port
         else:
             tls_context(settings)  # a bad certificate, key or restriction: refused here, once
-            parse_restrictions(settings.grpc_restricted_protocol)
+            grpc_restrictions(settings.grpc_restricted_protocol)
+            HttpRestrictions.parse(settings.http_restricted_api)
             grpc = grpc_sockets(settings) if settings.allow_grpc else []
             stack.callback(_close_all, grpc)
             http_socks = http_sockets(settings) if settings.allow_http else []

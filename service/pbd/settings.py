@@ -53,6 +53,9 @@ class Settings:
     http_address: str = _opt("127.0.0.1", "address the HTTP server binds")
     http_port: int = _opt(8000, "HTTP port (0 picks a free one)")
     http_max_body_bytes: int = _opt(2**31 - 1, "largest HTTP request body accepted")
+    http_restricted_api: list[str] = _opt(
+        [], "<group>[,<group>...]:<key>=<value>: those HTTP routes need header <key>: <value>"
+    )
     http_stream_buffer_bytes: int = _opt(
         16 * MIB,
         "response bytes an SSE stream (generate_stream, /v1 streaming) may hold for a client "
@@ -392,6 +395,12 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
         raise ValueError(f"invalid model control mode {settings.model_control_mode!r}")
     if settings.log_format not in ("default", "ISO8601"):
         raise ValueError(f"invalid log format {settings.log_format!r}")
+    _check_startup_models(settings)
+    from pbd.restrictions import parse_restrictions
+
+    # A bad rule is refused here, before anything starts (the bindings parse them again).
+    parse_restrictions("grpc-restricted-protocol", settings.grpc_restricted_protocol)
+    parse_restrictions("http-restricted-api", settings.http_restricted_api)
     from pbd.tracing.settings import parse_trace_config
 
     parse_trace_config(settings.trace_config)  # report a bad --trace-config at the start
@@ -399,3 +408,16 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
 
     pool_sizes(settings.cuda_memory_pool_byte_size, [])
     return settings
+
+
+def _check_startup_models(settings: Settings) -> None:
+    """Triton's checks of ``--load-model``, in its words: it names models to load in explicit
+    mode only, and ``*`` (every model) stands alone."""
+    if settings.load_model and settings.model_control_mode != "explicit":
+        raise ValueError(
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+        )
+    if "*" in settings.load_model and len(set(settings.load_model)) > 1:
+        raise ValueError(
+            "Wildcard model name '*' must be the ONLY startup model if specified at all."
+        )

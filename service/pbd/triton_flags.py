@@ -13,8 +13,8 @@ same name is simply that setting's flag. The others are here, each one of:
 - a flag pbd accepts without effect: it is checked as Triton checks it, and a one-line log says
   why it changes nothing (INFO when its value asks for what pbd does anyway, WARNING when it
   asks for something pbd does not do);
-- a flag pbd refuses, where ignoring it would serve something else than asked (an API left
-  open that should be restricted, another configuration file than the one named).
+- a flag pbd refuses, where ignoring it would serve something else than asked (another
+  configuration file than the one named).
 
 The translation writes into the parsed arguments before ``pbd.settings.from_args`` reads them,
 so a flag, in either spelling, beats its ``PBD_*`` variable, which beats the default.
@@ -435,11 +435,6 @@ def _flags() -> list[TritonFlag]:
         f("model-config-name", "str", _refused("model-config-name",
           "pbd reads each model's config.pbtxt only, and would serve another configuration than "
           "the one named"), "refused: pbd reads config.pbtxt only"),
-        f("http-restricted-api", "str", _refused("http-restricted-api",
-          "pbd's HTTP binding restricts no API, so it would serve these to anyone: restrict "
-          "gRPC with --grpc-restricted-protocol and turn HTTP off (--allow-http=false), or put "
-          "a proxy in front"), "refused: pbd's HTTP binding has no API restrictions",
-          repeat=True),
         *frontends,
         *keepalive,
         *(f(n, t, ne(n, why, inert), "no effect: " + why, repeat=n in repeatable,

@@ -27,7 +27,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd_wire",),
     ("pbd_worker",),
     # Records and leaves: anyone may import them.
-    ("pbd", "pbd._proto", "pbd.errors", "pbd.gpus", "pbd.h2", "pbd.histogram", "pbd.peercred"),
+    (
+        "pbd",
+        "pbd._proto",
+        "pbd.errors",
+        "pbd.gpus",
+        "pbd.h2",
+        "pbd.histogram",
+        "pbd.peercred",
+        "pbd.restrictions",
+    ),
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),
     (
@@ -127,6 +136,7 @@ EDGES_MAY_IMPORT = (
     "pbd.dataplane",
     "pbd.inference_plane",  # what the inference routes need of the daemon, wherever it is
     "pbd.listeners",  # the public sockets, bound once
+    "pbd.restrictions",  # the API groups a header guards, on either binding
     "pbd_wire",
 )
 

@@ -38,7 +38,7 @@ from pbd.fronts.http_proxy import HttpProxy
 from pbd.fronts.loads import DEFER_S, Loads
 from pbd.fronts.remote_plane import RemotePlane
 from pbd.grpc.calls import Calls
-from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.server import MAX_MESSAGE_BYTES, GrpcServer, tls_context
 from pbd.grpc.servicer import InferenceRpcs, methods
 from pbd.http.server import HttpFrontend
@@ -118,7 +118,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         calls = Calls(
             methods(
                 InferenceRpcs(plane, buffer),
-                parse_restrictions(settings.grpc_restricted_protocol),
+                grpc_restrictions(settings.grpc_restricted_protocol),
                 proxy=plane.call,
             ),
             MAX_MESSAGE_BYTES,

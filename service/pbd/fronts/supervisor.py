@@ -34,7 +34,7 @@ from pbd.fronts.front import SPEC_ENV, FrontSpec
 from pbd.fronts.front_link import FrontHub, FrontLink
 from pbd.fronts.loads import Loads, create_memfd
 from pbd.fronts.routes import Routes
-from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.http.server import HttpFrontend
 from pbd.memory import lent
@@ -86,7 +86,7 @@ class Fronts:
         self._fds = (grpc, http)
         self._loads_fd = create_memfd(self.count)
         self._loads = Loads(self._loads_fd, self.count, 0)  # the daemon marks the gone
-        restrictions = parse_restrictions(self.settings.grpc_restricted_protocol)
+        restrictions = grpc_restrictions(self.settings.grpc_restricted_protocol)
         hub = self.hub = FrontHub(
             dataplane,
             methods(InferenceServicer(dataplane), restrictions),

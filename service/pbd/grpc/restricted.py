@@ -1,24 +1,24 @@
-"""Triton's restricted protocols: API groups that need a header to be called.
+"""Triton's restricted protocols on gRPC: API groups whose RPCs need a header.
 
-``--grpc-restricted-protocol=<group>[,<group>...]:<key>=<value>`` (repeatable) makes every RPC
-of those groups require the gRPC metadata ``triton-grpc-protocol-<key>: <value>``; others get
-UNAVAILABLE "This protocol is restricted, expecting header '<header>'". Groups as Triton's.
+``--grpc-restricted-protocol=<group>[,<group>...]:<key>=<value>`` (repeatable; the rules:
+``pbd.restrictions``) makes every RPC of those groups require the gRPC metadata
+``triton-grpc-protocol-<key>: <value>``; others get UNAVAILABLE "This protocol is restricted,
+expecting header '<header>'". The groups' RPCs as Triton's.
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from pbd.grpc.protocol import Context
+from pbd.restrictions import Restriction, parse_restrictions
 
 HEADER_PREFIX = "triton-grpc-protocol-"
-GROUPS: dict[str, tuple[str, ...]] = {
+RPCS: dict[str, tuple[str, ...]] = {
     "health": ("ServerLive", "ServerReady", "ModelReady", "Check"),
     "metadata": ("ServerMetadata", "ModelMetadata"),
     "inference": ("ModelInfer", "ModelStreamInfer"),
@@ -38,38 +38,15 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Restriction:
-    header: str
-    value: str
-
-
-def parse_restrictions(rules: list[str]) -> dict[str, Restriction]:
+def grpc_restrictions(rules: list[str]) -> dict[str, Restriction]:
     """RPC name -> the header it needs; ValueError with the rule's problem."""
-    out: dict[str, Restriction] = {}
-    for rule in rules:
-        groups, sep, pair = rule.partition(":")
-        key, eq, value = pair.partition("=")
-        if not sep or not eq or not key or not groups:
-            raise ValueError(
-                f"--grpc-restricted-protocol '{rule}': expected <group>[,<group>...]:<key>=<value>"
-            )
-        for group in groups.split(","):
-            if group not in GROUPS:
-                raise ValueError(
-                    f"--grpc-restricted-protocol '{rule}': unknown group '{group}' "
-                    f"(groups: {', '.join(GROUPS)})"
-                )
-            for rpc in GROUPS[group]:
-                if rpc in out:
-                    raise ValueError(f"--grpc-restricted-protocol: group '{group}' given twice")
-                out[rpc] = Restriction(HEADER_PREFIX + key.lower(), value)
-    return out
+    groups = parse_restrictions("grpc-restricted-protocol", rules, HEADER_PREFIX)
+    return {rpc: rule for group, rule in groups.items() for rpc in RPCS[group]}
 
 
 def _allowed(context: Context, rule: Restriction) -> bool:
     for key, value in context.invocation_metadata() or ():
-        if key == rule.header and hmac.compare_digest(str(value), rule.value):
+        if key == rule.header and rule.allows(value):
             return True
     return False
 

@@ -18,7 +18,7 @@ import time
 
 from pbd.dataplane import DataPlane
 from pbd.grpc.calls import Calls
-from pbd.grpc.restricted import parse_restrictions
+from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
 from pbd.h2.connection import Connection, Refused, Shared
 from pbd.h2.limits import Limits
@@ -156,7 +156,7 @@ class GrpcServer:
 
 def build_server(dataplane: DataPlane, settings: Settings) -> GrpcServer:
     """The server, not listening yet. OSError or ValueError for a bad TLS or restriction flag."""
-    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    restrictions = grpc_restrictions(settings.grpc_restricted_protocol)
     buffer = settings.grpc_stream_buffer_bytes
     calls = Calls(
         methods(InferenceServicer(dataplane, buffer), restrictions),

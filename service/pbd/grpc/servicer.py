@@ -24,10 +24,11 @@ from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.calls import Method
 from pbd.grpc.protocol import Buffer, Context
-from pbd.grpc.restricted import Restriction, guard_stream, guard_unary
+from pbd.grpc.restricted import guard_stream, guard_unary
 from pbd.grpc.status import GRPC_STATUS, finishing
 from pbd.grpc.stream_infer import StreamSession
 from pbd.inference_plane import InferencePlane
+from pbd.restrictions import Restriction
 
 log = logging.getLogger("pbd.grpc")
 SERVICE = "inference.GRPCInferenceService"

@@ -34,7 +34,13 @@ AHEAD_BYTES = 65536  # read ahead of the request being answered; more waits (pau
 KEEPALIVE_S = 75.0  # aiohttp's keepalive_timeout: an idle connection is closed after it
 # Headers whose presence means a request the edge does not read itself.
 HANDED_OVER = frozenset((b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"))
-STATUS_TEXT = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 500: b"Internal Server Error"}
+STATUS_TEXT = {
+    200: b"OK",
+    400: b"Bad Request",
+    403: b"Forbidden",
+    404: b"Not Found",
+    500: b"Internal Server Error",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,9 @@ class Head:
     def header(self, name: str) -> str | None:
         value = self.headers.get(name.lower().encode())
         return None if value is None else value.decode("latin-1")
+
+    def raw_header(self, name: str) -> bytes | None:
+        return self.headers.get(name.lower().encode())
 
 
 # Answers a request the edge reads itself; None: not one of its routes (aiohttp's then).

@@ -32,6 +32,7 @@ from pbd.http import extensions, generate
 from pbd.http.edge import Edge, Head, Reply, Route, json_reply
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.openai import routes as openai_routes
+from pbd.http.restricted import FORBIDDEN, HttpRestrictions
 from pbd.http.status import error_response, finishing, http_status
 from pbd.http.tensors import (
     HEADER_LENGTH,
@@ -76,8 +77,10 @@ class HttpFrontend:
         assert plane is not None, "an HttpFrontend needs a dataplane or an inference plane"
         self.plane: InferencePlane = plane
         self.settings = settings
+        self.restrictions = HttpRestrictions.parse(settings.http_restricted_api)
+        middlewares = [self._restricted, self._errors] if self.restrictions else [self._errors]
         self.app = web.Application(
-            client_max_size=settings.http_max_body_bytes, middlewares=[self._errors]
+            client_max_size=settings.http_max_body_bytes, middlewares=middlewares
         )
         self._routes(proxy)
         self.runner: web.AppRunner | None = None
@@ -95,6 +98,14 @@ class HttpFrontend:
         """The daemon's dataplane: only the routes that need it are served where it is."""
         assert self._control is not None, "a control route was served by a front end"
         return self._control
+
+    @web.middleware
+    async def _restricted(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """--http-restricted-api, before the route reads anything (pbd.http.restricted)."""
+        refused = self.restrictions.refusal(request.path, request.headers.get)
+        if refused is not None:
+            return error_response(FORBIDDEN, refused)
+        return await handler(request)
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -301,6 +312,10 @@ class HttpFrontend:
 
     def edge_route(self, head: Head) -> Route | None:
         """The edge's answer to ``head``'s route, when it is one the edge answers."""
+        if self.restrictions:
+            refused = self.restrictions.refusal(head.path, head.raw_header)
+            if refused is not None:
+                return functools.partial(self._edge_refused, refused)
         parts = head.path.split("/")  # "", "v2", ...
         if len(parts) < 4 or parts[1] != "v2" or not all(parts[2:]):
             return None
@@ -336,6 +351,9 @@ class HttpFrontend:
     ) -> Reply:
         began = time.time_ns()
         return await self.infer_reply(model, version, head.header, body, route, began)
+
+    async def _edge_refused(self, message: str, head: Head, body: bytes) -> Reply:
+        return json_reply({"error": message}, FORBIDDEN)
 
     async def _edge_live(self, head: Head, body: bytes) -> Reply:
         return Reply(200 if self.dp.server_live() else 400)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pbd.cli import status_url, tritonserver_main
+from pbd.cli import main, status_url, tritonserver_main
 from pbd.status_line import one_line
 
 
@@ -42,3 +42,41 @@ def test_tritonserver_refuses_a_flag_that_would_serve_something_else(
     assert "--model-config-name=h100: pbd reads each model's config.pbtxt only" in (
         capsys.readouterr().err
     )
+
+
+def _never_serves(settings: object, notes: object, prog: str) -> int:
+    raise AssertionError(f"{prog} started serving a command line it should refuse")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--load-model=add_sub"],
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well.",
+        ),
+        (
+            ["--model-control-mode=poll", "--load-model", "add_sub"],
+            "Use of '--load-model' requires setting '--model-control-mode=explicit' as well.",
+        ),
+        (
+            ["--model-control-mode=explicit", "--load-model=*", "--load-model=add_sub"],
+            "Wildcard model name '*' must be the ONLY startup model if specified at all.",
+        ),
+    ],
+)
+def test_startup_models_tritonserver_refuses_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    """Triton 2.51 prints the same words and exits with 1; pbd's refusals exit with 2."""
+    monkeypatch.setattr("pbd.cli._serve", _never_serves)
+    for name in ("PBD_MODEL_CONTROL_MODE", "PBD_LOAD_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", ["tritonserver"])
+    assert tritonserver_main(["--model-repository=/m", *argv]) == 2
+    assert capsys.readouterr().err == f"tritonserver: {message}\n"
+    assert main(["serve", "--model-repository=/m", *argv]) == 2
+    assert capsys.readouterr().err == f"pbd: {message}\n"

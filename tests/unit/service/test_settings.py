@@ -45,11 +45,38 @@ def test_triton_style_flags():
 
 
 def test_env_lists_and_bad_values():
-    assert _parse([], {"PBD_LOAD_MODEL": "x,y"}).load_model == ["x", "y"]
+    explicit = {"PBD_MODEL_CONTROL_MODE": "explicit"}
+    assert _parse([], {"PBD_LOAD_MODEL": "x,y", **explicit}).load_model == ["x", "y"]
     with pytest.raises(ValueError):
         _parse([], {"PBD_MODEL_CONTROL_MODE": "sometimes"})
     with pytest.raises(argparse.ArgumentTypeError):
         parse_bool("maybe")
+
+
+@pytest.mark.parametrize("mode", ["none", "poll"])
+def test_startup_models_need_explicit_mode(mode: str) -> None:
+    """As tritonserver: other modes load every model, so naming some is a mistake."""
+    with pytest.raises(ValueError, match=r"^Use of '--load-model' requires setting "):
+        _parse(["--model-control-mode", mode, "--load-model", "a"])
+    with pytest.raises(ValueError, match="requires setting '--model-control-mode=explicit'"):
+        _parse([], {"PBD_LOAD_MODEL": "a"})
+
+
+def test_the_wildcard_stands_alone() -> None:
+    explicit = ["--model-control-mode", "explicit"]
+    for models in (["*", "a"], ["a", "*"]):
+        argv = [*explicit, *(arg for m in models for arg in ("--load-model", m))]
+        with pytest.raises(ValueError, match=r"^Wildcard model name '\*' must be the ONLY "):
+            _parse(argv)
+    assert _parse([*explicit, "--load-model", "*", "--load-model", "*"]).load_model == ["*", "*"]
+
+
+def test_bad_restriction_rules_are_refused_before_the_start() -> None:
+    with pytest.raises(ValueError, match="--http-restricted-api 'nope:k=v': unknown group"):
+        _parse(["--http-restricted-api", "nope:k=v"])
+    with pytest.raises(ValueError, match="--grpc-restricted-protocol 'health': expected"):
+        _parse([], {"PBD_GRPC_RESTRICTED_PROTOCOL": "health"})
+    assert _parse(["--http-restricted-api", "health:k=v"]).http_restricted_api == ["health:k=v"]
 
 
 def test_every_field_has_help():

@@ -71,10 +71,13 @@ VALUES = {
     "cache-config": "local,size=1048576",
     "cuda-memory-pool-byte-size": "0:1024",
     "grpc-restricted-protocol": "health:k=v",
+    "http-restricted-api": "health:k=v",
     "rate-limit": "off",
     "grpc-infer-response-compression-level": "none",
 }
-REFUSED = {"model-config-name", "http-restricted-api"}
+REFUSED = {"model-config-name"}
+# What a flag needs beside it to be accepted (as Triton needs it too).
+WITH = {"load-model": ["--model-control-mode=explicit"]}
 SKIP = {"help", "grpc-use-ssl", "grpc-use-ssl-mutual"}  # TLS needs files; covered elsewhere
 
 
@@ -126,7 +129,8 @@ def test_the_table_matches_the_installed_tritonserver() -> None:
 def test_each_flag_in_both_spellings(flag: str) -> None:
     kind = _kinds()[flag]
     value = _value(flag, kind)
-    for argv in ([f"--{flag}={value}"], [f"--{flag}", value]):
+    for spelled in ([f"--{flag}={value}"], [f"--{flag}", value]):
+        argv = [*spelled, *WITH.get(flag, [])]
         if flag in REFUSED:
             with pytest.raises(ValueError, match=f"--{flag}="):
                 _parse(argv)
