@@ -17,9 +17,13 @@ thread, even inside a send, so they only append to a deque.
 
 ``async_exec`` from a coroutine on the worker's event loop (``pbd_worker.event_loop``) sends
 the call and awaits its reply on that loop: concurrent calls of concurrent coroutines, no
-thread. The batch a call belongs to (the parents the daemon's deadlock check follows, the
-traceparent) is a context variable, so a decoupled model's background coroutine keeps its own
-batch's after the main loop moved on to the next batch.
+thread. A decoupled call (``exec`` and ``async_exec`` alike) returns its response iterator once
+the first response is in, as Triton's stub does: a coroutine that then iterates it
+synchronously finds that response there instead of blocking the loop (and with it every other
+coroutine's calls) until the callee first answers. The batch a call belongs to (the parents
+the daemon's deadlock check follows, the traceparent) is a context variable, so a decoupled
+model's background coroutine keeps its own batch's after the main loop moved on to the next
+batch.
 
 GPU inputs go through the daemon's CUDA memory pool instead of the arena: one ``PoolAlloc`` per
 call for all of them (all granted or none), a device-to-device copy into each block, and the
@@ -96,12 +100,16 @@ class _Call:
 
 class ResponseIterator:
     """``exec(decoupled=True)``: the call's responses, in order; ends after the final one.
-    Iterated again once it has ended, it gives the same responses again, as Triton's does."""
+    Iterated again once it has ended, it gives the same responses again, as Triton's does.
+    ``first``: the response already received (made once it was in)."""
 
-    def __init__(self, client: BlsClient | None, call: _Call) -> None:
+    def __init__(
+        self, client: BlsClient | None, call: _Call, first: InferenceResponse | None = None
+    ) -> None:
         self._client = client
         self._call = call
         self._cancelled = False
+        self._first = first
         self._seen: list[InferenceResponse] = []
         self._replay: collections.deque[InferenceResponse] | None = None
 
@@ -117,7 +125,7 @@ class ResponseIterator:
         return iterator
 
     def __iter__(self) -> ResponseIterator:
-        if self._call.final and self._replay is None:
+        if self._call.final and self._first is None and self._replay is None:
             self._replay = collections.deque(self._seen)
         return self
 
@@ -127,6 +135,10 @@ class ResponseIterator:
                 self._replay = None
                 raise StopIteration
             return self._replay.popleft()
+        if self._first is not None and not self._cancelled:
+            response, self._first = self._first, None
+            self._seen.append(response)
+            return response
         if self._call.final or self._cancelled or self._client is None:
             raise StopIteration
         response = self._client._next_response(self._call)
@@ -205,7 +217,7 @@ class BlsClient:
         except ShmExhausted as exc:
             return self._unsent(exc, decoupled)
         if decoupled:
-            return ResponseIterator(self, call)
+            return ResponseIterator(self, call, self._next_response(call))
         response = self._next_response(call)
         while not call.final:  # a non-decoupled call has exactly one response
             self._next_response(call)
@@ -232,10 +244,10 @@ class BlsClient:
     async def _exec_on_loop(self, call: Any) -> Any:
         if not isinstance(call, _Call):
             return call  # answered already (_unsent)
-        if call.decoupled:  # iterated as exec's: Triton's iterator blocks as well
-            return ResponseIterator(self, call)
         key = ("bls_reply", call.call_id)
         response = self._take(call, (await self.replies(key)).bls_reply)
+        if call.decoupled:  # later responses are read as exec's: Triton's iterator blocks too
+            return ResponseIterator(self, call, response)
         while not call.final:
             self._take(call, (await self.replies(key)).bls_reply)
         return response

@@ -1,6 +1,7 @@
 """The worker's BLS client against the daemon's end of a real socket: a call whose inputs find
 no shared memory is answered with Triton's error response (not an exception), and a finished
-decoupled response iterator replays its responses when iterated again, as Triton's does.
+decoupled response iterator replays its responses when iterated again, as Triton's does; a
+decoupled ``async_exec`` resolves once its first response is in, the loop free meanwhile.
 
 The arena that cannot grow is real: its first segment would be 32 TiB, which the filesystem
 refuses (EFBIG on ext4, ENOSPC on tmpfs).
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.framing import encode_frame
+from pbd_wire.framing import SocketFrameReader, encode_frame
 from pbd_wire.shm import TRITON_PHRASE, Arena, SegmentMap
 from pbd_worker.bls import BlsClient, _Batch
 from pbd_worker.event_loop import WorkerLoop
@@ -28,6 +29,7 @@ from pbd_worker.model_api.request import InferenceRequest
 from pbd_worker.model_api.tensor import Tensor
 
 UNGROWABLE = 1 << 45
+HANG_GUARD_S = 30.0  # only a hang goes past this
 
 
 class Wired:
@@ -141,3 +143,42 @@ def test_a_batch_names_the_bls_calls_it_serves_and_its_first_trace() -> None:
     batch = _Batch(execute.requests)
     assert (batch.parents, batch.traceparent) == ([5, 6], "00-a")
     assert (_Batch().parents, _Batch().traceparent) == ([], "")
+
+
+def test_a_decoupled_async_exec_resolves_once_its_first_response_is_in(wired: Wired) -> None:
+    """As Triton's stub: the awaited iterator holds its first response, so a coroutine that
+    iterates it synchronously does not block the loop, and other coroutines' calls are sent
+    while it waits."""
+    wired.conn.settimeout(HANG_GUARD_S)
+    reader = SocketFrameReader(wired.conn)
+
+    def sent_call() -> int:
+        return wpb.WorkerToDaemon.FromString(reader.read() or b"").bls_call.call_id
+
+    async def calls() -> tuple[list[Any], list[Any]]:
+        first = asyncio.ensure_future(wired.client.exec_async(request(), decoupled=True))
+        for _ in range(10):  # turns enough for a task that has nothing to wait for to end
+            await asyncio.sleep(0)
+        assert not first.done()  # nothing answered yet
+        second = asyncio.ensure_future(wired.client.exec_async(request(), decoupled=True))
+        assert [sent_call(), sent_call()] == [1, 2]
+        wired.reply(
+            wpb.BlsReply(call_id=2, response=wpb.Response(parameters_json='{"c": 2}'), final=True),
+            wpb.BlsReply(call_id=1, response=wpb.Response(parameters_json='{"c": 1, "n": 1}')),
+            wpb.BlsReply(call_id=1, response=wpb.Response(parameters_json='{"c": 1, "n": 2}')),
+            wpb.BlsReply(call_id=1, final=True),
+        )
+        later, earlier = await second, await first
+        return list(earlier), list(later)
+
+    earlier, later = wired.aio.run(asyncio.wait_for(calls(), HANG_GUARD_S))
+    assert [r.parameters() for r in earlier] == ['{"c": 1, "n": 1}', '{"c": 1, "n": 2}', "{}"]
+    assert [r.parameters() for r in later] == ['{"c": 2}']
+
+
+def test_a_decoupled_exec_returns_with_its_first_response(wired: Wired) -> None:
+    wired.reply(wpb.BlsReply(call_id=1, response=wpb.Response(parameters_json="{}"), final=True))
+    responses = wired.client.exec(request(), decoupled=True)
+    assert wired.client._calls == {}  # the call is over: its one reply was read by exec
+    assert [r.parameters() for r in responses] == ["{}"]
+    assert [r.parameters() for r in responses] == ["{}"]  # and replayed
