@@ -215,9 +215,14 @@ def prepare_request(
         given[tensor.name] = tensor
     missing = [c.name for c in config.inputs if not c.optional and c.name not in given]
     if missing:
-        expected = sum(1 for c in config.inputs if not c.optional)
+        required = sum(1 for c in config.inputs if not c.optional)
+        expected = (
+            f"number of inputs between {required} and {len(config.inputs)}"
+            if required < len(config.inputs)
+            else f"{required} inputs"
+        )
         raise invalid_arg(
-            f"[request id: {rid}] expected {expected} inputs but got {len(given)} inputs for "
+            f"[request id: {rid}] expected {expected} but got {len(given)} inputs for "
             f"model '{model}'. Got input(s) {sorted(given)}, but missing required input(s) "
             f"{missing}. Please provide all required input(s)."
         )

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pbd.errors import PbdError
-from pbd.http.status import http_status
+from pbd.http.status import ERROR_CONTENT_TYPE, http_status
 
 log = logging.getLogger("pbd.http")
 
@@ -79,7 +79,8 @@ def json_reply(value: object, status: int = 200) -> Reply:
 
 def error_reply(error: PbdError) -> Reply:
     """Triton's error body, as the aiohttp routes send it."""
-    return json_reply({"error": error.message}, http_status(error.code))
+    body = json.dumps({"error": error.message}).encode()
+    return Reply(http_status(error.code), body, ERROR_CONTENT_TYPE)
 
 
 def encode_reply(reply: Reply, close: bool) -> bytes:

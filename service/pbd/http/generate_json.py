@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pbd.errors import invalid_arg
-from pbd.http.tensors import json_object, json_to_wire, wire_to_json
+from pbd.http.tensors import Members, json_members, json_to_wire, wire_to_json
 from pbd.types import InferRequest, InferResult, InputTensor, ParamValue, Uint64
 
 if TYPE_CHECKING:
@@ -74,41 +74,62 @@ def _parameter(key: str, value: Any) -> ParamValue:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """A JSON value with its objects as dicts (of a key given twice, the first)."""
+    if isinstance(value, Members):
+        doc: dict[str, Any] = {}
+        for key, inner in value:
+            doc.setdefault(key, _plain(inner))
+        return doc
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def parse_generate_request(
     body: bytes, config: ModelConfig, model: str, version: str
 ) -> InferRequest:
-    doc = json_object(body)
-    request_id = doc.get("id", "")
+    doc = json_members(body)
+    request_id = next((value for key, value in doc if key == "id"), "")
     if not isinstance(request_id, str):
         raise invalid_arg("Unable to parse 'id': attempt to access JSON non-string as string")
     batching = config.max_batch_size > 0
     inputs: dict[str, InputTensor] = {}
     params: dict[str, ParamValue] = {}
 
-    def take(key: str, value: Any) -> None:
+    def take(key: str, value: Any, nested: bool) -> None:
         tensor = config.input(key)
         if tensor is None:
-            params[key] = _parameter(key, value)  # a later one wins, as in Triton
-        elif key in inputs:
+            params[key] = _parameter(key, _plain(value))  # a later one wins, as in Triton
+        elif key in inputs:  # Triton's words (InferenceRequest::AddOriginalInput)
+            where = f"Converting keyword: '{PARAMETERS}': " if nested else ""
             raise invalid_arg(
-                f"input '{key}' already exists in request (given at the top level and in "
-                f"'{PARAMETERS}')"
+                f"{where}[request id: {request_id or '<id_unknown>'}] input '{key}' already "
+                "exists in request"
             )
         else:
-            inputs[key] = tensor_from_json(tensor, batching, value)
+            inputs[key] = tensor_from_json(tensor, batching, _plain(value))
 
-    for key, value in doc.items():
+    # A parameter given twice in one object: the first counts (Triton reads an object's
+    # first member of a name); an input given twice is refused.
+    top: set[str] = set()
+    for key, value in doc:
         if key != PARAMETERS:
-            take(key, value)
+            if key not in top or config.input(key) is not None:
+                take(key, value, False)
+            top.add(key)
             continue
         if config.input(PARAMETERS) is not None:
             raise invalid_arg(
                 f"Keyword '{PARAMETERS}' for nested schema also given as input tensor name"
             )
-        if not isinstance(value, dict):
+        if not isinstance(value, Members):
             raise invalid_arg(f"Expected JSON object for keyword: '{PARAMETERS}'")
-        for inner, inner_value in value.items():
-            take(inner, inner_value)
+        seen: set[str] = set()
+        for inner, inner_value in value:
+            if inner not in seen or config.input(inner) is not None:
+                take(inner, inner_value, True)
+            seen.add(inner)
     return InferRequest(model, version, request_id, list(inputs.values()), parameters=params)
 
 

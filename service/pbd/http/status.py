@@ -4,6 +4,7 @@ Triton's error body, and the end of a traced HTTP request's server span."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -24,14 +25,19 @@ HTTP_STATUS = {
     Code.RESOURCE_EXHAUSTED: 503,
 }
 
+# Triton's content type for an error body (aiohttp's json_response would add a charset).
+ERROR_CONTENT_TYPE = "application/json"
+
 
 def http_status(code: Code) -> int:
     return HTTP_STATUS.get(code, 400)
 
 
 def error_response(status: int, message: str) -> web.Response:
-    """Triton's error body: ``{"error": "<message>"}``."""
-    return web.json_response({"error": message}, status=status)
+    """Triton's error body: ``{"error": "<message>"}``, as ``application/json`` (no charset
+    parameter: Triton's exact content type, which clients compare)."""
+    body = json.dumps({"error": message}).encode()
+    return web.Response(body=body, status=status, content_type=ERROR_CONTENT_TYPE)
 
 
 def finish_failed(trace: RequestTrace, exc: BaseException) -> None:

@@ -108,16 +108,36 @@ _DECODER = json.JSONDecoder(object_pairs_hook=unique_keys)
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
+class Members(list[tuple[str, Any]]):
+    """A JSON object as its members in order, a key given twice kept twice."""
+
+
+_MEMBERS = json.JSONDecoder(object_pairs_hook=Members)
+
+
 def json_object(raw: bytes) -> dict[str, Any]:
     """A request body's JSON object (a key given twice is refused), as ``json.loads`` reads
     bytes; INVALID_ARG with Triton's words otherwise."""
-    try:
-        doc = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
-        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
+    doc = _decode(raw, _DECODER)
     if not isinstance(doc, dict):
         raise invalid_arg("the request JSON must be an object")
     return doc
+
+
+def json_members(raw: bytes) -> Members:
+    """A request body's JSON object with every member as given (each object in it a
+    ``Members`` too), for a protocol that reads a key given twice (Triton's generate)."""
+    doc = _decode(raw, _MEMBERS)
+    if not isinstance(doc, Members):
+        raise invalid_arg("the request JSON must be an object")
+    return doc
+
+
+def _decode(raw: bytes, decoder: json.JSONDecoder) -> Any:
+    try:
+        return decoder.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # Recursion: deep nesting
+        raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
 
 
 def _params(value: Any, where: str) -> dict[str, Any]:

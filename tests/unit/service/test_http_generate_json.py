@@ -130,7 +130,28 @@ def test_a_later_parameter_wins_an_input_given_twice_is_refused() -> None:
     request = _parse({"parameters": {"p": 1}, "p": 2, "text_input": "x"})
     assert request.parameters == {"p": 2}
     twice = _error(lambda: _parse({"text_input": "x", "parameters": {"text_input": "y"}}))
-    assert twice.message.startswith("input 'text_input' already exists in request")
+    assert twice.message == (
+        "Converting keyword: 'parameters': [request id: <id_unknown>] input 'text_input' "
+        "already exists in request"
+    )
+
+
+def test_a_key_given_twice_in_one_object_as_triton() -> None:
+    """JSON allows it; Triton refuses an input given twice and takes a parameter's first."""
+    config = PROBE
+    twice = _error(
+        lambda: parse_generate_request(
+            b'{"id": "r1", "text_input": "x", "text_input": "y"}', config, "m", ""
+        )
+    )
+    assert twice.message == "[request id: r1] input 'text_input' already exists in request"
+    request = parse_generate_request(
+        b'{"text_input": "x", "p": 1, "p": 2, "parameters": {"q": 3, "q": {"a": 1}}}',
+        config,
+        "m",
+        "",
+    )
+    assert request.parameters == {"p": 1, "q": 3}
 
 
 @pytest.mark.parametrize(
@@ -138,7 +159,6 @@ def test_a_later_parameter_wins_an_input_given_twice_is_refused() -> None:
     [
         (b"{", "failed to parse the request JSON"),
         (b"[1]", "the request JSON must be an object"),
-        (b'{"a": 1, "a": 2}', "duplicate key 'a'"),
         (b'{"id": 5}', "Unable to parse 'id'"),
         (b'{"parameters": 5}', "Expected JSON object for keyword: 'parameters'"),
         (b'{"x": null}', "parameter 'x' has invalid type"),
