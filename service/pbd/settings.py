@@ -61,6 +61,11 @@ class Settings:
         "response bytes an SSE stream (generate_stream, /v1 streaming) may hold for a client "
         "that reads slower than the model writes; past it the request is cancelled",
     )
+    openai_api_key: list[str] = _opt(
+        [],
+        "an API key the OpenAI API (/v1) accepts as 'Authorization: Bearer KEY' (repeat; env: "
+        "comma-separated; none: /v1 is open)",
+    )
     allow_metrics: bool = _opt(True, "serve Prometheus metrics (GET /metrics)")
     allow_cpu_metrics: bool = _opt(True, "export CPU utilization and memory (nv_cpu_*)")
     metrics_counter_latencies: bool = _opt(

@@ -8,6 +8,7 @@ import asyncio
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -121,6 +122,22 @@ def test_sampling_options_reach_the_model(client: openai.OpenAI) -> None:
     prompt, sampling = echoed.choices[0].text.split("|", 1)
     assert prompt == "p"
     assert json.loads(sampling) == {"max_tokens": 3, "temperature": 0.5, "seed": 4, "stop": ["zz"]}
+
+
+def test_vllms_sampling_fields_reach_the_model_and_are_checked(client: openai.OpenAI) -> None:
+    vllm = {"top_k": 3, "min_tokens": 1, "ignore_eos": True, "repetition_penalty": 1.1}
+    echoed = client.completions.create(
+        model="generate_probe", prompt="p", best_of=2, n=2, extra_body=vllm
+    )
+    sampling = json.loads(echoed.choices[0].text.split("|", 1)[1])
+    assert sampling == {**vllm, "best_of": 2}
+    for wrong, param in (({"top_k": -5}, "top_k"), ({"min_tokens": "1"}, "min_tokens")):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model="generate_probe", prompt="p", extra_body=wrong)
+        assert info.value.param == param
+    with pytest.raises(openai.BadRequestError) as info:  # as OpenAI and Triton answer
+        client.completions.create(model="tiny_llm", prompt="p", n=3, best_of=2)
+    assert info.value.param == "best_of"
 
 
 # -- completions ---------------------------------------------------------------------------------
@@ -249,3 +266,45 @@ def test_each_choice_is_a_request_in_the_models_statistics(
     before = successes()
     client.completions.create(model="generate_probe_sync", prompt=["a", "b"], n=3)
     assert successes() == before + 6
+
+
+# -- API keys ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (("--frontends", "1", "--openai-api-key", "k1", "--openai-api-key", "k2"), {}),
+        (("--frontends", "2"), {"PBD_OPENAI_API_KEY": "k1,k2"}),  # /v1 passed on to the daemon
+    ],
+    ids=["daemon", "front-ends"],
+)
+def test_api_keys_are_checked_wherever_v1_is_served(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    repository = llm_repository(tmp_path)
+    with running_daemon(repository, tmp_path, *args, settle=["tiny_llm"], env=env) as running:
+        base = f"http://{running.http_url}/v1"
+        for key in ("k1", "k2"):
+            with openai.OpenAI(base_url=base, api_key=key, max_retries=0) as right:
+                answer = right.chat.completions.create(model="tiny_llm", messages=USER)
+                assert answer.choices[0].message.content == "olleh gib dlrow"
+                assert [c.choices[0].delta.content for c in right.chat.completions.create(
+                    model="tiny_llm", messages=USER, stream=True
+                ) if c.choices][1] == "olleh"  # fmt: skip
+        with openai.OpenAI(base_url=base, api_key="k3", max_retries=0) as wrong:
+            with pytest.raises(openai.AuthenticationError) as info:
+                wrong.chat.completions.create(model="tiny_llm", messages=USER)
+            assert info.value.status_code == 401 and info.value.code == "invalid_api_key"
+            with pytest.raises(openai.AuthenticationError):
+                wrong.models.list()
+        bare = post(f"{base}/completions", json.dumps({"model": "tiny_llm", "prompt": "x"}), {})
+        assert bare.status == 401
+        assert json.loads(bare.body)["error"]["code"] == "invalid_api_key"
+        # The rest of the HTTP port is not the OpenAI API's to guard.
+        generate = post(
+            f"http://{running.http_url}/v2/models/tiny_llm/generate",
+            json.dumps({"text_input": "a b"}),
+            {},
+        )
+        assert generate.status == 200

@@ -157,7 +157,12 @@ class HttpFrontend:
         r.add_get("/v2/models/stats", self.statistics)
         extensions.add_routes(self.app, self.dp, _json)
         generate.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
-        openai_routes.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
+        openai_routes.add_routes(
+            self.app,
+            self.dp,
+            self.settings.http_stream_buffer_bytes,
+            self.settings.openai_api_key,
+        )
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)
         r.add_post("/v2/repository/models/{model}/unload", self.unload)

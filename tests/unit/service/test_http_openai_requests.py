@@ -100,7 +100,18 @@ def test_chat_messages_and_max_completion_tokens_over_max_tokens() -> None:
         ({"model": "m", "prompt": "p", "echo": 1}, "echo"),
         ({"model": "m", "prompt": "p", "logprobs": 2}, "logprobs"),
         ({"model": "m", "prompt": "p", "suffix": "s"}, "suffix"),
-        ({"model": "m", "prompt": "p", "best_of": 2}, "best_of"),
+        ({"model": "m", "prompt": "p", "n": 2, "best_of": 1}, "best_of"),
+        ({"model": "m", "prompt": "p", "best_of": 0}, "best_of"),
+        ({"model": "m", "prompt": "p", "top_k": -2}, "top_k"),
+        ({"model": "m", "prompt": "p", "top_k": 1.5}, "top_k"),
+        ({"model": "m", "prompt": "p", "min_p": 1.5}, "min_p"),
+        ({"model": "m", "prompt": "p", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"model": "m", "prompt": "p", "min_tokens": -1}, "min_tokens"),
+        ({"model": "m", "prompt": "p", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+        ({"model": "m", "prompt": "p", "ignore_eos": "yes"}, "ignore_eos"),
+        ({"model": "m", "prompt": "p", "stop_token_ids": [1, "2"]}, "stop_token_ids"),
+        ({"model": "m", "prompt": "p", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"model": "m", "prompt": "p", "length_penalty": "1"}, "length_penalty"),
     ],
 )
 def test_a_completion_is_refused(body: dict[str, Any], param: str) -> None:
@@ -127,6 +138,20 @@ def test_a_completion_is_refused(body: dict[str, Any], param: str) -> None:
 def test_a_chat_is_refused(extra: dict[str, Any], param: str) -> None:
     body = {"model": "m", "messages": USER, **extra}
     assert _refused(lambda: parse_chat(body)).param == param
+
+
+def test_vllms_sampling_fields_are_passed_on() -> None:
+    fields = {
+        "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2, "length_penalty": 0.5,
+        "min_tokens": 2, "ignore_eos": True, "skip_special_tokens": False,
+        "spaces_between_special_tokens": True, "include_stop_str_in_output": True,
+        "stop_token_ids": [7, 8], "truncate_prompt_tokens": 9, "use_beam_search": False,
+        "best_of": 3,
+    }  # fmt: skip
+    request = parse_chat({"model": "m", "messages": USER, "n": 2, "max_tokens": 4, **fields})
+    assert request.options.sampling.as_dict() == {"max_tokens": 4, **fields}
+    off = parse_completion({"model": "m", "prompt": "p", "top_k": -1, "best_of": None})
+    assert off.options.sampling.as_dict() == {"top_k": -1}
 
 
 def test_off_values_of_unsupported_features_are_taken() -> None:

@@ -9,7 +9,8 @@ use, so a model written for them needs no change:
   is read the same way: every response's text is appended);
 - the sampling options go to the inputs of the same name the model has (``max_tokens``,
   ``temperature``, ``top_p``, ``seed``, ``stop``, ``frequency_penalty``,
-  ``presence_penalty``; ``random_seed`` and ``stop_words`` are taken too, TensorRT-LLM's names),
+  ``presence_penalty``, and vLLM's extra fields such as ``top_k``; ``random_seed`` and
+  ``stop_words`` are taken too, TensorRT-LLM's names),
   each converted to the input's datatype, and all of them as one JSON object to a BYTES input
   ``sampling_parameters`` if it has one (vLLM's);
 - usage counts: a model reports them with the outputs ``num_input_tokens`` (the prompt's,
@@ -78,7 +79,7 @@ def build_request(
     values.update(dict.fromkeys(_TRUE_INPUTS, True))
     chosen = sampling.as_dict()
     for key, value in chosen.items():
-        for name in SAMPLING_INPUTS[key]:
+        for name in SAMPLING_INPUTS.get(key, (key,)):
             values[name] = value
     if chosen:
         values[SAMPLING_PARAMETERS] = json.dumps(chosen)

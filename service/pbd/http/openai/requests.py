@@ -1,14 +1,15 @@
 """The bodies of ``POST /v1/completions`` and ``/v1/chat/completions``, checked, as records.
 
-Checked as OpenAI checks them (types and ranges, each error naming its parameter); keys pbd
-does not know are ignored, and features it cannot honour with a text model (tools, structured
-output, log probabilities, logit bias, a suffix, token-id prompts, non-text message parts)
-are refused rather than silently dropped.
+Checked as OpenAI checks them (types and ranges, each error naming its parameter); vLLM's
+extra sampling fields (``top_k``, ``min_tokens``, ``repetition_penalty``, ...) are checked as
+vLLM checks them and passed on; keys pbd does not know are ignored, and features it cannot
+honour with a text model (tools, structured output, log probabilities, logit bias, a suffix,
+token-id prompts, non-text message parts) are refused rather than silently dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,23 @@ from pbd.http.openai.errors import ApiError, invalid
 
 MAX_N = 128
 MAX_STOP = 4
+# vLLM's sampling fields beyond OpenAI's (its protocol's extra parameters), and their JSON
+# type; each is passed on as given, with ``best_of``.
+VLLM_FIELDS = {
+    "best_of": "int",
+    "top_k": "int",
+    "min_p": "number",
+    "repetition_penalty": "number",
+    "length_penalty": "number",
+    "min_tokens": "int",
+    "ignore_eos": "bool",
+    "use_beam_search": "bool",
+    "skip_special_tokens": "bool",
+    "spaces_between_special_tokens": "bool",
+    "include_stop_str_in_output": "bool",
+    "stop_token_ids": "ints",
+    "truncate_prompt_tokens": "int",
+}
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Set to anything but their "off" value, these ask for what pbd does not do.
 _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
@@ -28,7 +46,6 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "top_logprobs": (None, 0),
     "logit_bias": (None, {}),
     "suffix": (None, ""),
-    "best_of": (None, 1),
     "response_format": (None, {"type": "text"}),
     "audio": (None,),
     "modalities": (None, ["text"]),
@@ -47,9 +64,10 @@ class Sampling:
     stop: tuple[str, ...] = ()
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    extra: tuple[tuple[str, Any], ...] = ()  # vLLM's fields (and best_of), as given
 
     def as_dict(self) -> dict[str, Any]:
-        """The values set, by OpenAI name (``stop`` as a list)."""
+        """The values set, by OpenAI's or vLLM's name (``stop`` as a list)."""
         values: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
@@ -58,6 +76,7 @@ class Sampling:
             "stop": list(self.stop) or None,
             "frequency_penalty": self.frequency_penalty,
             "presence_penalty": self.presence_penalty,
+            **dict(self.extra),
         }
         return {k: v for k, v in values.items() if v is not None}
 
@@ -193,8 +212,48 @@ def _options(body: Mapping[str, Any], tokens_key: str) -> Options:
         stop=_stop(body.get("stop")),
         frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),
         presence_penalty=_number(body, "presence_penalty", -2.0, 2.0),
+        extra=tuple(_vllm_fields(body, n, max_tokens).items()),
     )
     return Options(model, n, stream, include_usage, sampling)
+
+
+def _vllm_fields(body: Mapping[str, Any], n: int, max_tokens: int | None) -> dict[str, Any]:
+    """vLLM's extra sampling fields and ``best_of`` that the body sets, checked as vLLM's
+    ``SamplingParams`` checks them (and ``best_of`` as OpenAI does)."""
+    given = {key: body[key] for key in VLLM_FIELDS if body.get(key) is not None}
+    for key, kind in VLLM_FIELDS.items():
+        value = given.get(key)
+        if value is None:
+            continue
+        if kind == "bool" and not isinstance(value, bool):
+            raise invalid(f"'{key}' must be a boolean", key)
+        if kind == "int" and not _is_int(value):
+            raise invalid(f"'{key}' must be an integer", key)
+        if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise invalid(f"'{key}' must be a number", key)
+        if kind == "ints" and not (isinstance(value, list) and all(_is_int(v) for v in value)):
+            raise invalid(f"'{key}' must be an array of integers", key)
+    checks: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+        ("best_of", lambda v: v >= n, f"'best_of' must be at least 'n' ({n})"),
+        ("top_k", lambda v: v == -1 or v >= 0, "'top_k' must be -1 or 0 (off), or at least 1"),
+        ("min_p", lambda v: 0 <= v <= 1, "'min_p' must be a number from 0 to 1"),
+        ("repetition_penalty", lambda v: v > 0, "'repetition_penalty' must be greater than 0"),
+        ("min_tokens", lambda v: v >= 0, "'min_tokens' must be at least 0"),
+        (
+            "min_tokens",
+            lambda v: max_tokens is None or v <= max_tokens,
+            f"'min_tokens' must be at most max_tokens ({max_tokens})",
+        ),
+        (
+            "truncate_prompt_tokens",
+            lambda v: v >= 1,
+            "'truncate_prompt_tokens' must be at least 1",
+        ),
+    )
+    for key, holds, message in checks:
+        if key in given and not holds(given[key]):
+            raise invalid(message, key)
+    return given
 
 
 def _is_int(value: Any) -> bool:

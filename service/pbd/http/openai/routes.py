@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from pbd.errors import Code, PbdError
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode
 from pbd.http.openai.answers import Choice, Header, Usage, model_object
+from pbd.http.openai.api_keys import ApiKeys
 from pbd.http.openai.chat_template import ChatTemplate, TemplateError
 from pbd.http.openai.convention import build_request, follows_convention, read_response, takes_stop
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
@@ -56,25 +57,35 @@ CONVENTION = (
 )
 
 
-def add_routes(app: web.Application, dp: DataPlane, stream_buffer_bytes: int) -> None:
+def add_routes(
+    app: web.Application, dp: DataPlane, stream_buffer_bytes: int, api_keys: Sequence[str] = ()
+) -> None:
+    """The routes, on the daemon's app: with front-end processes they pass /v1 requests on
+    to it whole (``pbd.fronts.http_proxy``), so the key is checked here in every setup."""
     api = OpenAIApi(dp, stream_buffer_bytes)
-    app.router.add_get("/v1/models", _answering_errors(api.models))
-    app.router.add_get("/v1/models/{model}", _answering_errors(api.model))
-    app.router.add_post("/v1/completions", _answering_errors(api.completions))
-    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat))
+    keys = ApiKeys(api_keys)
+    app.router.add_get("/v1/models", _answering_errors(api.models, keys))
+    app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
+    app.router.add_post("/v1/completions", _answering_errors(api.completions, keys))
+    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat, keys))
 
 
-def _answering_errors(handler: Handler) -> Handler:
-    """Errors as OpenAI's error objects (the HTTP binding's own are Triton's)."""
+def _answering_errors(handler: Handler, keys: ApiKeys) -> Handler:
+    """Errors as OpenAI's error objects (the HTTP binding's own are Triton's); a request
+    without an accepted key is answered 401 before anything else."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
+            keys.check(request.headers.get("Authorization"))
             return await handler(request)
         except PbdError as exc:
             error = from_pbd(exc)
         except ApiError as exc:
             error = exc
-        return web.json_response(error.body(), status=error.status)
+        response = web.json_response(error.body(), status=error.status)
+        if error.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
 
     return answer
 
