@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pbd import __version__
@@ -146,6 +147,11 @@ class DataPlane:
 
     def model_config(self, name: str, version: str) -> ModelConfig:
         return self.repository.lookup(name, version).config
+
+    def model_directories(self, name: str, version: str) -> list[Path]:
+        """Where a version's files lie: its version directory, then the model's."""
+        runtime = self.repository.lookup(name, version)
+        return [runtime.model_dir / str(runtime.version), runtime.model_dir]
 
     def start_trace(
         self,

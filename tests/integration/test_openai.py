@@ -308,3 +308,42 @@ def test_api_keys_are_checked_wherever_v1_is_served(
             {},
         )
         assert generate.status == 200
+
+
+# -- the model's own chat template ---------------------------------------------------------------
+
+HUB_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] | trim }}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    "{% if greeting is defined %}{{ greeting }}{% endif %}"
+    "{% if messages[-1]['role'] == 'assistant' %}{{ raise_exception('ends with the model') }}"
+    "{% endif %}"
+)
+
+
+def test_a_models_own_jinja_template_renders_the_chat(tmp_path: Path) -> None:
+    """generate_probe answers with the prompt it got; its tokenizer_config.json (as a model
+    from the Hub ships it) sets the template and the special tokens."""
+    repository = llm_repository(tmp_path)
+    config = {"chat_template": HUB_TEMPLATE, "bos_token": "<s>", "eos_token": {"content": "</s>"}}
+    (repository / "generate_probe" / "tokenizer_config.json").write_text(json.dumps(config))
+    with (
+        running_daemon(repository, tmp_path, settle=["generate_probe"]) as running,
+        openai.OpenAI(
+            base_url=f"http://{running.http_url}/v1", api_key="x", max_retries=0
+        ) as client,
+    ):
+        messages = [{"role": "system", "content": " S "}, {"role": "user", "content": "U"}]
+        answer = client.chat.completions.create(model="generate_probe", messages=messages)
+        assert (
+            answer.choices[0].message.content == "<s><|system|>S</s>\n<|user|>U</s>\n<|assistant|>"
+        )
+        kwargs = {"chat_template_kwargs": {"greeting": "hey"}, "add_generation_prompt": False}
+        answer = client.chat.completions.create(
+            model="generate_probe", messages=messages, extra_body=kwargs
+        )
+        assert answer.choices[0].message.content == "<s><|system|>S</s>\n<|user|>U</s>\nhey"
+        with pytest.raises(openai.BadRequestError, match="ends with the model"):
+            client.chat.completions.create(
+                model="generate_probe", messages=[{"role": "assistant", "content": "a"}]
+            )

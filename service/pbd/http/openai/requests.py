@@ -10,7 +10,7 @@ token-id prompts, non-text message parts) are refused rather than silently dropp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pbd.http.openai.chat_template import Message
@@ -103,6 +103,10 @@ class CompletionRequest:
 class ChatRequest:
     options: Options
     messages: tuple[Message, ...]
+    # Each message as a model's Jinja template reads it (content as one string), and what
+    # the request gives the template besides (vLLM's ``chat_template_kwargs``).
+    documents: tuple[dict[str, Any], ...] = ()
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_completion(body: Mapping[str, Any]) -> CompletionRequest:
@@ -138,7 +142,18 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("'messages' must be a non-empty array of messages", "messages")
-    return ChatRequest(options, tuple(_message(m, i) for i, m in enumerate(messages)))
+    parsed = tuple(_message(m, i) for i, m in enumerate(messages))
+    documents = tuple({**m, "content": p.content} for m, p in zip(messages, parsed, strict=True))
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    generation = body.get("add_generation_prompt", True)
+    if not isinstance(generation, bool):
+        raise invalid("'add_generation_prompt' must be a boolean", "add_generation_prompt")
+    kwargs = {"add_generation_prompt": generation, **kwargs}
+    return ChatRequest(options, parsed, documents, kwargs)
 
 
 def _message(item: Any, index: int) -> Message:

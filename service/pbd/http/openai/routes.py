@@ -37,6 +37,8 @@ from pbd.http.openai.api_keys import ApiKeys
 from pbd.http.openai.chat_template import ChatTemplate, TemplateError
 from pbd.http.openai.convention import build_request, follows_convention, read_response, takes_stop
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
+from pbd.http.openai.hub_template import TemplateRaised
+from pbd.http.openai.hub_template import find as find_hub_template
 from pbd.http.openai.requests import Options, check_object, parse_chat, parse_completion
 from pbd.http.openai.stops import StopScanner
 from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
@@ -183,7 +185,13 @@ class OpenAIApi:
         parsed = parse_chat(await _body(request))
         config = self._config(parsed.options.model)
         try:
-            prompt = ChatTemplate.from_parameters(config.parameters).render(parsed.messages)
+            hub = find_hub_template(self.dp.model_directories(config.name, ""))
+            if hub is not None:
+                prompt = hub.render(parsed.documents, None, parsed.template_kwargs)
+            else:
+                prompt = ChatTemplate.from_parameters(config.parameters).render(parsed.messages)
+        except TemplateRaised as exc:  # the template's own raise_exception: the request's
+            raise invalid(f"the chat template of model '{config.name}': {exc}") from None
         except TemplateError as exc:
             raise ApiError(
                 500, f"the chat template of model '{config.name}': {exc}", type="server_error"
