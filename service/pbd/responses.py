@@ -18,6 +18,19 @@ from dataclasses import dataclass
 from pbd.errors import Code, PbdError
 from pbd.types import InferResult
 
+# What holding one response for a slow client costs besides its bytes: the objects around it
+# (its bytes object's header, a queue's entry, an HTTP/2 stream's [payload, end] pair, and
+# with front ends what the daemon and the worker keep while it is relayed). A stream's buffer
+# counts each response at its size plus this, so that many small responses are held to the
+# buffer as a few large ones are (counted at its size alone, a 16 MiB buffer held some
+# 350,000 responses of 95 bytes; docs/streaming.md).
+HELD_RESPONSE_OVERHEAD = 256
+
+
+def held_cost(data: bytes) -> int:
+    """What ``data`` counts against a stream's buffer while it waits for its client."""
+    return len(data) + HELD_RESPONSE_OVERHEAD
+
 
 class BacklogFull(Exception):
     """A streamed request's client reads slower than its model writes, past the stream's

@@ -224,10 +224,11 @@ class Settings:
     )
     grpc_stream_buffer_bytes: int = _opt(
         16 * MIB,
-        "response bytes a ModelStreamInfer call may hold for a client that reads slower than "
-        "the model writes; past it the call reads none of the client's next requests until "
-        "the client catches up (HTTP/2 flow control then holds the client back), and a "
-        "decoupled request that streams on past twice that is cancelled",
+        "response bytes (each response counted at its size plus 256) a ModelStreamInfer call "
+        "may hold for a client that reads slower than the model writes; past it the call "
+        "reads none of the client's next requests until the client catches up (HTTP/2 flow "
+        "control then holds the client back), and a decoupled request that streams on past "
+        "twice that is cancelled",
     )
     grpc_max_concurrent_rpcs: int = _opt(
         0, "gRPC calls served at once (0: unbounded); more are refused by gRPC itself"

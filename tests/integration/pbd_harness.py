@@ -341,6 +341,16 @@ class Daemon:
             self._seen_workers[pid] = stat[2]
         return found
 
+    def processes(self) -> list[int]:
+        """The daemon and its children that run (front ends and workers), by PID."""
+        found = [self.pid]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                stat = _proc_stat(int(entry.name))
+                if stat is not None and stat[1] == self.pid and stat[0] not in ("Z", "X"):
+                    found.append(int(entry.name))
+        return found
+
     def workers_of(self, model: str) -> dict[int, str]:
         return {pid: name for pid, name in self.workers().items() if name.startswith(model + "/")}
 

@@ -4,6 +4,7 @@ ends with OK once everything is answered after the client half-closes."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.service_pb2 as service_pb2
 import tritonclient.grpc.service_pb2_grpc as service_pb2_grpc
+from hpack import Encoder
 from pbd_harness import (
     EXAMPLE_MODELS,
     SETTLE_TIMEOUT_S,
@@ -23,6 +25,7 @@ from pbd_harness import (
     DaemonFactory,
     infer_input,
     make_repository,
+    rss_anon_bytes,
     running_daemon,
     wait_until,
 )
@@ -36,6 +39,9 @@ from streaming_helpers import (
 )
 from traffic import executing, gated_inputs
 from tritonclient.utils import InferenceServerException
+
+from pbd.h2 import frames as f
+from pbd.memory.malloc import MIB
 
 
 @pytest.fixture(scope="module")
@@ -279,13 +285,7 @@ def test_a_decoupled_request_whose_client_stops_reading_is_cancelled_past_the_bu
     )  # fmt: skip
     where = tmp_path / "probe"
     where.mkdir()
-    request = service_pb2.ModelInferRequest(model_name="flood_decoupled", id="flood")
-    for name, value in (("ID", 1), ("COUNT", FLOOD_RESPONSES), ("FLOATS", RESPONSE_FLOATS)):
-        request.inputs.add(name=name, datatype="INT32", shape=[1])
-        request.raw_input_contents.append(np.array([value], np.int32).tobytes())
-    request.inputs.add(name="DIR", datatype="BYTES", shape=[1])
-    text = str(where).encode()
-    request.raw_input_contents.append(len(text).to_bytes(4, "little") + text)
+    request = _flood_request(FLOOD_RESPONSES, RESPONSE_FLOATS, where)
     done = threading.Event()
 
     def requests() -> Iterator[service_pb2.ModelInferRequest]:
@@ -321,6 +321,121 @@ def test_a_decoupled_request_whose_client_stops_reading_is_cancelled_past_the_bu
     finally:
         done.set()
         channel.close()
+
+
+def _flood_request(count: int, floats: int, where: Path) -> service_pb2.ModelInferRequest:
+    """flood_decoupled's request 1: ``count`` responses of ``floats`` floats, as fast as it
+    can; it records in ``where``/sent-1 how many it sent and whether it was cancelled."""
+    request = service_pb2.ModelInferRequest(model_name="flood_decoupled", id="flood")
+    for name, value in (("ID", 1), ("COUNT", count), ("FLOATS", floats)):
+        request.inputs.add(name=name, datatype="INT32", shape=[1])
+        request.raw_input_contents.append(np.array([value], np.int32).tobytes())
+    request.inputs.add(name="DIR", datatype="BYTES", shape=[1])
+    text = str(where).encode()
+    request.raw_input_contents.append(len(text).to_bytes(4, "little") + text)
+    return request
+
+
+SMALL_FLOOD = 1_000_000  # responses of one float (about 95 bytes each on the wire)
+# What the daemon, its front ends and its worker may grow by, all together, while a client
+# that reads nothing holds the default buffer (16 MiB) of such responses twice (in the
+# call's HTTP/2 stream and in its session): generous, and the same for any count.
+SMALL_FLOOD_MARGIN = 96 * MIB
+
+
+@pytest.mark.parametrize("fronts", ["1", "2"])
+def test_a_flood_of_small_responses_to_a_stream_that_never_reads_is_bounded_and_cancelled(
+    start_daemon: DaemonFactory, tmp_path: Path, fronts: str
+) -> None:
+    """Issue 51, item 2: a raw HTTP/2 client opens ModelStreamInfer with a window of 0 and
+    never reads; one request asks for a million small responses. Counted at their bytes
+    alone, a buffer of 16 MiB held some 350,000 of them (170 MB in the daemon's objects) and
+    the processes grew with the count. Each response counts its overhead too: the request is
+    cancelled (the model sees is_cancelled()) long before its end, the memory of every pbd
+    process stays within a margin that does not depend on the count, and once the client
+    reads, the responses that waited come, then the error, in band."""
+    repository = make_repository(
+        tmp_path / "repo", {"flood_decoupled": TEST_MODELS / "flood_decoupled"}
+    )
+    daemon = start_daemon(repository, "--frontends", fronts, settle=["flood_decoupled"])
+    where = tmp_path / "probe"
+    where.mkdir()
+    body = _flood_request(SMALL_FLOOD, 1, where).SerializeToString()
+
+    def memory() -> int:
+        return sum(rss_anon_bytes(pid) for pid in daemon.processes())
+
+    before = memory()
+    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+        sock.settimeout(STREAM_TIMEOUT_S)
+        fields = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", b"/inference.GRPCInferenceService/ModelStreamInfer"),
+            (b":authority", b"pbd"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        sock.sendall(
+            f.PREFACE
+            + f.settings({f.INITIAL_WINDOW_SIZE: 0})  # no DATA may come to us
+            + f.SETTINGS_ACK
+            + f.frame(f.HEADERS, f.END_HEADERS, 1, Encoder().encode(fields))
+            + f.frame(f.DATA, 0, 1, b"\0" + len(body).to_bytes(4, "big") + body)
+        )
+        record = where / "sent-1"
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        grown = 0
+        while not record.exists():
+            grown = max(grown, memory() - before)
+            assert grown < SMALL_FLOOD_MARGIN, f"pbd's processes grew by {grown / MIB:.0f} MiB"
+            assert time.monotonic() < deadline, "the flood was not cancelled"
+            time.sleep(0.5)
+        sent, state = record.read_text().split()
+        assert state == "cancelled" and int(sent) < SMALL_FLOOD // 4, (sent, state)
+        grown = max(grown, memory() - before)
+        assert grown < SMALL_FLOOD_MARGIN, f"pbd's processes grew by {grown / MIB:.0f} MiB"
+        print(f"--frontends {fronts}: cancelled after {sent} responses, grew {grown / MIB:.0f} MiB")
+        # Now the client reads: every response that waited, in order, then the error.
+        sock.sendall(
+            f.settings({f.INITIAL_WINDOW_SIZE: f.MAX_WINDOW})
+            + f.window_update(0, f.MAX_WINDOW - f.DEFAULT_WINDOW)
+        )
+        values, error = _read_stream(sock)
+    assert values == list(range(len(values))) and 0 < len(values) <= int(sent)
+    assert "the client reads too slowly" in error, error
+    assert "(--grpc-stream-buffer-bytes); the request was cancelled" in error, error
+
+
+def _read_stream(sock: socket.socket) -> tuple[list[int], str]:
+    """Read stream 1's responses up to its first in-band error: each response's first OUT
+    value, and the error."""
+    data = bytearray()
+    values: list[int] = []
+    while True:
+        head = _read_exactly(sock, f.HEADER_SIZE)
+        high, low, kind, _, stream_id = f.HEADER.unpack(head)
+        payload = _read_exactly(sock, high << 16 | low)
+        if kind != f.DATA or stream_id != 1:
+            continue
+        data += payload
+        while len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[1:5], "big"):
+            end = 5 + int.from_bytes(data[1:5], "big")
+            response = service_pb2.ModelStreamInferResponse.FromString(bytes(data[5:end]))
+            del data[:end]
+            if response.error_message:
+                return values, response.error_message
+            raw = response.infer_response.raw_output_contents[0]
+            values.append(int(np.frombuffer(raw[:4], np.float32)[0]))
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    parts = bytearray()
+    while len(parts) < n:
+        chunk = sock.recv(n - len(parts))
+        assert chunk, "the server closed the connection"
+        parts += chunk
+    return bytes(parts)
 
 
 def _steady(count: Callable[[], int]) -> Callable[[], int | None]:

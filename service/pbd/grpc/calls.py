@@ -45,6 +45,7 @@ from pbd.grpc.protocol import (
 from pbd.h2 import frames as f
 from pbd.h2.header_blocks import Fields
 from pbd.h2.sending import Stream
+from pbd.responses import HELD_RESPONSE_OVERHEAD
 
 log = logging.getLogger("pbd.grpc")
 
@@ -264,7 +265,7 @@ class Call:
                     started = True
                 stream.send_data(len(body).to_bytes(5, "big") + body)
                 limit = self.calls.stream_buffer
-                if limit and stream.queue and stream.queued_bytes() > limit:
+                if limit and stream.queue and _held(stream) > limit:
                     await self._drained(limit)
         except Abort as exc:
             self._finish_error(exc.code, exc.details, started)
@@ -284,7 +285,7 @@ class Call:
         stream = self.stream
         loop = asyncio.get_running_loop()
         try:
-            while not self.done and stream.queue and stream.queued_bytes() > limit:
+            while not self.done and stream.queue and _held(stream) > limit:
                 sent: asyncio.Future[None] = loop.create_future()
                 stream.on_drain = functools.partial(_wake, sent)
                 await sent
@@ -324,6 +325,12 @@ class Call:
             self.calls.deadlines.discard(self)
         self.stream.handler = None
         self.context.answer = _over
+
+
+def _held(stream: Stream) -> int:
+    """What the messages waiting in ``stream`` for the client's window count against its
+    buffer: their bytes, and the overhead of each (``pbd.responses.held_cost``)."""
+    return stream.queued + len(stream.queue) * HELD_RESPONSE_OVERHEAD
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

@@ -35,7 +35,7 @@ from pbd.errors import Code, PbdError
 from pbd.grpc import convert
 from pbd.grpc.status import finishing
 from pbd.inference_plane import InferencePlane
-from pbd.responses import BacklogFull, StreamResult
+from pbd.responses import BacklogFull, StreamResult, held_cost
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
 
@@ -75,7 +75,7 @@ class StreamSession:
             while (data := await self._out.get()) is not None:
                 if isinstance(data, PbdError):
                     raise data
-                self._out_bytes -= len(data)
+                self._out_bytes -= held_cost(data)
                 if self._out_bytes <= self.buffer_bytes:
                     self._room.set()
                 yield data
@@ -138,7 +138,7 @@ class StreamSession:
 
     def _put(self, data: bytes | PbdError) -> None:
         if not isinstance(data, PbdError):
-            self._out_bytes += len(data)
+            self._out_bytes += held_cost(data)
         self._out.put_nowait(data)
 
     async def _decoupled(self, request: InferRequest, began: int) -> None:
@@ -169,7 +169,7 @@ class StreamSession:
                 if data is None:
                     continue
                 if not item.final:
-                    self._check_backlog(request, len(data))
+                    self._check_backlog(request, held_cost(data))
                 self._put(data)
                 if trace is not None:
                     trace.responded(replying)

@@ -59,7 +59,7 @@ class Stream:
     __slots__ = (
         "id", "conn", "handler", "send_window", "shift", "queue", "local_closed",
         "remote_closed", "responded", "recv_window", "recv_credit", "holding", "held",
-        "expect", "opened", "on_drain",
+        "expect", "opened", "on_drain", "queued",
     )  # fmt: skip
 
     def __init__(
@@ -79,6 +79,7 @@ class Stream:
         self.shift = conn.window_shift  # see Sender.window_shift
         # Waiting for window: [payload, end_stream] DATA entries, or (block,) trailers.
         self.queue: deque[list[object]] = deque()
+        self.queued = 0  # DATA bytes in ``queue``: what a slow reader makes us hold
         self.local_closed = False
         self.remote_closed = remote_closed
         self.responded = False  # the answer's first frame has left
@@ -89,14 +90,6 @@ class Stream:
         self.expect = expect  # DATA bytes still due by content-length, or -1
         self.opened = opened  # the read that opened it (pbd.h2.core.Core.reads)
         self.on_drain: Callable[[], None] | None = None  # called when queued DATA leaves
-
-    def queued_bytes(self) -> int:
-        """DATA bytes waiting for the client's window (what a slow reader makes us hold)."""
-        total = 0
-        for entry in self.queue:
-            if len(entry) == 2:  # [payload, end]; trailers are (block,)
-                total += len(entry[0])  # type: ignore[arg-type]
-        return total
 
     def send_headers(self, block: Block) -> None:
         if not self.local_closed:
@@ -110,6 +103,7 @@ class Stream:
         if not self.queue and self.conn.try_send_now(self, payload, end):
             return
         self.queue.append([payload, end])
+        self.queued += len(payload)
         self.conn.pump(self)
 
     def send_trailers(self, block: Block) -> None:
@@ -386,6 +380,7 @@ class Sender:
                 last = take == size
                 self.send_window -= take
                 stream.send_window -= take
+                stream.queued -= take
                 flags = f.END_STREAM if last and end else 0
                 parts.append(f.frame_header(f.DATA, flags, stream.id, take))
                 if take:
@@ -401,6 +396,7 @@ class Sender:
     def closed_locally(self, stream: Stream) -> None:
         stream.local_closed = True
         stream.queue.clear()
+        stream.queued = 0
         if stream.remote_closed:
             self.forget(stream)
         else:
