@@ -86,6 +86,23 @@ def test_4_4_an_entry_larger_than_the_table_empties_it() -> None:
     run(case)
 
 
+def test_4_4_an_entry_larger_than_the_default_table_empties_it_and_is_served() -> None:
+    """Issue 51's probe: on the default table (4,096 bytes), an entry of 5,000 bytes is not an
+    error; the request that carries it is served, and the table is empty after it."""
+
+    async def case(c: Client) -> None:
+        first = c.block_of(request()) + _indexed_literal(b"x-a", b"1")
+        c.send(_served(c, first, 1))
+        await c.answered(1)
+        big = c.block_of(request()) + _indexed_literal(b"x-big", b"v" * 5000)
+        c.send(_served(c, big, 3))
+        await c.answered(3)
+        c.send(f.frame(f.HEADERS, f.END_HEADERS, 5, f.hpack_int(62, 7, 0x80)))
+        await c.connection_error(f.COMPRESSION_ERROR)
+
+    run(case)
+
+
 def test_5_1_an_integer_past_its_bytes_is_a_compression_error() -> None:
     _compression_error(b"\xff")
 
