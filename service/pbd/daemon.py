@@ -33,7 +33,7 @@ from pbd.http.restricted import HttpRestrictions
 from pbd.http.server import HttpFrontend
 from pbd.instance.custom_metrics import CustomMetrics
 from pbd.instance.instance import InstanceServices
-from pbd.listeners import grpc_sockets, http_sockets, tcp_port
+from pbd.listeners import bind_tcp, grpc_sockets, http_sockets, tcp_port
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
@@ -379,7 +379,15 @@ class Daemon:
             stack.callback(self.repository.uploads.close)
         stack.push_async_callback(self.repository.unload_all)
         stack.push_async_callback(self.bls.close)
+        metrics_sockets: list[socket.socket] = []
         try:
+            if settings.allow_metrics:
+                # Bound before the edges, so that every public socket is bound before a front
+                # end starts: a port taken ends the start with no child to stop.
+                metrics_sockets = bind_tcp(
+                    settings.metrics_address, settings.metrics_port, "metrics server"
+                )
+                stack.callback(_close_all, metrics_sockets)
             await self._serve_edges(stack)
         except (OSError, ValueError) as exc:
             log.error("%s", exc)
@@ -388,22 +396,15 @@ class Daemon:
             cpu = [CpuMetrics()] if settings.allow_cpu_metrics else []
             metrics = MetricsServer(
                 [PbdCollector(self.dataplane), *cpu, self.custom_metrics],
-                settings.metrics_address,
-                settings.metrics_port,
                 before=self.dataplane.collect_stats,
             )
-            try:
-                await metrics.start()
-            except OSError as exc:
-                log.error(
-                    "cannot serve metrics on %s:%d: %s",
-                    settings.metrics_address,
-                    settings.metrics_port,
-                    exc,
-                )
-                return False
+            await metrics.start(metrics_sockets)
             stack.push_async_callback(metrics.stop)
-            log.info("Metrics server listening on %s:%d", settings.metrics_address, metrics.port)
+            log.info(
+                "Metrics server listening on %s:%d",
+                settings.metrics_address,
+                tcp_port(metrics_sockets),
+            )
         return True
 
     async def _serve_edges(self, stack: contextlib.AsyncExitStack) -> None:

@@ -17,6 +17,8 @@ import json
 import os
 import queue
 import signal
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from pbd_harness import (
     EXAMPLE_MODELS,
+    ROOT,
     TEST_MODELS,
     Daemon,
     DaemonFactory,
@@ -348,6 +351,28 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     wait_until(lambda: _answers(victim, a), 30, "the killed front end's client to reconnect")
     # Nothing of the dead front end is left in /dev/shm: its arena went with it.
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
+
+
+def test_a_busy_metrics_port_ends_the_start_before_any_front_end_starts(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Every public socket is bound before a front end starts: a metrics port taken ends the
+    start (exit 2, the port named) with no front end to print a traceback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        command = Daemon(repo, tmp_path, args=(*FRONTS, "--metrics-port", str(port))).command()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PBD_")}
+        # Until every process holding its output is gone (front ends included).
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stdout
+    assert f"cannot bind metrics server to 127.0.0.1:{port}" in done.stdout
+    assert "Traceback" not in done.stdout
+    assert "front end" not in done.stdout
 
 
 def test_a_sigterm_to_the_whole_group_drains_as_the_daemon_serving_alone(

@@ -102,7 +102,12 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     try:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         link.setblocking(False)
-        await loop.sock_connect(link, socket_address(spec.link))
+        try:
+            await loop.sock_connect(link, socket_address(spec.link))
+        except OSError as exc:
+            link.close()
+            log.error("front end %d: the daemon is gone (%s); exiting", spec.index, exc.strerror)
+            return 1
         await loop.create_unix_connection(lambda: plane, sock=link)
         hello = fpb.FrontToDaemon(
             hello=fpb.Hello(token=spec.token, index=spec.index, pid=os.getpid())

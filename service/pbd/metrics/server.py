@@ -10,6 +10,7 @@ name as the samples, so the output reads exactly as Triton's.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Protocol
 
@@ -53,14 +54,10 @@ class MetricsServer:
     def __init__(
         self,
         sources: Iterable[Source],
-        address: str,
-        port: int,
         before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.sources = list(sources)
         self.before = before  # brings the counters up to date (front ends' direct path)
-        self.address = address
-        self.port = port
         self.app = web.Application()
         self.app.router.add_get("/metrics", self.metrics)
         self.runner: web.AppRunner | None = None
@@ -74,19 +71,13 @@ class MetricsServer:
             response.enable_compression()
         return response
 
-    async def start(self) -> None:
-        """Bind and listen; OSError when the address cannot be bound."""
+    async def start(self, sockets: list[socket.socket]) -> None:
+        """Serve on ``sockets``, bound and listening (``pbd.listeners.bind_tcp``: bound with
+        the other public sockets, before any front end starts)."""
         self.runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.address, self.port)
-        try:
-            await site.start()
-        except BaseException:
-            await self.runner.cleanup()
-            self.runner = None
-            raise
-        sockets = getattr(site._server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.port
+        for sock in sockets:
+            await web.SockSite(self.runner, sock).start()
 
     async def stop(self) -> None:
         if self.runner is not None:
