@@ -34,9 +34,13 @@ def test_cases_are_the_issues_and_filter_by_substring() -> None:
         "fp32 1 MiB c=4",
         "fp32 16 MiB c=2",
         "fp32 1 MiB shm c=4",
+        "fp32 [1,16] batch c=16",
     ]
     assert [c.scenario.shape for c in CASES][2:5] == [[1, 262144]] * 2 + [[1, 4194304]]
-    assert [c.shm for c in CASES] == [False] * 5 + [True]
+    assert [c.shm for c in CASES] == [False] * 5 + [True, False]
+    # The batching case runs the identity with dynamic_batching {} (bench/models).
+    assert {c.model for c in CASES} == {"identity_fp32_x2", "identity_fp32_batch"}
+    assert [c.label for c in select_cases(CASES, ["batch"])] == ["fp32 [1,16] batch c=16"]
     assert select_cases(CASES, []) == CASES
     assert [c.label for c in select_cases(CASES, ["shm"])] == ["fp32 1 MiB shm c=4"]
     assert len(select_cases(CASES, ["c=8", "16 MiB"])) == 2

@@ -35,7 +35,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
@@ -48,7 +48,7 @@ from pbd.instance.requests import FINAL, json_params, stream_item
 from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
-from pbd.responses import ResponseStream
+from pbd.responses import ResponseStream, StreamResult
 from pbd.stats import ModelStats, failure_reason
 from pbd.types import (
     InferRequest,
@@ -119,12 +119,14 @@ class _Call:
         prepared: PreparedRequest,
         version: DirectVersion,
         blocks: list[Block],
-        future: asyncio.Future[InferResult],
+        future: asyncio.Future[InferResult] | None,
     ) -> None:
         self.request = request
         self.prepared = prepared
         self.version = version
         self.blocks = blocks
+        # The caller's answer; None for a decoupled model's request, whose caller reads
+        # ``stream`` (made at the start) instead.
         self.future = future
         self.stream: ResponseStream | None = None  # answered by the response sender
         self.gone = False  # the caller gave up
@@ -229,7 +231,7 @@ class WorkerLink(asyncio.Protocol):
         self.calls.clear()
         self.streams.clear()
         for call in calls.values():
-            if not call.future.done():
+            if call.future is not None and not call.future.done():
                 call.future.set_exception(error)
             if call.stream is not None:
                 call.stream.fail(error)
@@ -347,11 +349,15 @@ class WorkerLink(asyncio.Protocol):
                 stats.executed(1, *ns, size, failed)
         if worker_holds:
             self.releases.add(request_id)
-        if call.stream is not None:
-            if not call.gone and not call.future.done():
+        future = call.future
+        if future is None:  # a decoupled model's stream
+            if outcome is not None and call.stream is not None:
+                _end_stream(call.stream, outcome)
+        elif call.stream is not None:
+            if not call.gone and not future.done():
                 answer = call.stream.first() if call.request.first_answer else call.stream.last()
                 task = asyncio.ensure_future(answer)
-                task.add_done_callback(lambda done: _settle(call.future, done))
+                task.add_done_callback(lambda done: _settle(future, done))
         elif outcome is not None:
             self._deliver(call, outcome)
         self._drop_hold(call)
@@ -431,6 +437,10 @@ class WorkerLink(asyncio.Protocol):
 
     def _deliver(self, call: _Call, outcome: InferResult | PbdError) -> None:
         future = call.future
+        if future is None:
+            if call.stream is not None:
+                _end_stream(call.stream, outcome)
+            return
         if future.done() or call.gone:
             if isinstance(outcome, InferResult):
                 outcome.release()
@@ -470,6 +480,15 @@ def _stream_of(call: _Call) -> ResponseStream:
     return call.stream
 
 
+def _end_stream(stream: ResponseStream, outcome: InferResult | PbdError) -> None:
+    """A decoupled request answered in its result instead of by its response sender (an
+    error: execute() raised, a bad descriptor): the stream's last item."""
+    if isinstance(outcome, PbdError):
+        stream.fail(outcome)
+    else:
+        stream.put(StreamResult(result=outcome, final=True))
+
+
 def _settle(future: asyncio.Future[InferResult], done: asyncio.Future[Any]) -> None:
     """The answer of a request answered by its response sender, as its stream picked it."""
     if future.done():
@@ -484,6 +503,39 @@ def _settle(future: asyncio.Future[InferResult], done: asyncio.Future[Any]) -> N
         future.set_exception(answer)
     else:
         future.set_result(answer)
+
+
+class DirectStream:
+    """A decoupled model's request on the direct path: its responses, as its worker sends
+    them; leaving before the final one cancels the request."""
+
+    def __init__(
+        self, direct: Direct, call: _Call, link: WorkerLink, request_id: int, nbytes: int,
+        began: int,
+    ) -> None:  # fmt: skip
+        assert call.stream is not None
+        self.direct, self.call, self.link = direct, call, link
+        self.request_id, self.nbytes, self.began = request_id, nbytes, began
+        self.stream = call.stream
+
+    async def __aiter__(self) -> AsyncIterator[StreamResult]:
+        error: PbdError | None = None
+        try:
+            async for item in self.stream:
+                if item.error is not None:
+                    error = item.error
+                yield item
+        finally:
+            if not self.stream.finished:
+                self.link.cancel(self.request_id)
+            self.stream.close()
+            self.direct.held -= self.nbytes
+            stats = self.direct.stats_of(self.call.version)
+            took = time.perf_counter_ns() - self.began
+            if error is not None:
+                stats.failed(took, failure_reason(error))
+            elif self.stream.finished:
+                stats.success.add(took)
 
 
 class Direct:
@@ -662,13 +714,12 @@ class Direct:
                 return None
         return version
 
-    async def infer(
-        self, request: InferRequest, version: DirectVersion, place: Place
-    ) -> InferResult | None:
-        """Run ``request`` on one of ``version``'s instances, its inputs copied into the arena
-        by ``place`` (which sets each one's ``placed``); None when no instance is connected
-        (the caller sends it through the daemon)."""
-        began = time.perf_counter_ns()
+    def _send(
+        self, request: InferRequest, version: DirectVersion, place: Place, streamed: bool
+    ) -> tuple[_Call, WorkerLink, int, int] | None:
+        """Validate ``request``, copy its inputs into the arena and send it to one of
+        ``version``'s instances: (the call, its link, its id, its input bytes); None when
+        it must go through the daemon (no instance connected, or past the budget)."""
         nbytes = sum(len(t.data) for t in request.inputs if t.data is not None)
         if self.budget and self.held + nbytes > self.budget:
             return None
@@ -682,8 +733,12 @@ class Direct:
             loop = self._loop
             if loop is None:  # kept: get_running_loop() is a getpid() system call on 3.11
                 loop = self._loop = asyncio.get_running_loop()
-            future: asyncio.Future[InferResult] = loop.create_future()
+            future: asyncio.Future[InferResult] | None = None
+            if not streamed:
+                future = loop.create_future()
             call = _Call(request, prepared, version, blocks, future)
+            if streamed:
+                _stream_of(call)
             request_id = next(self._ids)
             link.send(request_id, call)
         except (PbdError, ValueError) as exc:
@@ -696,10 +751,27 @@ class Direct:
                 raise
             raise error from None
         self.held += nbytes
+        return call, link, request_id, nbytes
+
+    async def infer(
+        self, request: InferRequest, version: DirectVersion, place: Place
+    ) -> InferResult | None:
+        """Run ``request`` on one of ``version``'s instances, its inputs copied into the arena
+        by ``place`` (which sets each one's ``placed``); None when no instance is connected
+        (the caller sends it through the daemon, as a ModelInfer of a decoupled model: the
+        daemon refuses that in its words)."""
+        if version.config.decoupled:
+            return None
+        began = time.perf_counter_ns()
+        sent = self._send(request, version, place, streamed=False)
+        if sent is None:
+            return None
+        call, link, request_id, nbytes = sent
+        assert call.future is not None
         stats = self.stats_of(version)
         stats.queue.add(time.perf_counter_ns() - began)
         try:
-            result = await future
+            result = await call.future
         except asyncio.CancelledError:
             link.cancel(request_id)
             raise
@@ -710,6 +782,20 @@ class Direct:
             self.held -= nbytes
         self.stats_of(version).success.add(time.perf_counter_ns() - began)
         return result
+
+    def stream(
+        self, request: InferRequest, version: DirectVersion, place: Place
+    ) -> DirectStream | None:
+        """Start a decoupled model's ``request`` on one of ``version``'s instances; its
+        responses come as they are sent (``DirectStream``). None: it goes through the
+        daemon."""
+        began = time.perf_counter_ns()
+        sent = self._send(request, version, place, streamed=True)
+        if sent is None:
+            return None
+        call, link, request_id, nbytes = sent
+        self.stats_of(version).queue.add(time.perf_counter_ns() - began)
+        return DirectStream(self, call, link, request_id, nbytes, began)
 
     async def drained(self, links: list[WorkerLink], timeout: float) -> None:
         """Until nothing sent on ``links`` is unanswered (or ``timeout``)."""

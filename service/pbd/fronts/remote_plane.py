@@ -155,6 +155,13 @@ class RemotePlane(asyncio.Protocol):
             raise
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResult, None]:
+        direct = self.direct
+        if direct is not None and (version := direct.route(request)) is not None:
+            started = direct.stream(request, version, self._place_direct)
+            if started is not None:
+                async for item in started:
+                    yield item
+                return
         stream = ResponseStream()
         call = self._submit(request, None, stream)
         try:

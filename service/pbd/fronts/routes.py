@@ -10,8 +10,8 @@ of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon 
 
 - **Which versions** (``refusal``): Triton's default scheduler, or dynamic batching whose
   settings a worker honours alone (``pbd_wire.batching.direct_batching``: sizes and the
-  queue delay; its batches then form in the worker), with no ``--max-queue-size``, not
-  decoupled, not an ensemble, no response cache, instances not scaled with load, no
+  queue delay; its batches then form in the worker), decoupled or not, with no
+  ``--max-queue-size``, not an ensemble, no response cache, instances not scaled with load, no
   ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
   runs), no trace settings that could sample the model, no latency histograms.
   A front end holds at most an eighth of ``--max-queued-bytes`` (shared by the front ends)
@@ -62,7 +62,6 @@ def refusal(runtime: VersionRuntime, settings: Settings, tracing: Tracing | None
     checks = (
         (not settings.frontend_direct, "--frontend-direct is off"),
         (config.ensemble is not None, "an ensemble"),
-        (config.decoupled, "decoupled"),
         (bool(batching_refusal), batching_refusal),
         ("sequence_batching" in features, "sequence batching"),
         (settings.max_queue_size > 0, "--max-queue-size"),

@@ -48,7 +48,7 @@ def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
     bounded = "max_batch_size: 8\ndynamic_batching { default_queue_policy { max_queue_size: 2 } }"
     assert why(bounded) == "dynamic batching with a queue policy"
     assert why("sequence_batching { }") == "sequence batching"
-    assert why("model_transaction_policy { decoupled: true }") == "decoupled"
+    assert why("model_transaction_policy { decoupled: true }") == ""  # streamed directly
     assert why(policy=Policy(enabled=True)) == "instances scaled with load"
     assert why(execute_timeout=5.0) == "--execute-timeout-secs"
     assert why(settings=Settings(frontend_direct=False)) == "--frontend-direct is off"
