@@ -92,7 +92,9 @@ class Daemon:
             else None
         )
         self.fronts = (
-            Fronts(count, settings, self.daemon_id, shm_name, self.routes) if count > 1 else None
+            Fronts(count, settings, self.daemon_id, shm_name, self.routes, self._fronts_given_up)
+            if count > 1
+            else None
         )
         self.repository = ModelRepository(
             settings.model_repository.resolve(),
@@ -141,6 +143,7 @@ class Daemon:
         self._forced = asyncio.Event()  # a second SIGTERM/SIGINT: stop without waiting
         self._stop_deadline = 0.0  # loop time by which loads and requests had their time
         self._startup_loads: asyncio.Future[list[str]] | None = None
+        self._fronts_lost = False  # every front end was given up: exit 1
 
     def _make_runtime(self, config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
         """A version of a model the repository loads (never while the daemon is being built)."""
@@ -174,6 +177,15 @@ class Daemon:
         elif not self._forced.is_set():
             log.warning("asked again to stop: not waiting for loads or requests any longer")
             self._forced.set()
+
+    def _fronts_given_up(self) -> None:
+        """Nothing serves the ports any more: stop in order and exit 1, so that the service
+        manager sees the failure and restarts the whole service (docs/frontends.md)."""
+        log.error(
+            "every front end was given up: nothing serves the gRPC and HTTP ports; shutting down"
+        )
+        self._fronts_lost = True
+        self.request_stop()
 
     def _time_left(self) -> float:
         """What is left of --exit-timeout-secs since the stop was asked for (0 once forced)."""
@@ -496,7 +508,7 @@ class Daemon:
         await self._drain(timeout)
         if self.fronts is not None:
             await self.fronts.stop(EDGE_STOP_GRACE_S)
-        return code
+        return 1 if self._fronts_lost else code
 
     async def _reset_failed_units(self) -> None:
         """Forget the failed instance units systemd remembers, unless they keep running for the

@@ -174,12 +174,12 @@ class Settings:
         "default private memory limit of each instance's worker (0: none); past it the "
         "instance is replaced (per model: parameter pbd.memory_limit_bytes)",
     )
-    worker_heartbeat_ms: int = _opt(1000, "interval of worker heartbeats")
+    worker_heartbeat_ms: int = _opt(1000, "interval of worker and front-end heartbeats")
     worker_heartbeat_timeout_secs: float = _opt(
-        30.0, "a worker silent this long is killed and restarted"
+        30.0, "a worker or front end silent this long is killed and restarted"
     )
     worker_start_timeout_secs: float = _opt(
-        60.0, "time a worker has to connect after it is started"
+        60.0, "time a worker has to connect after it is started (a front end: to serve)"
     )
     model_init_timeout_secs: float = _opt(600.0, "time a model's initialize() may take")
     startup_wait_secs: float = _opt(
@@ -203,7 +203,7 @@ class Settings:
         "systemd, else ~/.cache/pbd/envs)",
     )
     restart_backoff_max_secs: float = _opt(
-        10.0, "longest wait before restarting a crashed instance"
+        10.0, "longest wait before restarting a crashed instance or front end"
     )
     autoscale: bool = _opt(False, "load-driven scaling for models that don't set pbd.autoscale")
     autoscale_target_inflight: float = _opt(

@@ -57,15 +57,16 @@ FRONTS = ("--frontends", "2")
 SHM_PREFIX = f"pbdfronts{os.getpid()}"
 
 
-def fronts(daemon: Daemon) -> list[int]:
+def fronts(daemon: Daemon | int) -> list[int]:
     """The daemon's front-end processes, by PID (index order is not kept: any order)."""
+    parent = daemon if isinstance(daemon, int) else daemon.pid
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = _proc_stat(int(entry.name))
             if (
                 stat is not None
-                and stat[1] == daemon.pid
+                and stat[1] == parent
                 and stat[0] not in ("Z", "X")
                 and "pbd.fronts.front" in _cmdline(int(entry.name))
             ):
@@ -73,7 +74,7 @@ def fronts(daemon: Daemon) -> list[int]:
     return sorted(found)
 
 
-def two_fronts(daemon: Daemon, without: int = 0) -> list[int]:
+def two_fronts(daemon: Daemon | int, without: int = 0) -> list[int]:
     """The two front ends, once both run (and neither is ``without``)."""
 
     def both() -> list[int] | None:
@@ -373,6 +374,92 @@ def test_a_busy_metrics_port_ends_the_start_before_any_front_end_starts(
     assert f"cannot bind metrics server to 127.0.0.1:{port}" in done.stdout
     assert "Traceback" not in done.stdout
     assert "front end" not in done.stdout
+
+
+def test_a_hung_front_end_is_killed_and_replaced(start_daemon: DaemonFactory, repo: Path) -> None:
+    """A front end alive but not serving (stopped: no heartbeat on its link) is killed after
+    --worker-heartbeat-timeout-secs and replaced; its client is served again."""
+    daemon = start_daemon(
+        repo, *FRONTS, "--worker-heartbeat-ms", "500", "--worker-heartbeat-timeout-secs", "5",
+        settle=["add_sub"],
+    )  # fmt: skip
+    pids = two_fronts(daemon)
+    hung, survivor = pids
+    index = json.loads(_environ(hung)["PBD_FRONT_SPEC"])["index"]
+    client = pinned_client(daemon, hung, pids)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        replaced = two_fronts(daemon, without=hung)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGKILL)
+    assert survivor in replaced
+    log = daemon.log()
+    assert f"front end {index} (pid {hung}) sent no heartbeat for 5s; killing it" in log
+    assert f"front end {index} (pid {hung}) was killed by SIGKILL; its connections are gone" in log
+    a = np.ones(4, np.float32)
+    wait_until(lambda: _answers(client, a), 30, "the hung front end's client to reconnect")
+    assert add_sub(daemon.client(), a, a).tolist() == [2.0] * 4
+
+
+def test_front_ends_whose_starts_keep_failing_are_given_up_and_the_daemon_exits_1(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The server certificate is broken while the service runs (a rotation gone wrong): front
+    ends started from then on cannot serve. Each is given up after five failed starts in a
+    row; with none left nothing serves the ports, and the daemon stops in order and exits 1
+    (systemd then sees the failure)."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", "server.key", "-out", "server.pem"],
+        cwd=certs, check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ("--grpc-use-ssl", "true", "--grpc-server-cert", str(certs / "server.pem"),
+           "--grpc-server-key", str(certs / "server.key"))  # fmt: skip
+    daemon = Daemon(repo, tmp_path, args=(*FRONTS, *tls))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PBD_")}
+    with open(daemon.log_path, "wb") as out:
+        process = subprocess.Popen(
+            daemon.command(), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        client = grpcclient.InferenceServerClient(
+            f"localhost:{daemon.port}", ssl=True, root_certificates=str(certs / "server.pem")
+        )
+
+        def live() -> bool:
+            assert process.poll() is None, daemon.log()
+            try:
+                return bool(client.is_server_live())
+            except InferenceServerException:
+                return False
+
+        wait_until(live, 120, "the daemon to serve over TLS")
+        pids = two_fronts(process.pid)
+        (certs / "server.pem").write_text("not a certificate\n")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        assert process.wait(timeout=120) == 1, daemon.log()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = daemon.log()
+    assert "cannot serve: --grpc-use-ssl: cannot read a key or certificate" in log
+    assert "before it served; starting another" in log
+    for index in (0, 1):
+        assert (
+            f"giving up on front end {index}: its last 5 starts failed (the last exited "
+            "with status 1)" in log
+        )
+    assert "every front end was given up: nothing serves the gRPC and HTTP ports" in log
+    assert "Traceback" not in log
+    for pid in pids:
+        assert_no_orphan(pid)
+    assert daemon.shm_segments() == []
 
 
 def test_a_sigterm_to_the_whole_group_drains_as_the_daemon_serving_alone(

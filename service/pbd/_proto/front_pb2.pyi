@@ -329,8 +329,12 @@ class Stop(_message.Message):
     grace_s: float
     def __init__(self, grace_s: _Optional[float] = ...) -> None: ...
 
+class Heartbeat(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class FrontToDaemon(_message.Message):
-    __slots__ = ("hello", "infer", "release", "cancel", "call", "synced", "stats")
+    __slots__ = ("hello", "infer", "release", "cancel", "call", "synced", "stats", "heartbeat")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INFER_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +342,7 @@ class FrontToDaemon(_message.Message):
     CALL_FIELD_NUMBER: _ClassVar[int]
     SYNCED_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     infer: Infer
     release: Release
@@ -345,7 +350,8 @@ class FrontToDaemon(_message.Message):
     call: Call
     synced: Synced
     stats: StatsReport
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., synced: _Optional[_Union[Synced, _Mapping]] = ..., stats: _Optional[_Union[StatsReport, _Mapping]] = ...) -> None: ...
+    heartbeat: Heartbeat
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., call: _Optional[_Union[Call, _Mapping]] = ..., synced: _Optional[_Union[Synced, _Mapping]] = ..., stats: _Optional[_Union[StatsReport, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class DaemonToFront(_message.Message):
     __slots__ = ("answer", "reply", "models", "log_levels", "stop", "inputs_free", "stats_ask", "instance_gone", "regions", "regions_let_go")

@@ -130,7 +130,12 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             settings.grpc_max_concurrent_rpcs or None,
             buffer,
         )
-        grpc_server = GrpcServer(calls, settings, tls_context(settings))
+        try:
+            tls = tls_context(settings)
+        except OSError as exc:  # the daemon read them at its start; they changed since
+            log.error("front end %d cannot serve: %s", spec.index, exc)
+            return 1
+        grpc_server = GrpcServer(calls, settings, tls)
         http: HttpFrontend | None = None
 
         def held() -> int:
@@ -152,8 +157,10 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
             loop.add_signal_handler(signum, _on_signal, plane, settings)
         log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
         sweeping = asyncio.create_task(_sweep(plane, lambda: loads.publish(held())))
+        beating = asyncio.create_task(_heartbeats(plane, settings.worker_heartbeat_ms))
         await plane.ended
         sweeping.cancel()
+        beating.cancel()
         grace = plane.stop_grace if plane.stop_grace is not None else 0.0
         await grpc_server.stop(grace)
         if http is not None:
@@ -188,6 +195,15 @@ async def _sweep(plane: RemotePlane, publish: Callable[[], None]) -> None:
         publish()
         if tick % SWEEP_EVERY == 0:
             plane.sweep()
+
+
+async def _heartbeats(plane: RemotePlane, interval_ms: int) -> None:
+    """The first once this front end serves its sockets (it ends its start), then one every
+    ``interval_ms``: the daemon kills a front end silent for --worker-heartbeat-timeout-secs
+    (stopped, or its loop stuck) and starts another (``pbd.fronts.supervisor``)."""
+    while True:
+        plane.heartbeat()
+        await asyncio.sleep(max(interval_ms, 10) / 1000.0)
 
 
 def _on_signal(plane: RemotePlane, settings: Settings) -> None:

@@ -220,6 +220,10 @@ class FrontLink(asyncio.Protocol):
         self._flush: asyncio.Handle | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # Liveness, as the supervisor reads it: when the front end last sent anything, and
+        # whether it serves its sockets (its first Heartbeat).
+        self.last_seen = 0.0
+        self.serving = False
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -234,6 +238,7 @@ class FrontLink(asyncio.Protocol):
         self._hello_timer = self.loop.call_later(HELLO_TIMEOUT_S, self.close)
 
     def data_received(self, data: bytes) -> None:
+        self.last_seen = self.loop.time()
         try:
             for frame in self._frames.split(data):
                 self._on(fpb.FrontToDaemon.FromString(frame))  # type: ignore[arg-type]
@@ -273,6 +278,8 @@ class FrontLink(asyncio.Protocol):
             self.hub.synced(self.index, message.stats.ask)
         elif kind == "hello":
             self._hello(message.hello)
+        elif kind == "heartbeat":
+            self.serving = True
 
     def _hello(self, hello: fpb.Hello) -> None:
         if self._hello_timer is not None:

@@ -40,6 +40,7 @@ log = logging.getLogger("pbd.fronts")
 # How long a table's barrier waits for requests on instances it took off the direct path (the
 # daemon waits as long as its unload's grace, then stops them anyway).
 DRAIN_WAIT_S = 600.0
+_HEARTBEAT = encode_frame(fpb.FrontToDaemon(heartbeat=fpb.Heartbeat()).SerializeToString())
 
 
 class _Pending:
@@ -275,6 +276,10 @@ class RemotePlane(asyncio.Protocol):
             holds, self._released = self._released, []
             message = fpb.FrontToDaemon(release=fpb.Release(holds=holds))
             self._write(encode_frame(message.SerializeToString()))
+
+    def heartbeat(self) -> None:
+        """Tell the daemon this front end serves and its loop turns."""
+        self._write(_HEARTBEAT)
 
     def _write(self, frame: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():

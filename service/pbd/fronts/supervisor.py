@@ -4,9 +4,19 @@ The daemon binds the public sockets and keeps them; each front end gets them (in
 descriptors) and accepts connections on them, so a front end that dies loses only its own
 connections: the sockets stay bound, the kernel hands new connections to the others, and the
 replacement accepts on the same sockets. A front end is started like an instance and
-supervised like one: one that exits while the daemon runs is logged, its requests cancelled in
-the daemon (``FrontLink`` ends), its arena removed, and it is started again (backing off when
-it keeps dying).
+supervised by the instances' rules (``pbd.version.supervisor``), the gunicorn arbiter's verbs:
+
+- *reap*: one that exits while the daemon runs is logged, its requests cancelled in the daemon
+  (``FrontLink`` ends), its arena removed, and it is started again, backing off as an
+  instance does (reset once it ran ``STABLE_UPTIME_S``);
+- *murder*: one that does not serve within --worker-start-timeout-secs of its start, or then
+  sends nothing for --worker-heartbeat-timeout-secs (stopped, its loop stuck), is killed, and
+  reaped as any dead one;
+- *give up*: one whose start fails ``MAX_RESTART_FAILURES`` times in a row (it exits or is
+  killed before it serves) is not started again; when every front end is given up nothing
+  serves the ports, and the daemon stops with an error (``on_all_given_up``). A front end
+  that dies after it served is restarted however often it does (a client may be what kills
+  it: that must not stop the service).
 
 Three private sockets serve them: the link every front end connects to (abstract, checked by
 uid and a one-time token per start), and the daemon's own HTTP server in a private directory
@@ -27,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pbd._proto import front_pb2 as fpb
 from pbd.dataplane import DataPlane
@@ -41,13 +52,39 @@ from pbd.memory import lent
 from pbd.memory.client_shm import SystemRegion
 from pbd.settings import Settings
 from pbd.version.runtime import VersionRuntime
+from pbd.version.supervisor import FIRST_BACKOFF_S, MAX_RESTART_FAILURES, STABLE_UPTIME_S
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import remove_instance_segments
 
 log = logging.getLogger("pbd.fronts")
-BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-STEADY_S = 60.0  # a front end that ran this long starts again without waiting
 KILL_AFTER_S = 5.0
+MURDER_EVERY_S = 1.0  # how often the supervisor looks for silent front ends
+
+
+@dataclass
+class FrontStart:
+    """One start of a front end, as its supervision sees it."""
+
+    process: asyncio.subprocess.Process
+    began: float  # loop time
+    link: FrontLink | None = None  # once its Hello was checked
+
+    @property
+    def served(self) -> bool:
+        """It served its sockets (its first Heartbeat came): its start succeeded."""
+        return self.link is not None and self.link.serving
+
+    def silent(self, now: float, settings: Settings) -> str:
+        """Why it is to be killed (no sign of life in time); "" while it is well."""
+        if self.link is None or not self.link.serving:
+            limit = settings.worker_start_timeout_secs
+            if now - self.began > limit:
+                return f"did not serve within {limit:g}s of its start"
+            return ""
+        limit = settings.worker_heartbeat_timeout_secs
+        if now - self.link.last_seen > limit:
+            return f"sent no heartbeat for {limit:g}s"
+        return ""
 
 
 class Fronts:
@@ -58,8 +95,12 @@ class Fronts:
         daemon_id: str,
         segment_name: Callable[[], str],
         routes: Routes | None = None,
+        on_all_given_up: Callable[[], None] = lambda: None,
     ) -> None:
         self.count = count
+        # Every front end was given up: nothing serves the ports any more.
+        self.on_all_given_up = on_all_given_up
+        self.given_up: dict[int, str] = {}  # index -> why
         self.routes = routes  # the direct path (``pbd.fronts.routes``); None: off
         self.settings = settings
         self.daemon_id = daemon_id
@@ -67,7 +108,7 @@ class Fronts:
         self.segments_prefix = segment_name().rsplit("-", 1)[0] + "-"
         self.tokens: dict[int, tuple[str, str]] = {}
         self.hub: FrontHub | None = None  # from start(), with the dataplane
-        self.processes: dict[int, asyncio.subprocess.Process] = {}
+        self.starts: dict[int, FrontStart] = {}  # index -> its current start
         self._address = f"@pbd-{daemon_id}-fronts"
         self._link_server: asyncio.AbstractServer | None = None
         self._http: HttpFrontend | None = None
@@ -94,6 +135,7 @@ class Fronts:
             self.tokens,
         )
         hub.decoupled = dataplane.decoupled_models()
+        hub.on_attach = self._linked
         if self.routes is not None:
             self.routes.attach(hub, dataplane.repository)
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,33 +151,67 @@ class Fronts:
         await self._http.start([own])
         for index in range(self.count):
             self._watchers.append(asyncio.create_task(self._keep(index), name=f"front {index}"))
+        self._watchers.append(asyncio.create_task(self._murder(), name="front heartbeats"))
 
     async def _keep(self, index: int) -> None:
         """Run front end ``index`` for as long as the daemon serves, replacing it when it
-        exits (backing off while it keeps exiting soon after its start)."""
-        failures = 0
+        exits; give it up when its start fails ``MAX_RESTART_FAILURES`` times in a row."""
+        loop = asyncio.get_running_loop()
+        backoff = FIRST_BACKOFF_S
+        failures = 0  # starts in a row that ended before the front end served
         while not self._stopping:
             base = self.segment_name()
-            began = time.monotonic()
-            process = await self._spawn(index, base)
-            code = await process.wait()
+            start = await self._spawn(index, base)
+            code = await start.process.wait()
             if self._loads is not None:
                 self._loads.mark_gone(index)  # until its replacement counts its own
             self._forget(index, base)
             if self._stopping:
                 return
-            failures = 0 if time.monotonic() - began > STEADY_S else failures + 1
-            delay = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1] if failures else 0.0
+            if loop.time() - start.began > STABLE_UPTIME_S:
+                backoff = FIRST_BACKOFF_S
+            failures = 0 if start.served else failures + 1
+            what = _exit_text(code)
+            if failures >= MAX_RESTART_FAILURES:
+                self._give_up(index, f"its last {failures} starts failed (the last {what})")
+                return
             log.error(
-                "front end %d (pid %d) %s; its connections are gone, starting another%s",
+                "front end %d (pid %d) %s%s; starting another in %gs",
                 index,
-                process.pid,
-                _exit_text(code),
-                f" in {delay:g}s" if delay else "",
+                start.process.pid,
+                what,
+                "; its connections are gone" if start.served else " before it served",
+                backoff,
             )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.settings.restart_backoff_max_secs)
 
-    async def _spawn(self, index: int, base: str) -> asyncio.subprocess.Process:
+    def _give_up(self, index: int, reason: str) -> None:
+        self.given_up[index] = reason
+        log.error("giving up on front end %d: %s", index, reason)
+        if len(self.given_up) == self.count:
+            self.on_all_given_up()
+
+    async def _murder(self) -> None:
+        """Kill, once a second, the front ends that show no sign of life in time (the reaper
+        then starts another)."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            await asyncio.sleep(MURDER_EVERY_S)
+            now = loop.time()
+            for index, start in list(self.starts.items()):
+                why = start.silent(now, self.settings)
+                if why and start.process.returncode is None and not self._stopping:
+                    log.error("front end %d (pid %d) %s; killing it", index, start.process.pid, why)
+                    with contextlib.suppress(ProcessLookupError):
+                        start.process.send_signal(signal.SIGKILL)
+
+    def _linked(self, link: FrontLink) -> None:
+        start = self.starts.get(link.index)
+        if start is not None and start.process.pid == link.pid:
+            start.link = link
+
+    async def _spawn(self, index: int, base: str) -> FrontStart:
         token = secrets.token_hex(16)
         self.tokens[index] = (token, base)
         grpc, http = self._fds
@@ -161,9 +237,9 @@ class Fronts:
             pass_fds=[*spec.grpc_fds, *spec.http_fds, spec.loads_fd],
             stdin=asyncio.subprocess.DEVNULL,
         )
-        self.processes[index] = process
+        start = self.starts[index] = FrontStart(process, asyncio.get_running_loop().time())
         log.info("front end %d started (pid %d)", index, process.pid)
-        return process
+        return start
 
     def _forget(self, index: int, base: str) -> None:
         """A front end is gone: its arena with it (workers keep what they mapped)."""
@@ -174,7 +250,7 @@ class Fronts:
     async def connected(self, timeout: float = 30.0) -> bool:
         """Until every front end is up and linked (False after ``timeout``)."""
         deadline = time.monotonic() + timeout
-        while self.hub is not None and len(self.hub.links) < self.count:
+        while self.hub is not None and len(self.hub.links) < self.count - len(self.given_up):
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.02)
@@ -222,7 +298,7 @@ class Fronts:
             self.hub.broadcast(encode_frame(frame))
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.processes.values() if p.returncode is None]
+        return [s.process.pid for s in self.starts.values() if s.process.returncode is None]
 
     def stopping(self) -> None:
         """The daemon is shutting down: the front ends keep serving while it drains (it
@@ -240,7 +316,7 @@ class Fronts:
         stop = fpb.DaemonToFront(stop=fpb.Stop(grace_s=grace))
         if self.hub is not None:
             self.hub.broadcast(encode_frame(stop.SerializeToString()))
-        running = [p for p in self.processes.values() if p.returncode is None]
+        running = [s.process for s in self.starts.values() if s.process.returncode is None]
         waits = [asyncio.ensure_future(p.wait()) for p in running]
         if waits:
             _done, late = await asyncio.wait(waits, timeout=grace + KILL_AFTER_S)

@@ -33,6 +33,7 @@ from pbd.settings import Settings
 log = logging.getLogger("pbd.instances")
 MAX_RESTART_FAILURES = 5
 STABLE_UPTIME_S = 30.0
+FIRST_BACKOFF_S = 0.1  # doubled at each restart, up to --restart-backoff-max-secs
 
 
 @dataclass
@@ -146,13 +147,13 @@ class Supervisor:
     async def reap(self, slot: Slot) -> None:
         """Wait for the slot's instance to die, and restart it; again and again."""
         loop = asyncio.get_running_loop()
-        backoff = 0.1
+        backoff = FIRST_BACKOFF_S
         while not self.stopping:
             await slot.instance.died.wait()
             if self.stopping or slot.retired:
                 return
             if loop.time() - slot.started_at > STABLE_UPTIME_S:
-                backoff = 0.1
+                backoff = FIRST_BACKOFF_S
             backoff = await self.restart(slot, backoff)
             if slot.given_up:
                 return
