@@ -11,12 +11,14 @@ the observation itself is tested.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ from pbd_harness import (
     make_repository,
     wait_until,
 )
+from streaming_helpers import STREAM_TIMEOUT_S, probe_inputs, repeat_inputs
 from tritonclient.utils import InferenceServerException
 
 FRONTS = ("--frontends", "2", "--log-verbose", "1")
@@ -47,6 +50,8 @@ def repo(tmp_path: Path) -> Path:
             "sleepy": TEST_MODELS / "sleepy",
             "batch_recorder": TEST_MODELS / "batch_recorder",
             "default_sender": TEST_MODELS / "default_sender",
+            "repeat_decoupled": TEST_MODELS / "repeat_decoupled",
+            "cancel_probe_decoupled": TEST_MODELS / "cancel_probe_decoupled",
         },
     )
     with open(repository / "batch_recorder" / "config.pbtxt", "a") as config:
@@ -422,3 +427,46 @@ def test_a_dynamic_batching_models_requests_skip_the_daemon_and_batch_in_the_wor
     assert stats.execution_count - before.execution_count == 5
     assert stats.inference_count - before.inference_count == 10
     assert stats.inference_stats.success.count - before.inference_stats.success.count == 10
+
+
+def test_a_decoupled_models_stream_skips_the_daemon_and_a_closed_stream_cancels_it(
+    start_daemon: DaemonFactory, repo: Path, tmp_path: Path
+) -> None:
+    """ModelStreamInfer of a decoupled model: the front end streams the worker's responses
+    as they come; closing the stream cancels the request in the worker."""
+    daemon = start_daemon(repo, *FRONTS, settle=["repeat_decoupled", "cancel_probe_decoupled"])
+
+    def repeat(client: grpcclient.InferenceServerClient) -> list[int]:
+        got: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        try:
+            client.async_stream_infer("repeat_decoupled", repeat_inputs([4, 5, 6]))
+            answers = [got.get(timeout=STREAM_TIMEOUT_S) for _ in range(3)]
+        finally:
+            client.stop_stream()
+        assert all(error is None for _, error in answers)
+        return [int(result.as_numpy("OUT")[0]) for result, _ in answers]
+
+    direct_ready(daemon, "repeat_decoupled", repeat)
+    seen = len(daemon.log())
+    client = grpcclient.InferenceServerClient(daemon.url)
+    try:
+        assert repeat(client) == [4, 5, 6]
+        got: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("cancel_probe_decoupled", probe_inputs(3, tmp_path))
+        for _ in range(2):
+            result, error = got.get(timeout=STREAM_TIMEOUT_S)
+            assert error is None and int(result.as_numpy("ID")[0]) == 3
+        client.stop_stream(cancel_requests=True)
+    finally:
+        client.close()
+    wait_until((tmp_path / "cancelled-3").exists, 30, "the model's sender to see the cancel")
+    log = daemon.log()[seen:]
+    assert "repeat_decoupled/1: request given to instance" not in log
+    assert "cancel_probe_decoupled/1: request given to instance" not in log
+    # A ModelInfer of a decoupled model is still refused, in the daemon's words.
+    error = error_of(lambda: daemon.client().infer("repeat_decoupled", repeat_inputs([1])))
+    assert "doesn't support models with decoupled transaction policy" in error.message()
+    stats = daemon.control().get_inference_statistics("repeat_decoupled").model_stats[0]
+    assert stats.inference_stats.success.count >= 2  # the probe's and this test's
