@@ -25,12 +25,15 @@ import asyncio
 import json
 import os
 import statistics
+import struct
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import aiohttp
+import grpc
+from tritonclient.grpc import service_pb2 as pb
 
 from bench.loadgen import percentile
 from bench.run import add_common_args, check_common_args, common_header
@@ -85,6 +88,57 @@ async def one_stream(
     return first, time.perf_counter() - began
 
 
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def stream_request(tokens: int, token_ms: float) -> bytes:
+    """The same request as a ModelStreamInfer message, asking for Triton's empty final
+    response so that the client knows when the stream's request is over."""
+    msg = pb.ModelInferRequest(model_name=MODEL)
+    text = msg.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    del text  # raw contents below
+    msg.inputs.add(name="max_tokens", datatype="INT32", shape=[1])
+    msg.raw_input_contents.append(struct.pack("<I", 1) + b"x")
+    msg.raw_input_contents.append(struct.pack("<i", tokens))
+    if token_ms:
+        msg.inputs.add(name="token_ms", datatype="FP32", shape=[1])
+        msg.raw_input_contents.append(struct.pack("<f", token_ms))
+    msg.parameters["triton_enable_empty_final_response"].bool_param = True
+    return bytes(msg.SerializeToString())
+
+
+async def one_grpc_stream(
+    channel: grpc.aio.Channel, body: bytes, tokens: int
+) -> tuple[float, float]:
+    """One request on a ModelStreamInfer stream of its own: (seconds to its first response,
+    seconds to its final one); checks every token."""
+    began = time.perf_counter()
+    first = 0.0
+    got = 0
+    call = channel.stream_stream(
+        STREAM_INFER, request_serializer=None, response_deserializer=None
+    )(iter([body]))
+    async for raw in call:
+        reply = pb.ModelStreamInferResponse.FromString(raw)
+        if reply.error_message:
+            raise WrongAnswer(reply.error_message)
+        response = reply.infer_response
+        if response.parameters["triton_final_response"].bool_param and not response.outputs:
+            break
+        if not first:
+            first = time.perf_counter() - began
+        token = bytes(response.raw_output_contents[0][4:]).decode()
+        if token != f" t{got}":
+            raise WrongAnswer(f"response {got}: {token!r}")
+        got += 1
+        if response.parameters["triton_final_response"].bool_param:
+            break
+    call.cancel()
+    if got != tokens:
+        raise WrongAnswer(f"{got} responses, expected {tokens}")
+    return first, time.perf_counter() - began
+
+
 async def load(
     server: str,
     port: int,
@@ -93,16 +147,29 @@ async def load(
     duration: float,
     warmup: float,
     token_ms: float = 0.0,
+    grpc_port: int = 0,
 ) -> Run:
+    """``concurrency`` closed-loop streams for ``duration`` after ``warmup``: over HTTP's
+    generate_stream, or (``grpc_port``) ModelStreamInfer, one channel shared by them."""
     url = f"http://127.0.0.1:{port}/v2/models/{MODEL}/generate_stream"
     body = json.dumps({"text_input": "x", "max_tokens": tokens, "token_ms": token_ms}).encode()
+    grpc_body = stream_request(tokens, token_ms)
     firsts: list[float] = []
     latencies: list[float] = []
     failures = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await one_stream(session, url, body, tokens)  # the probe: a wrong answer stops the run
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+        grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port or 1}") as channel,
+    ):
+
+        async def one() -> tuple[float, float]:
+            if grpc_port:
+                return await one_grpc_stream(channel, grpc_body, tokens)
+            return await one_stream(session, url, body, tokens)
+
+        await one()  # the probe: a wrong answer stops the run
         start = time.perf_counter() + warmup
         end = start + duration
 
@@ -111,8 +178,8 @@ async def load(
             while time.perf_counter() < end:
                 sent = time.perf_counter()
                 try:
-                    first, total = await one_stream(session, url, body, tokens)
-                except (WrongAnswer, aiohttp.ClientError, TimeoutError):
+                    first, total = await one()
+                except (WrongAnswer, aiohttp.ClientError, grpc.RpcError, TimeoutError):
                     failures += 1
                     continue
                 if sent >= start and sent + total <= end:
@@ -185,6 +252,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--tokens", type=int, default=64, help="tokens (responses) per request (default 64)")
     add("--concurrency", type=int, nargs="+", default=[1, 8], help="streams at once (1 8)")
     add("--token-ms", type=float, default=0.0, help="the model's time per token (default 0)")
+    add(
+        "--protocol",
+        choices=("http", "grpc"),
+        default="http",
+        help="http: generate_stream (SSE); grpc: ModelStreamInfer, a stream per request",
+    )
     add_triton_args(parser)
     opts = check_common_args(parser, parser.parse_args(argv))
     if opts.tokens < 1 or min(opts.concurrency) < 1:
@@ -201,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     pbd_http = free_port()
     results: dict[str, object] = {
         **common_header(opts), "tokens": opts.tokens, "token_ms": opts.token_ms,
+        "protocol": opts.protocol,
     }  # fmt: skip
     try:
         started["triton"] = start_triton(tritonserver, RESULTS, REPOSITORY, MODEL, opts.triton_arg)
@@ -222,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(opts.repeat):
                 order = SERVERS if repeat % 2 == 0 else SERVERS[::-1]
                 for name in order:
+                    grpc_port = started[name].port if opts.protocol == "grpc" else 0
                     run = asyncio.run(
                         load(name, ports[name], opts.tokens, concurrency, opts.duration,
-                             opts.warmup, opts.token_ms)
+                             opts.warmup, opts.token_ms, grpc_port)
                     )  # fmt: skip
                     runs[name].append(run)
                     failed |= run.failures > 0
@@ -236,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         codes = {name: server.stop() for name, server in started.items()}
         left = leftover_segments(shm_prefix)
     failed |= codes.get("pbd", 1) != 0 or bool(left)
+    print(f"protocol: {opts.protocol}")
     print(table(rows, opts.tokens, opts.token_ms))
     results.update(
         rows=[[asdict(t), asdict(p)] for t, p in rows], pbd_exit_code=codes.get("pbd"),

@@ -29,13 +29,14 @@ unanswered (``retired``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
@@ -111,6 +112,7 @@ class _Call:
 
     __slots__ = (
         "request", "prepared", "version", "blocks", "future", "stream", "gone", "holds", "final",
+        "answered",
     )  # fmt: skip
 
     def __init__(
@@ -132,6 +134,7 @@ class _Call:
         self.gone = False  # the caller gave up
         self.holds = 1  # the worker may read the inputs (1), results not yet released
         self.final = False  # its final streamed response came (it may precede the result)
+        self.answered = False  # a streamed response was put in its stream
 
 
 class WorkerLink(asyncio.Protocol):
@@ -156,6 +159,8 @@ class WorkerLink(asyncio.Protocol):
         self.idle.set()
         self._give_up: asyncio.TimerHandle | None = None  # the daemon's words were not heard
         self._frames = FrameSplitter()
+        # Frames read but not handled yet: they wait behind a stream's first response.
+        self._later: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._out: list[bytes] = []  # frames to write at the end of this loop turn
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -191,16 +196,40 @@ class WorkerLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            for frame in self._frames.split(data):
+            frames = self._frames.split(data)
+        except FrameError as exc:
+            log.error("%s sent an undecodable frame (%s); closing the link", self.name, exc)
+            self.close()
+            return
+        if self._later:  # frames of an earlier read still wait their turn: these after them
+            self._later.extend(frames)
+        else:
+            self._handle(frames)
+
+    def _handle(self, frames: Iterable[bytes | bytearray | memoryview]) -> None:
+        """The frames of a read, in order. After a stream's first response the rest wait
+        for the next loop turn (``_later``), so that response leaves first: a burst of a
+        decoupled model's responses would otherwise all be read before any is written."""
+        it = iter(frames)
+        try:
+            for frame in it:
                 message = wpb.WorkerToDaemon.FromString(frame)  # type: ignore[arg-type]
                 kind = message.WhichOneof("kind")
                 if kind == "result":
                     self._on_result(message.result)
-                elif kind == "streamed":
-                    self._on_streamed(message.streamed)
-        except (FrameError, ValueError) as exc:
+                elif kind == "streamed" and self._on_streamed(message.streamed):
+                    self._later.extend(it)
+                    if self._later:
+                        asyncio.get_running_loop().call_soon(self._handle_later)
+                    return
+        except ValueError as exc:
             log.error("%s sent an undecodable frame (%s); closing the link", self.name, exc)
             self.close()
+
+    def _handle_later(self) -> None:
+        later, self._later = self._later, collections.deque()
+        if not self.closed:
+            self._handle(later)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The worker is gone (or closed this link). What it had fails with the daemon's
@@ -362,9 +391,10 @@ class WorkerLink(asyncio.Protocol):
             self._deliver(call, outcome)
         self._drop_hold(call)
 
-    def _on_streamed(self, frame: wpb.StreamedResponse) -> None:
+    def _on_streamed(self, frame: wpb.StreamedResponse) -> bool:
         """A response of the response sender; it may come before the batch's result (the
-        worker sends a default-mode response kept during execute() just ahead of it)."""
+        worker sends a default-mode response kept during execute() just ahead of it). True
+        when it is the first response of a decoupled model's stream."""
         request_id = frame.request_id
         call = self.streams.get(request_id) or self.calls.get(request_id)
         final = bool(frame.flags & FINAL)
@@ -383,10 +413,13 @@ class WorkerLink(asyncio.Protocol):
         if frame.held and item.result is None:
             self.releases.add(frame.held)
         if call is None:
-            return
+            return False
         stream = _stream_of(call)
+        first = False
         if not stream.closed:
             stream.put(item)
+            first = call.future is None and not call.answered
+            call.answered = True
         elif item.result is not None:
             item.result.release()
         if final and not call.final:
@@ -395,6 +428,7 @@ class WorkerLink(asyncio.Protocol):
             if not self.calls and not self.streams:
                 self.idle.set()
             self._drop_hold(call)
+        return first
 
     def _outputs(
         self, response: wpb.Response, prepared: PreparedRequest

@@ -406,3 +406,53 @@ def test_past_its_share_of_the_byte_budget_a_request_goes_through_the_daemon() -
         result.release()
 
     run(body, "h", budget=48)
+
+
+def test_a_decoupled_stream_gets_its_first_response_before_the_rest_of_a_burst_is_read() -> None:
+    """A burst of a decoupled model's responses read at once: the first goes to the stream's
+    reader before the others are handled (the rest wait for the next loop turn)."""
+
+    async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
+        config = json.loads(CONFIG)
+        config["model_transaction_policy"] = {"decoupled": True}
+        (version_spec,) = table(worker)
+        version_spec.config_json = json.dumps(config)
+        direct.update([version_spec])
+        version = direct.route(request())
+        assert version is not None and version.config.decoupled
+        started = direct.stream(request(), version, plane.place)
+        assert started is not None
+        execute = (await worker.read(2))[1].execute
+        (req,) = execute.requests
+        result = wpb.WorkerToDaemon()
+        result.result.batch_id = execute.batch_id
+        result.result.responses.add(request_id=req.request_id, streamed=True)
+        burst = [result] + [
+            wpb.WorkerToDaemon(
+                streamed=wpb.StreamedResponse(
+                    request_id=req.request_id,
+                    response=wpb.Response(request_id=req.request_id),
+                    flags=1 if last else 0,
+                )
+            )
+            for last in (False, False, True)
+        ]
+        assert worker.conn is not None
+        worker.conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in burst))
+        items = started.__aiter__()
+        async with asyncio.timeout(5):  # in this task: the reader the first response wakes
+            first = await items.__anext__()
+        assert first.result is not None and not first.final
+        assert len(started.stream._items) == 0  # the other two are not handled yet
+        rest = [await asyncio.wait_for(items.__anext__(), 5) for _ in range(2)]
+        assert [item.final for item in rest] == [False, True]
+        for item in (first, *rest):
+            if item.result is not None:
+                item.result.release()
+        await items.aclose()
+        (counted,) = direct.report(9).versions
+        stats = ModelStats()
+        stats.merge_record(json.loads(counted.record))
+        assert (stats.success.count, stats.execution_count) == (1, 1)
+
+    run(body, "burst")
