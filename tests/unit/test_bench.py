@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -281,6 +282,11 @@ def test_the_cores_busiest_thread_names_its_process() -> None:
     }
     try:
         for name, process in started.items():
+            # Until the child has exec'd: before that its command line is pytest's own.
+            deadline = time.monotonic() + 30
+            while sleeper.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "the child never ran its command"
+                time.sleep(0.01)
             assert role(process.pid, os.getpid()) == name
     finally:
         for process in started.values():
