@@ -53,7 +53,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd.logsettings", "pbd.triton_flags", "pbd.listeners"),
     # A worker process (launched, connected); one model instance in it; one model version
     # (its instances, queue and dispatch); then the repository of models over them.
-    ("pbd.worker",),
+    # The caller's half of the worker protocol, for every process that sends requests to
+    # workers (the daemon's instances, a front end's direct path).
+    ("pbd.worker", "pbd.worker_client"),
     ("pbd.instance", "pbd.systemd"),
     ("pbd.version",),
     ("pbd.repository",),

@@ -41,11 +41,6 @@ from typing import Any
 
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, unavailable
-from pbd.instance.error_log import ErrorBucket, log_failed_batch
-from pbd.instance.inflight import failed_share
-from pbd.instance.memory import describe_request
-from pbd.instance.releases import PendingReleases
-from pbd.instance.requests import FINAL, json_params, stream_item
 from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
@@ -60,6 +55,10 @@ from pbd.types import (
     batch_rows,
 )
 from pbd.validation import prepare_request, release_regions
+from pbd.worker_client.describe import describe_request
+from pbd.worker_client.error_log import ErrorBucket, log_failed_batch
+from pbd.worker_client.releases import PendingReleases
+from pbd.worker_client.results import FINAL, failed_share, json_params, stream_item
 from pbd_wire import front_base
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags

@@ -25,15 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pbd.errors import Code, PbdError, Rescheduled
-from pbd.instance.error_log import ErrorBucket, log_failed_batch
-from pbd.instance.memory import Held, InstanceMemory
-from pbd.instance.releases import PendingReleases
-from pbd.instance.requests import SentRequests, json_params
+from pbd.errors import Code, PbdError
+from pbd.instance.memory import InstanceMemory
+from pbd.instance.requests import SentRequests
 from pbd.modelconfig.model import ModelConfig
 from pbd.stats import ModelStats
 from pbd.tracing.request import batch_computed
-from pbd.types import InferResult, OutputTensor, PreparedRequest, batch_rows, request_batch_size
+from pbd.types import InferResult, OutputTensor, PreparedRequest, batch_rows
+from pbd.worker_client.describe import Held
+from pbd.worker_client.error_log import ErrorBucket, log_failed_batch
+from pbd.worker_client.releases import PendingReleases
+from pbd.worker_client.results import failed_share, json_params
 from pbd_wire import worker_pb2 as wpb
 
 
@@ -333,13 +335,3 @@ class InFlightBatches:
         self.requests.fail_all(error)
 
 
-def failed_share(
-    batch: list[PreparedRequest], results: list[Any], config: ModelConfig
-) -> tuple[int, int]:
-    """(requests, batch rows) of ``batch`` that ``results`` answer with an error."""
-    requests = rows = 0
-    for prepared, result in zip(batch, results, strict=True):
-        if isinstance(result, PbdError) and not isinstance(result, Rescheduled):
-            requests += 1
-            rows += request_batch_size(prepared, config.max_batch_size)
-    return requests, rows

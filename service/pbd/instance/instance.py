@@ -29,10 +29,9 @@ from pbd.execenv.prepare import WorkerEnv
 from pbd.instance.custom_metrics import CustomMetrics
 from pbd.instance.hooks import ReadinessProbe, await_finalize, log_finalized
 from pbd.instance.inflight import InFlight, InFlightBatches
-from pbd.instance.memory import Held, InstanceMemory
+from pbd.instance.memory import InstanceMemory
 from pbd.instance.messages import execute_message, initialize_message
 from pbd.instance.records import InstancePlan, NotSent, State
-from pbd.instance.releases import PendingReleases
 from pbd.instance.requests import SentRequests
 from pbd.instance.warmup import WarmupSample, warm_up, warmup_samples
 from pbd.logsettings import runtime_settings
@@ -45,6 +44,8 @@ from pbd.worker.connect import connected_or_exited
 from pbd.worker.hub import WorkerHub
 from pbd.worker.launcher import InstanceLauncher, WorkerHandle, WorkerSpec, describe_exit
 from pbd.worker.link import WorkerLink
+from pbd.worker_client.describe import Held
+from pbd.worker_client.releases import PendingReleases
 from pbd_wire import TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 

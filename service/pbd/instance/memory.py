@@ -11,7 +11,8 @@ import numpy as np
 
 from pbd.memory import lent
 from pbd.settings import Settings
-from pbd.types import CudaSlice, LentInputs, OutputTensor, PreparedRequest
+from pbd.types import LentInputs, OutputTensor, PreparedRequest
+from pbd.worker_client.describe import Held, describe_request
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.shm import (
@@ -19,23 +20,14 @@ from pbd_wire.shm import (
     INPUT_ARENA,
     OUTPUT_ARENA,
     Arena,
-    Block,
     SegmentMap,
     remove_instance_segments,
 )
 
 _EMPTY = memoryview(b"")
-# What a batch holds while its worker may read it: its inputs' blocks in the instance's arena,
-# and the inputs a front end lent (``LentInputs``: held once per batch).
-Held = Block | LentInputs
 # Every live instance's memory, by segment-name base: a tensor one instance holds may be passed
 # to another by name (a BLS reply, an ensemble step's input), and come back as its output.
 _LIVE: dict[str, InstanceMemory] = {}
-
-
-def _cuda_ref(ref: wpb.CudaRef, where: CudaSlice) -> None:
-    ref.device_id, ref.ipc_handle = where.device_id, where.ipc_handle
-    ref.generation = where.generation
 
 
 class InstanceMemory:
@@ -105,68 +97,6 @@ class InstanceMemory:
             self._cancel.close(unlink=True)
             self._cancel = None
         self.arena.close()
-
-
-def describe_request(
-    request_id: int,
-    prepared: PreparedRequest,
-    blocks: list[Held],
-    msg: wpb.Request,
-    arena: Arena | None,
-) -> None:
-    """Fill ``msg``, the descriptor of one request: inputs that lie in shared memory already (a
-    client's region, a front end's arena) are named where they are, the others copied into
-    ``arena`` (their blocks appended, so the caller frees them even when a later allocation
-    fails; ValueError without an arena). A front end's direct path describes its requests
-    with this too (``pbd.fronts.direct``)."""
-    msg.request_id = request_id
-    request = prepared.request
-    if request.id:
-        msg.id = request.id
-    if prepared.requested_outputs:
-        msg.requested_outputs.extend(prepared.requested_outputs)
-    if prepared.parameters_json:
-        msg.parameters_json = prepared.parameters_json
-    if prepared.flags:
-        msg.flags = prepared.flags
-    if prepared.timeout_us:
-        msg.timeout_us = prepared.timeout_us
-    if request.bls_call:
-        msg.bls_call = request.bls_call
-    if isinstance(prepared.correlation_id, str):
-        msg.correlation_id_str = prepared.correlation_id
-    else:
-        msg.correlation_id = prepared.correlation_id
-    for name, target in prepared.output_targets.items():
-        out = msg.output_targets.add(
-            name=name, region=target.region, offset=target.offset, byte_size=target.byte_size
-        )
-        if target.cuda is not None:
-            _cuda_ref(out.cuda, target.cuda)
-    if request.lent is not None:  # its placed inputs are read until this batch is freed
-        request.lent.hold()
-        blocks.append(request.lent)
-    for tensor in prepared.inputs:
-        ref = msg.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        if tensor.shm is not None:  # the worker maps the client's region: no copy
-            ref.region, ref.offset, ref.nbytes = (
-                tensor.shm.region,
-                tensor.shm.offset,
-                tensor.shm.byte_size,
-            )
-            if tensor.shm.cuda is not None:
-                _cuda_ref(ref.cuda, tensor.shm.cuda)
-            continue
-        assert tensor.data is not None
-        nbytes = len(tensor.data)
-        ref.nbytes = nbytes
-        if nbytes:
-            if arena is None:
-                raise ValueError(f"input {tensor.name!r} lies in no shared memory")
-            block = arena.allocate(nbytes)
-            blocks.append(block)
-            block.view()[:] = tensor.data
-            ref.region, ref.offset = block.segment.name, block.offset
 
 
 def locate(data: memoryview) -> tuple[str, int] | None:

@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 from pbd.errors import Code, PbdError
-from pbd.instance.memory import Held, InstanceMemory
+from pbd.instance.memory import InstanceMemory
 from pbd.instance.records import InstancePlan
 from pbd.modelconfig.backends import model_file
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.types import PreparedRequest
+from pbd.worker_client.describe import Held
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.shm import ShmExhausted
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 from collections.abc import Callable
 from typing import Any
 
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
 from pbd.instance.memory import InstanceMemory
-from pbd.instance.releases import PendingReleases
 from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferResult, PreparedRequest
+from pbd.worker_client.releases import PendingReleases
+from pbd.worker_client.results import FINAL, json_params, stream_item
 from pbd_wire import worker_pb2 as wpb
-
-FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class _Entry:
@@ -217,29 +215,7 @@ class SentRequests:
                 entry.stream.fail(error)
 
 
-def stream_item(
-    frame: wpb.StreamedResponse, result: Callable[[wpb.Response], InferResult | None]
-) -> StreamResult:
-    """What a response sender's frame brings: its final flag, and its error or the result
-    ``result`` makes of its outputs (None: none to hand on). A front end's direct path reads
-    these frames too (``pbd.fronts.direct``)."""
-    item = StreamResult(final=bool(frame.flags & FINAL))
-    if frame.HasField("response"):
-        response = frame.response
-        if response.HasField("error"):
-            item.error = PbdError(Code.parse(response.error.code), response.error.message)
-        else:
-            item.result = result(response)
-    return item
-
-
 def _placeholder(result: InferResult) -> InferResult:
     return InferResult(result.model_name, result.model_version, result.id, [])
 
 
-def json_params(text: str) -> dict[str, Any]:
-    """A response's parameters, sent as JSON by the worker; {} for none or a non-object."""
-    if not text:
-        return {}
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {}

@@ -10,11 +10,11 @@ from config_samples import parse
 
 from pbd.instance.inflight import InFlightBatches
 from pbd.instance.memory import InstanceMemory
-from pbd.instance.releases import PendingReleases
 from pbd.instance.requests import SentRequests
 from pbd.modelconfig.model import ModelConfig
 from pbd.settings import Settings
 from pbd.stats import ModelStats
+from pbd.worker_client.releases import PendingReleases
 from pbd_wire import worker_pb2 as wpb
 
 DESCRIPTION = "instance 'm_0' of model 'm' version 1"

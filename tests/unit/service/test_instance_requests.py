@@ -12,8 +12,8 @@ from instance_samples import Parts
 from scheduling_samples import prepared
 
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
-from pbd.instance.requests import FINAL
 from pbd.responses import ResponseStream
+from pbd.worker_client.results import FINAL
 from pbd_wire import worker_pb2 as wpb
 
 

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from pbd.instance import error_log
-from pbd.instance.error_log import BURST, ErrorBucket, log_failed_batch
+from pbd.worker_client import error_log
+from pbd.worker_client.error_log import BURST, ErrorBucket, log_failed_batch
 from pbd_wire import worker_pb2 as wpb
 
 WHERE = "instance 'm_0_0' of model 'm' version 3"
