@@ -297,8 +297,8 @@ class Daemon:
             await loading
 
     async def _poll(self) -> None:
-        if self._startup_loads is not None:  # not while startup loads still run
-            await asyncio.shield(self._startup_loads)
+        """Poll mode's loop; it runs beside startup loads still going after
+        --startup-wait-secs (``ModelRepository.poll`` leaves their models to them)."""
         while True:
             await asyncio.sleep(self.settings.repository_poll_secs)
             try:

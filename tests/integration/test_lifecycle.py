@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -249,3 +250,23 @@ def test_a_second_sigint_stops_at_once(tmp_path: Path) -> None:
     finally:
         daemon.stop()
     daemon.assert_clean_exit()
+
+
+def test_poll_mode_polls_while_a_startup_load_hangs(tmp_path: Path) -> None:
+    """--model-control-mode poll: a model added while another's startup load hangs in
+    initialize() (past --startup-wait-secs) is loaded by the poll, not once that load ends."""
+    repo = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    args = ("--model-control-mode=poll", "--repository-poll-secs=0.2", "--startup-wait-secs=1")
+    with running_daemon(repo, tmp_path, *args) as daemon:
+        try:
+            wait_until(lambda: "pbd ready" in daemon.log(), 60, "the end of the startup wait")
+            shutil.copytree(EXAMPLE_MODELS / "add_sub", repo / "add_sub")
+            client = daemon.client()
+            wait_until(lambda: client.is_model_ready("add_sub"), 60, "the poll to load add_sub")
+            add_sub_works(client)
+            assert daemon.index()[("gated", "1")].state == "LOADING"
+        finally:
+            hold.unlink()
+        daemon.wait_settled(["gated", "add_sub"])

@@ -312,17 +312,22 @@ class ModelRepository:
         return failed
 
     async def poll(self) -> None:
-        """One pass of poll mode: load new or changed models, unload removed ones."""
+        """One pass of poll mode: load new or changed models, unload removed ones. A model
+        whose load or unload is in progress (a startup load hung in initialize()) is left to
+        it: the pass does not wait for it, and a later pass sees what changed meanwhile."""
         present = set(self.model_names())
         for name in sorted(present):
             entry = self.entries.get(name)
+            if entry is not None and entry.lock.locked():
+                continue
             if entry is None or model_signature(self.root / name) != entry.signature:
                 try:
                     await self.load(name)
                 except PbdError:
                     pass  # logged by load; the index shows the reason
         for name in sorted(set(self.entries) - present):
-            if self.entries[name].versions:
+            entry = self.entries[name]
+            if entry.versions and not entry.lock.locked():
                 await self.unload(name)
 
     # -- queries -------------------------------------------------------------------------------
