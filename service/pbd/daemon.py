@@ -144,6 +144,8 @@ class Daemon:
         self._stop_deadline = 0.0  # loop time by which loads and requests had their time
         self._startup_loads: asyncio.Future[list[str]] | None = None
         self._fronts_lost = False  # every front end was given up: exit 1
+        # Startup loads that failed after READY=1 (--exit-on-error): the daemon exits with 1.
+        self._late_failures: list[str] = []
 
     def _make_runtime(self, config: ModelConfig, version: int, model_dir: Path) -> VersionRuntime:
         """A version of a model the repository loads (never while the daemon is being built)."""
@@ -271,6 +273,17 @@ class Daemon:
             ", ".join(self._still_loading()),
         )
         return []
+
+    def _exit_if_failed(self, loading: asyncio.Future[list[str]]) -> None:
+        """--exit-on-error for startup loads that ended after READY=1 (past
+        --startup-wait-secs): a failure stops the daemon, exit status 1, as one before."""
+        if loading.cancelled() or self._stop.is_set():
+            return
+        failed = loading.result()
+        if failed:
+            log.error("models failed to load: %s; exiting (--exit-on-error)", ", ".join(failed))
+            self._late_failures.extend(failed)
+            self.request_stop()
 
     async def _finish_startup_loads(self) -> None:
         """On shutdown: startup loads still running get what is left of --exit-timeout-secs
@@ -489,9 +502,14 @@ class Daemon:
             if self.systemd is not None:
                 await self._stop_orphan_units()
             self.notifier.ready()
+            if settings.exit_on_error and self._startup_loads is not None:
+                # Loads that went on after --startup-wait-secs (maybe done by now).
+                self._startup_loads.add_done_callback(self._exit_if_failed)
             await self._stop.wait()
             log.info("shutting down")
             await self._finish_startup_loads()
+            if self._late_failures:
+                code = 1
         await self._decide_detach()
         await self.notifier.stopping(
             "restarting; instances keep running"

@@ -270,3 +270,32 @@ def test_poll_mode_polls_while_a_startup_load_hangs(tmp_path: Path) -> None:
         finally:
             hold.unlink()
         daemon.wait_settled(["gated", "add_sub"])
+
+
+def test_exit_on_error_counts_a_startup_load_that_fails_after_ready(tmp_path: Path) -> None:
+    """--exit-on-error: a startup load still running after --startup-wait-secs (READY=1) that
+    then fails (here initialize() outlives --model-init-timeout-secs) stops the daemon with
+    status 1, as a failure before READY=1 does and as tritonserver exits."""
+    repo = make_repository(
+        tmp_path, {"gated": TEST_MODELS / "gated", "add_sub": EXAMPLE_MODELS / "add_sub"}
+    )
+    hold = repo / "gated" / "hold_initialize"
+    hold.write_text("")
+    args = (
+        "--exit-on-error=true",
+        "--startup-wait-secs=1",
+        "--model-init-timeout-secs=4",
+    )
+    daemon = Daemon(repo, tmp_path, args)
+    try:
+        daemon.start()
+        wait_until(lambda: "pbd ready" in daemon.log(), 60, "the end of the startup wait")
+        assert daemon.process is not None
+        assert daemon.process.wait(timeout=60) == 1, daemon.log_tail()
+        log = daemon.log()
+        assert "models failed to load: gated; exiting (--exit-on-error)" in log, log
+    finally:
+        hold.unlink()
+        daemon.stop()
+    assert daemon.shm_segments() == []
+    assert daemon.alive_seen_workers() == []
