@@ -9,11 +9,17 @@ import socket
 import struct
 
 
-def peer_allowed(transport: asyncio.BaseTransport) -> bool:
-    """The peer's uid (SO_PEERCRED) is ours or root."""
+def peer_credentials(transport: asyncio.BaseTransport) -> tuple[int, int] | None:
+    """(pid, uid) of the process that connected (SO_PEERCRED); None without a socket."""
     sock: socket.socket | None = transport.get_extra_info("socket")
     if sock is None:
-        return False
+        return None
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid in (0, os.getuid())
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+def peer_allowed(transport: asyncio.BaseTransport) -> bool:
+    """The peer's uid (SO_PEERCRED) is ours or root."""
+    creds = peer_credentials(transport)
+    return creds is not None and creds[1] in (0, os.getuid())

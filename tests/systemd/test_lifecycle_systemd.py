@@ -88,7 +88,8 @@ def test_stop_while_start_waits_on_a_hung_initialize(
 def test_restart_storm_then_start(private_systemd: PrivateSystemd) -> None:
     """Quick restarts until systemd's start limit refuses pbd.service: it fails, /run/pbd
     (the socket, the instances' EnvironmentFiles and tokens) is removed, the instance units
-    keep running. The next start must serve every model soon, without a flood of refusals."""
+    keep running. The next start must serve every model soon, without a flood of refusals,
+    and without initializing the models again."""
     systemd = private_systemd
     make_repository(systemd.shared, STORM_MODELS, {"sleepy": ("count: 1", "count: 2")})
     pbd = PbdUnits(systemd, shm_prefix())
@@ -123,6 +124,7 @@ def test_restart_storm_then_start(private_systemd: PrivateSystemd) -> None:
         log = systemd.journal("-u", "pbd*")
         refusals = log.count("refused a worker connection")
         assert refusals <= MAX_REFUSAL_LINES, (refusals, _journal(systemd))
+        assert initialize_count(systemd) == 1, _journal(systemd)  # the orphans kept the model
         systemd.systemctl("stop", "pbd.service")
         assert pbd.worker_units("active,activating,deactivating,failed") == []
         assert pbd.shm_segments() == []
@@ -221,5 +223,41 @@ def test_start_returns_after_the_startup_wait_with_a_hung_initialize(
         assert systemd.show(HUNG_UNIT, "ActiveState")["ActiveState"] == "active"
         systemd.systemctl("stop", "pbd.service")
         assert pbd.worker_units("active,activating,deactivating,failed") == []
+    finally:
+        pbd.close()
+
+
+def test_a_running_unit_whose_token_was_lost_keeps_its_model(
+    private_systemd: PrivateSystemd,
+) -> None:
+    """pbd.service dies for good (SIGKILL, no Restart=): systemd removes /run/pbd, the instances'
+    EnvironmentFiles and tokens with it, and the worker units run on. The next daemon takes each
+    back by its main process, without a second initialize(), and writes its token back, so the
+    daemon after that re-attaches it as usual."""
+    systemd = private_systemd
+    make_repository(systemd.shared, {"counted": MODELS / "counted"})
+    pbd = PbdUnits(systemd, shm_prefix())
+    try:
+        pbd.install()
+        pbd.dropin("pbd.service", "[Service]\nRestart=no\n")
+        systemd.systemctl("start", "pbd.service")
+        (unit,) = pbd.worker_units()
+        pid = pbd.main_pid(unit)
+        systemd.systemctl("kill", "--signal=SIGKILL", "pbd.service")
+        wait_until(
+            lambda: systemd.show("pbd.service", "ActiveState")["ActiveState"] == "failed",
+            30,
+            "pbd.service to fail",
+        )
+        assert systemd.run("test", "-e", "/run/pbd", check=False).returncode != 0
+        for _ in range(2):  # lost tokens, then a plain restart with the token written back
+            systemd.systemctl("restart", "pbd.service")
+            assert pbd.client().is_model_ready("counted"), _journal(systemd)
+            assert pbd.worker_units() == [unit]
+            assert pbd.main_pid(unit) == pid, _journal(systemd)
+        log = pbd.daemon_log()
+        assert log.count("re-attached without re-initializing") == 2, log
+        assert "refused a worker connection" not in log, log
+        assert initialize_count(systemd) == 1, _journal(systemd)
     finally:
         pbd.close()

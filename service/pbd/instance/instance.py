@@ -221,6 +221,9 @@ class Instance:
                     python=env.python if env else "",
                 )
             )
+            vouched = self.launcher.vouched_pid(handle)
+            if vouched:
+                hub.vouch(self.id, vouched)
             for attempt in range(2):
                 conn = self.conn = await connected_or_exited(
                     self.launcher,
@@ -238,7 +241,8 @@ class Instance:
                 if conn.hello.initialized and attempt == 0:
                     log.info("%s: %s", self.describe(), err.message)
                     conn.close()
-                    connected = hub.expect(self.id, token)
+                    # The restarted worker presents the token its unit has now.
+                    connected = hub.expect(self.id, self.launcher.token(self.id))
                     continue
                 if err.traceback:
                     log.error("%s failed to initialize:\n%s", self.describe(), err.traceback)

@@ -7,6 +7,11 @@ it in its model's slice; then it starts the unit over D-Bus and the start job fi
 the worker sent READY=1, i.e. after initialize(). Crashes are restarted by systemd
 (``Restart=on-failure``); the daemon re-attaches to the new process. How a unit ended
 (exit status, signal, watchdog, start limit) comes from the unit's properties.
+
+A running unit whose EnvironmentFile is gone (pbd.service failed, and systemd removed
+/run/pbd with the tokens) keeps its model: systemd names its main process, the worker hub
+takes that process whatever token it presents (``vouched_pid``), and the token it presented
+is written back to its EnvironmentFile (``attached``) for the daemons after this one.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ STOP_REAP_S = 5.0
 class UnitHandle:
     unit: str
     path: str
+    instance_id: str
     started_pid: int = 0  # our worker's process (0: not known yet)
+    token_lost: bool = False  # running, but its token went with its EnvironmentFile
     start_job: asyncio.Future[str] | None = None  # result of our StartUnit job
     pid_before: int = 0  # ExecMainPID before our StartUnit: unchanged = nothing was started
 
@@ -153,17 +160,32 @@ class SystemdLauncher:
         if changed and await self.bus.get(path, UNIT, "NeedDaemonReload"):
             await self.bus.manager("Reload")
         state = await self.bus.get(path, UNIT, "ActiveState")
-        handle = UnitHandle(unit, path)
-        if spec.instance_id in self._new_tokens and state in ("active", "reloading", "activating"):
-            # Running, but its EnvironmentFile was gone (pbd.service failed, e.g. on its start
-            # limit, and systemd removed /run/pbd): its worker holds a token no daemon knows
-            # and could never re-attach. Replace it, once, rather than refuse it forever.
+        handle = UnitHandle(unit, path, spec.instance_id)
+        if spec.instance_id in self._new_tokens and state == "activating":
+            # Its EnvironmentFile was gone (pbd.service failed, e.g. on its start limit, and
+            # systemd removed /run/pbd) while systemd (re)starts it: a process that read the
+            # old file holds a token no daemon knows, and is not initialized yet. Replace it.
             log.warning(
-                "%s is running but its EnvironmentFile (and token) was gone; restarting it", unit
+                "%s is starting but its EnvironmentFile (and token) was gone; restarting it", unit
             )
             await self.stop_unit(unit)
             state = await self.bus.get(path, UNIT, "ActiveState")
+        handle.token_lost = spec.instance_id in self._new_tokens and state in (
+            "active",
+            "reloading",
+        )
         self._new_tokens.discard(spec.instance_id)
+        if handle.token_lost:
+            # Running, initialized, its token gone with its EnvironmentFile: systemd's word
+            # that its main process is this instance's worker stands for the token.
+            handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))
+            log.info(
+                "%s is running (pid %d) but its EnvironmentFile (and token) was gone; "
+                "waiting for that process to re-attach",
+                unit,
+                handle.pid,
+            )
+            return handle
         if state in ("active", "reloading"):
             # Running already: a worker from before a daemon restart. It reconnects by itself.
             handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))
@@ -182,9 +204,21 @@ class SystemdLauncher:
         )
         return handle
 
-    def attached(self, handle: WorkerHandle, pid: int) -> None:
+    def vouched_pid(self, handle: WorkerHandle) -> int:
+        assert isinstance(handle, UnitHandle)
+        return handle.started_pid if handle.token_lost else 0
+
+    def attached(self, handle: WorkerHandle, pid: int, token: str) -> None:
         assert isinstance(handle, UnitHandle)
         handle.started_pid = pid
+        if handle.token_lost:
+            # The worker keeps the token it was started with: the EnvironmentFile names it
+            # again, for the next daemon and for a restart of the unit.
+            handle.token_lost = False
+            path = self._env_path(handle.instance_id)
+            values = {**units.read_env_file(path), TOKEN_ENV: token}
+            units.write_private(path, units.env_file_text(values))
+            self._tokens[handle.instance_id] = token
 
     async def exit_of(self, handle: UnitHandle) -> UnitExit | None:
         """How the unit's main process ended, when it has (None while it runs)."""
@@ -255,7 +289,7 @@ class SystemdLauncher:
         assert isinstance(handle, UnitHandle)
         if await self.wait(handle, grace) is None:
             await self.stop_unit(handle.unit)
-        self._tokens.pop(units.unescape(handle.unit[len("pbd-worker@") : -len(".service")]), None)
+        self._tokens.pop(handle.instance_id, None)
         return await self.exit_of(handle)
 
     async def own_job(self) -> str:

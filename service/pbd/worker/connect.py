@@ -27,7 +27,8 @@ async def connected_or_exited(
     if connected in done:
         exited.cancel()
         link = connected.result()
-        launcher.attached(handle, link.pid)
+        assert link.hello is not None  # the hub hands over a link after its hello
+        launcher.attached(handle, link.pid, link.hello.token)
         return link
     connected.cancel()
     status = exited.result()

@@ -2,6 +2,9 @@
 
 A worker proves who it is with the instance id and the one-time token the daemon put in its
 environment; the peer's uid (SO_PEERCRED) must be ours or root. Anything else is dropped.
+A launcher may vouch for a process instead (``vouch``: a systemd unit's main process whose
+token was lost with its EnvironmentFile): that process, as SO_PEERCRED names it, is taken
+whatever token it presents.
 Each accepted connection is a :class:`~pbd.worker.link.WorkerLink`.
 """
 
@@ -16,7 +19,7 @@ import socket
 from typing import Any
 
 from pbd.errors import unavailable
-from pbd.peercred import peer_allowed
+from pbd.peercred import peer_allowed, peer_credentials
 from pbd.worker.link import WorkerLink
 from pbd_wire.framing import socket_address
 
@@ -33,6 +36,7 @@ class WorkerHub:
         self.address = address
         self._server: asyncio.AbstractServer | None = None
         self._pending: dict[str, tuple[str, asyncio.Future[WorkerLink]]] = {}
+        self._vouched: dict[str, int] = {}  # instance id -> the pid its launcher vouches for
         self._refusals: dict[str, int] = {}  # refusals so far, by what was wrong
 
     async def start(self) -> None:
@@ -66,10 +70,16 @@ class WorkerHub:
         """A future that gets the connection of the worker that presents ``token``."""
         future: asyncio.Future[WorkerLink] = asyncio.get_running_loop().create_future()
         self._pending[instance_id] = (token, future)
+        self._vouched.pop(instance_id, None)
         return future
+
+    def vouch(self, instance_id: str, pid: int) -> None:
+        """The worker ``expect`` waits for is process ``pid``, whatever token it presents."""
+        self._vouched[instance_id] = pid
 
     def forget(self, instance_id: str) -> None:
         self._pending.pop(instance_id, None)
+        self._vouched.pop(instance_id, None)
 
     def _on_connect(self, link: WorkerLink) -> None:
         """A worker connected: its first message must be a Hello with the right token."""
@@ -94,9 +104,12 @@ class WorkerHub:
                 log.debug("worker %r connected before it was expected", hello.instance)
                 link.close()
                 return
-            if not hmac.compare_digest(pending[0], hello.token):
+            if not hmac.compare_digest(pending[0], hello.token) and not self._vouched_for(
+                link, hello.instance
+            ):
                 raise ValueError(f"bad token for {hello.instance!r}")
             _token, future = self._pending.pop(hello.instance)
+            self._vouched.pop(hello.instance, None)
             if future.done():
                 raise ValueError("instance no longer waits for a worker")
             link.hello, link.pid = hello, hello.pid
@@ -104,6 +117,12 @@ class WorkerHub:
         except Exception as exc:  # noqa: BLE001 - a stranger on the socket must not hurt us
             self._refused(str(exc) or type(exc).__name__)
             link.close()
+
+    def _vouched_for(self, link: WorkerLink, instance_id: str) -> bool:
+        assert link.transport is not None
+        vouched = self._vouched.get(instance_id, 0)
+        creds = peer_credentials(link.transport)
+        return vouched != 0 and creds is not None and creds[0] == vouched
 
     def _refused(self, why: str) -> None:
         if len(self._refusals) > 1024:  # strangers naming ever new instances: start over

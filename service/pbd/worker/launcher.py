@@ -100,8 +100,13 @@ class InstanceLauncher(Protocol):
         ...
 
     async def start(self, spec: WorkerSpec) -> WorkerHandle: ...
-    def attached(self, handle: WorkerHandle, pid: int) -> None:
-        """The worker of ``handle`` connected: its process is ``pid``."""
+    def vouched_pid(self, handle: WorkerHandle) -> int:
+        """A running process the launcher knows is the worker of ``handle`` though its token
+        is not known any more (0: none; the worker proves itself with its token)."""
+        ...
+
+    def attached(self, handle: WorkerHandle, pid: int, token: str) -> None:
+        """The worker of ``handle`` connected: its process is ``pid``, presenting ``token``."""
         ...
 
     async def stop(self, handle: WorkerHandle, grace: float) -> WorkerExit | None:
@@ -168,8 +173,11 @@ class ProcessLauncher:
         code = handle.process.returncode
         return None if code is None else ExitStatus(code)
 
-    def attached(self, handle: WorkerHandle, pid: int) -> None:
-        pass  # our child: its pid is known from the start
+    def vouched_pid(self, handle: WorkerHandle) -> int:
+        return 0  # every child is started with a token of this daemon
+
+    def attached(self, handle: WorkerHandle, pid: int, token: str) -> None:
+        pass  # our child: its pid and token are known from the start
 
     async def abort(self, handle: WorkerHandle) -> None:
         await self.stop(handle, 0.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -77,6 +78,44 @@ def test_anyone_else_is_dropped(first: wpb.WorkerToDaemon) -> None:
         connected = hub.expect("m/1/m_0", "secret")
         reader, writer = await connect(hub, first)
         assert await reader.read() == b""  # the hub closed the connection
+        assert not connected.done()
+        writer.close()
+        await writer.wait_closed()
+        hub.forget("m/1/m_0")
+
+    run(test)
+
+
+@pytest.mark.parametrize("vouched", [True, False])
+def test_a_process_its_launcher_vouches_for_is_taken_with_any_token(vouched: bool) -> None:
+    """A systemd unit's main process whose token was lost: the hub takes that process (by
+    SO_PEERCRED, not by what its hello says) with the token it has; any other is dropped."""
+
+    async def test(hub: WorkerHub) -> None:
+        connected = hub.expect("m/1/m_0", "new-secret")
+        hub.vouch("m/1/m_0", os.getpid() if vouched else os.getpid() + 1)
+        reader, writer = await connect(hub, hello("m/1/m_0", "old-secret", pid=os.getpid() + 1))
+        if vouched:
+            link = await connected
+            assert link.hello is not None and link.hello.token == "old-secret"
+            link.close()
+        else:
+            assert await reader.read() == b""
+            assert not connected.done()
+            hub.forget("m/1/m_0")
+        writer.close()
+        await writer.wait_closed()
+
+    run(test)
+
+
+def test_a_vouch_lasts_for_one_expected_connection() -> None:
+    async def test(hub: WorkerHub) -> None:
+        hub.expect("m/1/m_0", "secret")
+        hub.vouch("m/1/m_0", os.getpid())
+        connected = hub.expect("m/1/m_0", "secret")  # expected again: a fresh worker
+        reader, writer = await connect(hub, hello("m/1/m_0", "old-secret"))
+        assert await reader.read() == b""
         assert not connected.done()
         writer.close()
         await writer.wait_closed()

@@ -151,8 +151,12 @@ class FakeLauncher:
         self.workers.append(worker)
         return FakeHandle(worker)
 
-    def attached(self, handle: WorkerHandle, pid: int) -> None:
+    def vouched_pid(self, handle: WorkerHandle) -> int:
+        return 0
+
+    def attached(self, handle: WorkerHandle, pid: int, token: str) -> None:
         assert isinstance(handle, FakeHandle) and pid == handle.worker.pid
+        assert token == self.token(handle.worker.spec.instance_id)
 
     async def wait(self, handle: WorkerHandle, timeout: float) -> ExitStatus | None:
         assert isinstance(handle, FakeHandle)
