@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from pbd_harness import Daemon, error_of, infer_input, make_repository, running_daemon, wait_until
 
-MODEL = Path(__file__).resolve().parent / "warmup_models" / "warmup_record"
+MODELS = Path(__file__).resolve().parent / "warmup_models"
+MODEL = MODELS / "warmup_record"
 FILE_A = struct.pack("<4f", 1.5, 2.5, 3.5, 4.5) + b"ignored: past the 16 bytes asked for"
 FILE_S = b"".join(struct.pack("<I", len(s)) + s for s in (b"hello", b"wo"))
 ZEROS = {"A": ["float32", [1, 4], [0.0] * 4], "S": ["object", [1, 2], ["", ""]]}
@@ -68,7 +70,8 @@ VARIANTS = {
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     workdir = tmp_path_factory.mktemp("warmup")
-    repository = make_repository(workdir, {name: MODEL for name in ["warmup_record", *VARIANTS]})
+    models = {name: MODEL for name in ["warmup_record", *VARIANTS]}
+    repository = make_repository(workdir, {**models, "warmup_hold": MODELS / "warmup_hold"})
     for name, config in VARIANTS.items():
         (repository / name / "config.pbtxt").write_text(config)
     for name in ("warmup_record", "warmup_short_file"):
@@ -128,6 +131,41 @@ def test_a_restarted_instance_warms_up_again(
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: executions() == before + 4, 60, "the replacement's warmup")
     assert pid not in daemon.workers_of("warmup_record")
+
+
+def test_a_restarted_instance_is_not_ready_until_its_warmup_ends(
+    client: grpcclient.InferenceServerClient, daemon: Daemon
+) -> None:
+    model_dir = daemon.repository / "warmup_hold"
+    client.load_model("warmup_hold")
+    assert client.is_model_ready("warmup_hold")
+    http = httpclient.InferenceServerClient(daemon.http_url)
+    hold = model_dir / "hold"
+    hold.touch()  # the replacement's warmup waits until the file goes
+    try:
+        (pid,) = daemon.workers_of("warmup_hold")
+        os.kill(pid, signal.SIGKILL)
+
+        def replacement() -> int:
+            started = [p for p in model_dir.glob("warmup-started.*") if p.suffix != f".{pid}"]
+            return int(started[0].suffix[1:]) if started else 0
+
+        new_pid = wait_until(replacement, 60, "the replacement's warmup to start")
+        for _ in range(20):  # the warmup is held: none of these may see the model ready
+            assert not (model_dir / f"warmup-ended.{new_pid}").exists()
+            assert client.is_model_ready("warmup_hold") is False
+            assert http.is_model_ready("warmup_hold") is False
+            error = error_of(lambda: client.infer("warmup_hold", [_x(1.0)], client_timeout=0.2))
+            assert error.status() in {"StatusCode.DEADLINE_EXCEEDED", "StatusCode.UNAVAILABLE"}
+    finally:
+        hold.unlink()
+    wait_until(lambda: client.is_model_ready("warmup_hold"), 60, "the model to be ready again")
+    assert (model_dir / f"warmup-ended.{new_pid}").exists()
+    assert client.infer("warmup_hold", [_x(2.0)]).as_numpy("Y").tolist() == [2.0]
+
+
+def _x(value: float) -> grpcclient.InferInput:
+    return infer_input("X", np.array([value], np.float32), "FP32")
 
 
 def _expected(daemon: Daemon, model: str) -> str:
