@@ -14,6 +14,7 @@ import pytest
 from conftest import EXAMPLE_MODELS, INTEGRATION_MODELS, MODELS, make_repository, shm_prefix
 from pbd_units import PbdUnits, initialize_count, wait_until
 from private_systemd import PrivateSystemd
+from tritonclient.utils import InferenceServerException
 
 EXIT_TIMEOUT_S = 3.0
 # docs/systemd.md: a stop at any point of start-up is done within --exit-timeout-secs plus
@@ -259,5 +260,47 @@ def test_a_running_unit_whose_token_was_lost_keeps_its_model(
         assert log.count("re-attached without re-initializing") == 2, log
         assert "refused a worker connection" not in log, log
         assert initialize_count(systemd) == 1, _journal(systemd)
+    finally:
+        pbd.close()
+
+
+def _warmup_executions(systemd: PrivateSystemd, pid: int) -> int:
+    journal = systemd.journal("-u", "pbd-worker@warmup_logged*")
+    return journal.count(f"warmup_logged: warmup execution in pid {pid}\n")
+
+
+def test_a_worker_adopted_mid_warmup_is_warmed_up_before_it_is_ready(
+    private_systemd: PrivateSystemd,
+) -> None:
+    """The daemon dies (SIGKILL) while an instance runs its model_warmup (the first of the
+    sample's 2 executions); systemd restarts pbd and the new daemon adopts the worker. It was
+    never warmed up to the end: the new daemon runs the samples again before ModelReady says
+    true (it said true at once, the second execution never ran)."""
+    systemd = private_systemd
+    repository = make_repository(systemd.shared, {"warmup_logged": MODELS / "warmup_logged"})
+    hold = repository / "warmup_logged" / "hold_warmup"
+    hold.write_text("")
+    pbd = PbdUnits(systemd, shm_prefix())
+    try:
+        pbd.install()
+        systemd.systemctl("start", "--no-block", "pbd.service")
+        unit = wait_until(pbd.worker_units, 60, "the instance unit")[0]
+        pid = pbd.main_pid(unit)
+        wait_until(lambda: _warmup_executions(systemd, pid) == 1, 60, "the held warmup")
+        systemd.systemctl("kill", "--signal=SIGKILL", "pbd.service")
+        hold.unlink()  # the worker's execution returns; it re-attaches to the next daemon
+        client = pbd.client()
+
+        def ready() -> bool:
+            try:
+                return bool(client.is_model_ready("warmup_logged"))
+            except InferenceServerException:
+                return False  # the daemon is down or not listening yet
+
+        wait_until(ready, 60, "warmup_logged ready under the restarted daemon")
+        # 1, then 2 again (the journal may lag the worker's stderr by a moment).
+        wait_until(lambda: _warmup_executions(systemd, pid) == 3, 10, "the second warmup")
+        assert pbd.main_pid(unit) == pid, _journal(systemd)
+        assert "re-attached without re-initializing" in pbd.daemon_log(), _journal(systemd)
     finally:
         pbd.close()

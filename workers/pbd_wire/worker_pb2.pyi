@@ -262,12 +262,18 @@ class FrontHello(_message.Message):
     def __init__(self, token: _Optional[str] = ..., front: _Optional[int] = ...) -> None: ...
 
 class Initialized(_message.Message):
-    __slots__ = ("error", "adopted")
+    __slots__ = ("error", "adopted", "warmed_up")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    WARMED_UP_FIELD_NUMBER: _ClassVar[int]
     error: Error
     adopted: bool
-    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., adopted: _Optional[bool] = ...) -> None: ...
+    warmed_up: bool
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., adopted: _Optional[bool] = ..., warmed_up: _Optional[bool] = ...) -> None: ...
+
+class WarmedUp(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Finalize(_message.Message):
     __slots__ = ()
@@ -490,7 +496,7 @@ class BlsControl(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., op: _Optional[str] = ..., model_name: _Optional[str] = ..., config: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., version: _Optional[str] = ..., unload_dependents: _Optional[bool] = ...) -> None: ...
 
 class DaemonToWorker(_message.Message):
-    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed", "pool_grant", "front_hello")
+    __slots__ = ("initialize", "execute", "release", "finalize", "settings", "metric_reply", "cancel", "auto_complete", "ready_query", "bls_reply", "cuda_closed", "pool_grant", "front_hello", "warmed_up")
     INITIALIZE_FIELD_NUMBER: _ClassVar[int]
     EXECUTE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -504,6 +510,7 @@ class DaemonToWorker(_message.Message):
     CUDA_CLOSED_FIELD_NUMBER: _ClassVar[int]
     POOL_GRANT_FIELD_NUMBER: _ClassVar[int]
     FRONT_HELLO_FIELD_NUMBER: _ClassVar[int]
+    WARMED_UP_FIELD_NUMBER: _ClassVar[int]
     initialize: Initialize
     execute: Execute
     release: Release
@@ -517,7 +524,8 @@ class DaemonToWorker(_message.Message):
     cuda_closed: CudaRegionsClosed
     pool_grant: PoolGrant
     front_hello: FrontHello
-    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ..., pool_grant: _Optional[_Union[PoolGrant, _Mapping]] = ..., front_hello: _Optional[_Union[FrontHello, _Mapping]] = ...) -> None: ...
+    warmed_up: WarmedUp
+    def __init__(self, initialize: _Optional[_Union[Initialize, _Mapping]] = ..., execute: _Optional[_Union[Execute, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., finalize: _Optional[_Union[Finalize, _Mapping]] = ..., settings: _Optional[_Union[RuntimeSettings, _Mapping]] = ..., metric_reply: _Optional[_Union[MetricReply, _Mapping]] = ..., cancel: _Optional[_Union[CancelRequests, _Mapping]] = ..., auto_complete: _Optional[_Union[AutoComplete, _Mapping]] = ..., ready_query: _Optional[_Union[ReadyQuery, _Mapping]] = ..., bls_reply: _Optional[_Union[BlsReply, _Mapping]] = ..., cuda_closed: _Optional[_Union[CudaRegionsClosed, _Mapping]] = ..., pool_grant: _Optional[_Union[PoolGrant, _Mapping]] = ..., front_hello: _Optional[_Union[FrontHello, _Mapping]] = ..., warmed_up: _Optional[_Union[WarmedUp, _Mapping]] = ...) -> None: ...
 
 class WorkerToDaemon(_message.Message):
     __slots__ = ("hello", "initialized", "result", "heartbeat", "finalized", "spans", "metrics", "exiting", "streamed", "auto_completed", "ready_reply", "bls_call", "bls_done", "bls_control", "bls_cancel", "pool_alloc")

@@ -93,6 +93,7 @@ class WorkerRuntime:
         self.loop = self.aio.loop
         self.model: Any = None
         self.fingerprint = ""
+        self.warmed_up = False  # a daemon ran the model_warmup samples here (WarmedUp)
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
@@ -244,6 +245,8 @@ class WorkerRuntime:
             return  # nothing else comes from a front link (FrontLink.problem)
         elif kind == "settings":
             self._apply_settings(message.settings)
+        elif kind == "warmed_up":
+            self.warmed_up = True
         elif kind == "cuda_closed" and self.executor is not None:
             self.executor.forget_cuda_regions(list(message.cuda_closed.generations))
         elif kind == "initialize":
@@ -458,7 +461,7 @@ class WorkerRuntime:
         self.bls.cuda.close()  # the old daemon's pools and its clients' registrations
         self.bls.bind(self.inputs, self.outputs)
         log.info("re-attached to a new daemon without re-initializing the model")
-        return wpb.Initialized(adopted=True)
+        return wpb.Initialized(adopted=True, warmed_up=self.warmed_up)
 
     def _attach_cancel_flags(self, init: wpb.Initialize, shm_dir: str) -> None:
         if self.live.flags is not None:

@@ -197,9 +197,10 @@ class Instance:
         """Launch the worker and run initialize(); raises PbdError with the model's error.
 
         Under systemd the worker may already run, initialized for the previous daemon: it
-        re-attaches (``adopted``) without initialize() when the model and arguments match; a
-        worker of an older configuration exits instead, and systemd starts a fresh one. Once
-        ready, the instance tells ``on_capacity`` that it can take work."""
+        re-attaches (``adopted``) without initialize() when the model and arguments match (and
+        without model_warmup when an earlier daemon saw its warmup end); a worker of an older
+        configuration exits instead, and systemd starts a fresh one. Once ready (warmed up),
+        the instance tells ``on_capacity`` that it can take work."""
         began = time.perf_counter()
         self._loop = asyncio.get_running_loop()
         hub = self.services.hub
@@ -207,6 +208,7 @@ class Instance:
         warmup = warmup_samples(self.config, self.model_dir)
         token = self.launcher.token(self.id)
         connected = hub.expect(self.id, token)
+        warmed_up = False  # an adopted worker's earlier daemon saw its warmup end
         routes = self.services.routes
         if routes is not None:
             self.front = routes.socket_for(self)
@@ -234,7 +236,7 @@ class Instance:
                 )
                 reply = await self._initialize(conn)
                 if not reply.HasField("error"):
-                    self.adopted = reply.adopted
+                    self.adopted, warmed_up = reply.adopted, reply.warmed_up
                     break
                 err = reply.error
                 assert conn.hello is not None  # the hub hands over a link after its hello
@@ -255,7 +257,9 @@ class Instance:
         self.state = State.READY
         self.last_seen = self._loop.time()
         conn.attach(self.on_message)
-        if warmup and not self.adopted:
+        if warmup and not warmed_up:
+            # An adopted worker whose warmup an earlier daemon did not see end (it died
+            # meanwhile) runs it again: it counts as ready only once warmed up.
             await self._warm_up(warmup)
         log.info(
             "%s ready in %.1f ms (pid %s%s)",
@@ -331,6 +335,7 @@ class Instance:
             raise
         finally:
             self.warming = False
+        self._tell(wpb.DaemonToWorker(warmed_up=wpb.WarmedUp()))
 
     # -- running -------------------------------------------------------------------------------
 

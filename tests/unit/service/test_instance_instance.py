@@ -49,6 +49,7 @@ def run(
     test: Callable[[Instance, FakeLauncher, Room], Awaitable[None]],
     launcher: FakeLauncher | None = None,
     start: bool = True,
+    config: str = "",
     **settings: object,
 ) -> None:
     async def main() -> None:
@@ -63,7 +64,7 @@ def run(
         )
         room = Room()
         instance = Instance(
-            config=model_config(),
+            config=model_config(config),
             version=1,
             model_dir=tmp_path / "m",
             plan=InstancePlan("m_0", "CPU", 0),
@@ -134,6 +135,45 @@ def test_a_heartbeat_ahead_of_initialized_is_no_reply(tmp_path: Path) -> None:
         assert instance.state is State.READY and instance.executed == 7
 
     run(tmp_path, test, FakeLauncher(on_frame=heartbeat_first), start=False)
+
+
+WARMUP = (
+    'model_warmup [ { name: "w" batch_size: 1 '
+    'inputs { key: "X" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ]'
+)
+
+
+@pytest.mark.parametrize("warmed_up", [False, True])
+def test_an_adopted_worker_is_warmed_up_unless_a_daemon_saw_its_warmup_end(
+    tmp_path: Path, warmed_up: bool
+) -> None:
+    """A daemon that died during model_warmup left a worker that a new daemon adopts: it runs
+    the samples before the instance is ready, and tells the worker once they ran."""
+
+    def adopted(worker: FakeWorker, message: wpb.DaemonToWorker) -> None:
+        if message.WhichOneof("kind") == "initialize":
+            reply = wpb.Initialized(adopted=True, warmed_up=warmed_up)
+            worker.send(wpb.WorkerToDaemon(initialized=reply))
+            return
+        worker.answer(message)
+
+    async def test(instance: Instance, launcher: FakeLauncher, room: Room) -> None:
+        (worker,) = launcher.workers
+        assert instance.adopted and instance.state is State.READY and not instance.warming
+        expected = ["settings", "initialize"]
+        if not warmed_up:
+            expected += ["execute", "warmed_up"]
+        assert kinds(worker) == expected
+
+    run(tmp_path, test, FakeLauncher(on_frame=adopted), config=WARMUP)
+
+
+def test_a_fresh_worker_is_told_once_its_warmup_ran(tmp_path: Path) -> None:
+    async def test(instance: Instance, launcher: FakeLauncher, room: Room) -> None:
+        (worker,) = launcher.workers
+        assert kinds(worker) == ["settings", "initialize", "execute", "warmed_up"]
+
+    run(tmp_path, test, config=WARMUP)
 
 
 def test_a_lone_request_is_answered_where_its_result_is_read(tmp_path: Path) -> None:

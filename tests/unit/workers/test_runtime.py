@@ -239,6 +239,19 @@ def test_heartbeats_go_only_while_a_daemon_has_taken_the_worker(
     assert daemon.read().WhichOneof("kind") == "heartbeat"
 
 
+def test_an_adopted_worker_says_whether_a_daemon_saw_its_warmup_end(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """A daemon that died during model_warmup never sent WarmedUp: the next one is told so,
+    and warms the model up before it counts as ready."""
+    assert not daemon.initialize(model_dir, {"name": "m"}).HasField("error")
+    adopted = daemon.initialize(model_dir, {"name": "m"})  # a new daemon, mid-warmup before
+    assert adopted.adopted and not adopted.warmed_up
+    daemon.send(warmed_up=wpb.WarmedUp())
+    adopted = daemon.initialize(model_dir, {"name": "m"})
+    assert adopted.adopted and adopted.warmed_up
+
+
 def test_reconnect_waits_double_with_jitter_and_start_over_once_taken(
     daemon: Daemon, model_dir: Path
 ) -> None:
