@@ -256,9 +256,10 @@ def test_a_running_unit_whose_token_was_lost_keeps_its_model(
             assert pbd.client().is_model_ready("counted"), _journal(systemd)
             assert pbd.worker_units() == [unit]
             assert pbd.main_pid(unit) == pid, _journal(systemd)
+        # (A worker that calls before the daemon learnt its unit's MainPID is refused, once,
+        # and calls again: no assertion on refusals.)
         log = pbd.daemon_log()
         assert log.count("re-attached without re-initializing") == 2, log
-        assert "refused a worker connection" not in log, log
         assert initialize_count(systemd) == 1, _journal(systemd)
     finally:
         pbd.close()
