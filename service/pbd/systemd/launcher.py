@@ -175,21 +175,15 @@ class SystemdLauncher:
             "reloading",
         )
         self._new_tokens.discard(spec.instance_id)
-        if handle.token_lost:
-            # Running, initialized, its token gone with its EnvironmentFile: systemd's word
-            # that its main process is this instance's worker stands for the token.
-            handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))
-            log.info(
-                "%s is running (pid %d) but its EnvironmentFile (and token) was gone; "
-                "waiting for that process to re-attach",
-                unit,
-                handle.pid,
-            )
-            return handle
         if state in ("active", "reloading"):
-            # Running already: a worker from before a daemon restart. It reconnects by itself.
+            # Running already: a worker from before a daemon restart. It reconnects by itself;
+            # if its token went with its EnvironmentFile, systemd's word that the unit's main
+            # process is this instance's worker stands for the token (``vouched_pid``).
             handle.started_pid = int(await self.bus.get(path, SERVICE, "MainPID"))
-            log.info("%s is running (pid %d); waiting for it to re-attach", unit, handle.pid)
+            lost = " (its EnvironmentFile and token were gone)" if handle.token_lost else ""
+            log.info(
+                "%s is running (pid %d)%s; waiting for it to re-attach", unit, handle.pid, lost
+            )
             return handle
         if state == "activating":
             # systemd restarts it on its own (Restart=, after a crash): another start job
