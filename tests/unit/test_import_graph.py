@@ -51,6 +51,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("pbd.settings", "pbd.inference_plane"),
     # Settings as the daemon's log and Triton's command line put them; the sockets they name.
     ("pbd.logsettings", "pbd.triton_flags", "pbd.listeners"),
+    # What the edges' other routes need of the daemon (the dataplane is its implementation).
+    ("pbd.control_plane",),
     # A worker process (launched, connected); one model instance in it; one model version
     # (its instances, queue and dispatch); then the repository of models over them.
     # The caller's half of the worker protocol, for every process that sends requests to
@@ -135,8 +137,8 @@ EDGES_MAY_IMPORT = (
     "pbd.logsettings",
     "pbd.tracing",
     "pbd.answer",
-    "pbd.dataplane",
     "pbd.inference_plane",  # what the inference routes need of the daemon, wherever it is
+    "pbd.control_plane",  # what the other routes need of it (the daemon's DataPlane)
     "pbd.listeners",  # the public sockets, bound once
     "pbd.restrictions",  # the API groups a header guards, on either binding
     "pbd_wire",
@@ -231,6 +233,72 @@ def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
     ]
     assert layer_of("pbd") == ("pbd", 2)
     assert layer_of("pbd.somewhere_new.module") == ("", -1)  # not under ``pbd``'s own layer
+
+
+# A front-end process runs the edges and the direct path; the daemon's data plane (its
+# repository, versions, instances, queues, worker processes, BLS, ensembles, cache,
+# metrics) stays out of it: what it needs of the daemon comes over its link.
+FRONT_END_PROCESS = "pbd.fronts.front"
+FRONT_END_MAY_NOT_IMPORT = (
+    "pbd.dataplane",
+    "pbd.repository",
+    "pbd.version",
+    "pbd.instance",
+    "pbd.scheduling",
+    "pbd.worker",
+    "pbd.systemd",
+    "pbd.bls",
+    "pbd.ensemble",
+    "pbd.cache",
+    "pbd.metrics",
+    "pbd.status_line",
+    "pbd.daemon",
+)
+
+
+def imported_by(graph: dict[str, set[str]], root: str) -> dict[str, str]:
+    """Every module ``root`` imports, directly or not, with the module that imports it."""
+    seen: dict[str, str] = {}
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        for target in graph.get(module, ()):
+            if target not in seen and target != root:
+                seen[target] = module
+                stack.append(target)
+    return seen
+
+
+def test_a_front_end_process_imports_none_of_the_daemons_data_plane() -> None:
+    imported = imported_by(import_graph(), FRONT_END_PROCESS)
+    found = []
+    for module, importer in sorted(imported.items()):
+        if layer_of(module)[0] in FRONT_END_MAY_NOT_IMPORT:
+            chain = [module, importer]
+            while chain[-1] in imported:
+                chain.append(imported[chain[-1]])
+            found.append(" <- ".join(chain))
+    assert not found, "the front-end process imports the daemon's data plane:\n" + "\n".join(
+        found
+    )
+
+
+def test_the_front_end_check_finds_an_import_through_an_edge() -> None:
+    graph = {
+        FRONT_END_PROCESS: {"pbd.grpc.server"},
+        "pbd.grpc.server": {"pbd.dataplane"},
+        "pbd.dataplane": {"pbd.instance.instance"},
+    }
+    imported = imported_by(graph, FRONT_END_PROCESS)
+    assert imported == {
+        "pbd.grpc.server": FRONT_END_PROCESS,
+        "pbd.dataplane": "pbd.grpc.server",
+        "pbd.instance.instance": "pbd.dataplane",
+    }
+    assert {layer_of(m)[0] for m in imported} & set(FRONT_END_MAY_NOT_IMPORT) == {
+        "pbd.dataplane",
+        "pbd.instance",
+    }
 
 
 def test_the_edges_reach_the_daemon_only_through_the_dataplane() -> None:

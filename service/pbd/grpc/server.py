@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 
-from pbd.dataplane import DataPlane
+from pbd.control_plane import ControlPlane
 from pbd.grpc.calls import Calls
 from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
@@ -154,7 +154,7 @@ class GrpcServer:
         await asyncio.sleep(0)
 
 
-def build_server(dataplane: DataPlane, settings: Settings) -> GrpcServer:
+def build_server(dataplane: ControlPlane, settings: Settings) -> GrpcServer:
     """The server, not listening yet. OSError or ValueError for a bad TLS or restriction flag."""
     restrictions = grpc_restrictions(settings.grpc_restricted_protocol)
     buffer = settings.grpc_stream_buffer_bytes

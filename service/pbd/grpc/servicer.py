@@ -19,7 +19,7 @@ import grpc
 from pbd._proto import grpc_service_pb2 as pb
 from pbd._proto import health_pb2
 from pbd.answer import answer_request
-from pbd.dataplane import DataPlane
+from pbd.control_plane import ControlPlane
 from pbd.errors import PbdError
 from pbd.grpc import convert
 from pbd.grpc.calls import Method
@@ -131,7 +131,7 @@ class InferenceRpcs:
 class InferenceServicer(InferenceRpcs):
     """Every RPC, over the daemon's dataplane."""
 
-    def __init__(self, dataplane: DataPlane, stream_buffer_bytes: int = 0) -> None:
+    def __init__(self, dataplane: ControlPlane, stream_buffer_bytes: int = 0) -> None:
         super().__init__(dataplane, stream_buffer_bytes)
         self.dp = dataplane
 

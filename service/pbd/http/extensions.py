@@ -21,7 +21,7 @@ from pbd.errors import Code, PbdError
 from pbd.logsettings import HTTP
 
 if TYPE_CHECKING:
-    from pbd.dataplane import DataPlane
+    from pbd.control_plane import ControlPlane
 
 Respond = Callable[[Any, web.Request], web.Response]
 _UINT32 = 2**32
@@ -29,7 +29,7 @@ _UINT32 = 2**32
 _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file")
 
 
-def add_routes(app: web.Application, dp: DataPlane, respond: Respond) -> None:
+def add_routes(app: web.Application, dp: ControlPlane, respond: Respond) -> None:
     """GET answers the settings; POST changes them first (Triton serves no other method)."""
 
     async def logging_(request: web.Request) -> web.Response:

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from pbd.dataplane import DataPlane
+from pbd.control_plane import ControlPlane
 from pbd.errors import Code, PbdError
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode, generate_answer, parse_generate_request
@@ -45,7 +45,7 @@ ONE_RESPONSE = (
 )
 
 
-def add_routes(app: web.Application, dp: DataPlane, stream_buffer_bytes: int) -> None:
+def add_routes(app: web.Application, dp: ControlPlane, stream_buffer_bytes: int) -> None:
     endpoints = Generate(dp, stream_buffer_bytes)
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         app.router.add_post(base + "/generate", endpoints.generate)
@@ -53,7 +53,7 @@ def add_routes(app: web.Application, dp: DataPlane, stream_buffer_bytes: int) ->
 
 
 class Generate:
-    def __init__(self, dp: DataPlane, stream_buffer_bytes: int) -> None:
+    def __init__(self, dp: ControlPlane, stream_buffer_bytes: int) -> None:
         self.dp = dp
         self.stream_buffer_bytes = stream_buffer_bytes
 

@@ -46,7 +46,7 @@ from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
 
 if TYPE_CHECKING:
-    from pbd.dataplane import DataPlane
+    from pbd.control_plane import ControlPlane
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SHUTDOWN_S = 60.0  # aiohttp's shutdown_timeout: a request being answered at stop gets it
@@ -67,7 +67,7 @@ class HttpFrontend:
 
     def __init__(
         self,
-        dataplane: DataPlane | None,
+        dataplane: ControlPlane | None,
         settings: Settings,
         plane: InferencePlane | None = None,
         proxy: Handler | None = None,
@@ -94,7 +94,7 @@ class HttpFrontend:
         return cls(None, settings, plane, proxy)
 
     @property
-    def dp(self) -> DataPlane:
+    def dp(self) -> ControlPlane:
         """The daemon's dataplane: only the routes that need it are served where it is."""
         assert self._control is not None, "a control route was served by a front end"
         return self._control

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from pbd.dataplane import DataPlane
+from pbd.control_plane import ControlPlane
 from pbd.errors import Code, PbdError
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode
@@ -60,7 +60,7 @@ CONVENTION = (
 
 
 def add_routes(
-    app: web.Application, dp: DataPlane, stream_buffer_bytes: int, api_keys: Sequence[str] = ()
+    app: web.Application, dp: ControlPlane, stream_buffer_bytes: int, api_keys: Sequence[str] = ()
 ) -> None:
     """The routes, on the daemon's app: with front-end processes they pass /v1 requests on
     to it whole (``pbd.fronts.http_proxy``), so the key is checked here in every setup."""
@@ -134,7 +134,7 @@ class _Choice:
 
 
 class OpenAIApi:
-    def __init__(self, dp: DataPlane, stream_buffer_bytes: int) -> None:
+    def __init__(self, dp: ControlPlane, stream_buffer_bytes: int) -> None:
         self.dp = dp
         self.stream_buffer_bytes = stream_buffer_bytes
         self.created = int(time.time())
