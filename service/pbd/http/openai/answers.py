@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pbd.http.openai.tool_parsers import ToolCall
+
 OWNER = "pbd"
 
 
@@ -25,8 +27,15 @@ class Usage:
 @dataclass(frozen=True)
 class Choice:
     index: int
-    text: str
+    text: str | None  # a chat message's content is null when it only calls tools
     finish_reason: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.as_dict() for call in self.tool_calls]
+        return message
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ class Header:
                 [
                     {
                         "index": c.index,
-                        "message": {"role": "assistant", "content": c.text},
+                        "message": c.message(),
                         "logprobs": None,
                         "finish_reason": c.finish_reason,
                     }
@@ -100,6 +109,17 @@ class Header:
         choice["finish_reason"] = finish_reason
         doc = self._object(self._chunk_kind, [choice])
         if with_usage:  # OpenAI: every chunk says usage null until the last one
+            doc["usage"] = None
+        return doc
+
+    def tool_call_chunk(
+        self, index: int, position: int, call: ToolCall, with_usage: bool
+    ) -> dict[str, Any]:
+        """A chat choice's call number ``position``, whole in one delta."""
+        delta = {"tool_calls": [{"index": position, **call.as_dict()}]}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        doc = self._object(self._chunk_kind, [choice])
+        if with_usage:
             doc["usage"] = None
         return doc
 

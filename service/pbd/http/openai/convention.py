@@ -18,6 +18,9 @@ use, so a model written for them needs no change:
   response; summed), INT32/UINT32/INT64 scalars; the BOOL inputs ``return_num_input_tokens``
   and ``return_num_output_tokens`` are set to true when it has them. A model that reports none
   gets answers without ``usage``;
+- structured output (a ``response_format``, a forced ``tool_choice``): ``guided_decoding`` in
+  ``sampling_parameters`` (vLLM's), and TensorRT-LLM's ``guided_decoding_guide_type`` /
+  ``guided_decoding_guide`` inputs (:mod:`pbd.http.openai.structured`);
 - a BOOL input ``exclude_input_in_output`` is set to true (the prompt is not part of the
   answer; ``echo`` is pbd's to honour).
 """
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pbd.http.generate_json import tensor_from_json
 from pbd.http.openai.requests import Sampling
+from pbd.http.openai.structured import GUIDE_TYPE_INPUT
 from pbd.http.tensors import wire_to_json
 from pbd.types import InferRequest, InferResult, InputTensor
 
@@ -71,6 +75,11 @@ def takes_stop(config: ModelConfig) -> bool:
     return any(config.input(name) is not None for name in names)
 
 
+def takes_guide(config: ModelConfig) -> bool:
+    """Whether the model can be asked for structured output (vLLM's or TensorRT-LLM's way)."""
+    return any(config.input(name) is not None for name in (SAMPLING_PARAMETERS, GUIDE_TYPE_INPUT))
+
+
 def build_request(
     config: ModelConfig, prompt: str, sampling: Sampling, stream: bool, request_id: str
 ) -> InferRequest:
@@ -83,6 +92,8 @@ def build_request(
             values[name] = value
     if chosen:
         values[SAMPLING_PARAMETERS] = json.dumps(chosen)
+    if sampling.guide is not None:
+        values.update(sampling.guide.inputs())
     batching = config.max_batch_size > 0
     inputs: list[InputTensor] = []
     for name, value in values.items():

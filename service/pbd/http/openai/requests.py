@@ -2,9 +2,11 @@
 
 Checked as OpenAI checks them (types and ranges, each error naming its parameter); vLLM's
 extra sampling fields (``top_k``, ``min_tokens``, ``repetition_penalty``, ...) are checked as
-vLLM checks them and passed on; keys pbd does not know are ignored, and features it cannot
-honour with a text model (tools, structured output, log probabilities, logit bias, a suffix,
-token-id prompts, non-text message parts) are refused rather than silently dropped.
+vLLM checks them and passed on; a chat's ``tools`` and ``tool_choice`` are checked by
+:mod:`pbd.http.openai.tools`, its ``response_format`` by :mod:`pbd.http.openai.structured`;
+keys pbd does not know are ignored, and features it cannot honour with a text model (log
+probabilities, logit bias, a suffix, token-id prompts, non-text message parts) are refused
+rather than silently dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 from pbd.http.openai.chat_template import Message
 from pbd.http.openai.errors import ApiError, invalid
+from pbd.http.openai.structured import GUIDED_DECODING, Guide, parse_response_format
+from pbd.http.openai.tools import Tools, parse_tools
 
 MAX_N = 128
 MAX_STOP = 4
@@ -38,15 +42,10 @@ VLLM_FIELDS = {
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Set to anything but their "off" value, these ask for what pbd does not do.
 _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
-    "functions": (None, []),
-    "function_call": (None, "none"),
     "logprobs": (None, False, 0),
     "top_logprobs": (None, 0),
     "logit_bias": (None, {}),
     "suffix": (None, ""),
-    "response_format": (None, {"type": "text"}),
     "audio": (None,),
     "modalities": (None, ["text"]),
     "prediction": (None,),
@@ -65,6 +64,7 @@ class Sampling:
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     extra: tuple[tuple[str, Any], ...] = ()  # vLLM's fields (and best_of), as given
+    guide: Guide | None = None  # structured output asked of the model
 
     def as_dict(self) -> dict[str, Any]:
         """The values set, by OpenAI's or vLLM's name (``stop`` as a list)."""
@@ -77,6 +77,7 @@ class Sampling:
             "frequency_penalty": self.frequency_penalty,
             "presence_penalty": self.presence_penalty,
             **dict(self.extra),
+            GUIDED_DECODING: self.guide.sampling() if self.guide is not None else None,
         }
         return {k: v for k, v in values.items() if v is not None}
 
@@ -107,9 +108,14 @@ class ChatRequest:
     # the request gives the template besides (vLLM's ``chat_template_kwargs``).
     documents: tuple[dict[str, Any], ...] = ()
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tools: Tools | None = None
+    response_format: Guide | None = None
 
 
 def parse_completion(body: Mapping[str, Any]) -> CompletionRequest:
+    for key in ("tools", "tool_choice", "functions", "function_call", "response_format"):
+        if body.get(key) is not None:
+            raise invalid(f"'{key}' is a chat parameter: use /v1/chat/completions", key)
     options = _options(body, "max_tokens")
     prompt = body.get("prompt")
     if isinstance(prompt, str):
@@ -153,7 +159,13 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
     if not isinstance(generation, bool):
         raise invalid("'add_generation_prompt' must be a boolean", "add_generation_prompt")
     kwargs = {"add_generation_prompt": generation, **kwargs}
-    return ChatRequest(options, parsed, documents, kwargs)
+    tools = parse_tools(body)
+    guide = parse_response_format(body.get("response_format"))
+    if guide is not None and tools is not None and tools.forced:
+        raise invalid(
+            "'response_format' cannot be combined with a forced 'tool_choice'", "response_format"
+        )
+    return ChatRequest(options, parsed, documents, kwargs, tools, guide)
 
 
 def _message(item: Any, index: int) -> Message:

@@ -35,12 +35,27 @@ from pbd.http.generate_json import encode
 from pbd.http.openai.answers import Choice, Header, Usage, model_object
 from pbd.http.openai.api_keys import ApiKeys
 from pbd.http.openai.chat_template import ChatTemplate, TemplateError
-from pbd.http.openai.convention import build_request, follows_convention, read_response, takes_stop
+from pbd.http.openai.convention import (
+    build_request,
+    follows_convention,
+    read_response,
+    takes_guide,
+    takes_stop,
+)
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
 from pbd.http.openai.hub_template import TemplateRaised
 from pbd.http.openai.hub_template import find as find_hub_template
-from pbd.http.openai.requests import Options, check_object, parse_chat, parse_completion
+from pbd.http.openai.message_reader import MessageReader
+from pbd.http.openai.requests import (
+    ChatRequest,
+    Options,
+    check_object,
+    parse_chat,
+    parse_completion,
+)
 from pbd.http.openai.stops import StopScanner
+from pbd.http.openai.structured import Guide
+from pbd.http.openai.tool_parsers import CONFIG_PARAMETER, PARSERS
 from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
 from pbd.http.status import finish_failed
 from pbd.responses import BacklogFull, StreamResult
@@ -103,6 +118,10 @@ class _Asked:
     prompts: list[str]
     options: Options
     echo: list[str] = field(default_factory=list)  # the prompts, when they are echoed
+    reader: Callable[[], MessageReader] | None = None  # a chat's: each choice's own
+
+    def new_reader(self) -> MessageReader:
+        return self.reader() if self.reader is not None else MessageReader(self.config.name)
 
     def echoed(self, prompt: int) -> str:
         return self.echo[prompt] if self.echo else ""
@@ -118,14 +137,19 @@ class _Choice:
     trace: RequestTrace | None
     scanner: StopScanner
     max_tokens: int | None
+    reader: MessageReader
     items: AsyncGenerator[StreamResult, None] | None = None
     first: StreamResult | None = None
     text: list[str] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
 
+    calls: bool = False  # tool calls were read from its text
+
     @property
     def finish_reason(self) -> str:
+        if self.calls:
+            return "tool_calls"
         if self.scanner.stopped:
             return "stop"
         limit = self.max_tokens
@@ -184,10 +208,12 @@ class OpenAIApi:
         began = time.time_ns()
         parsed = parse_chat(await _body(request))
         config = self._config(parsed.options.model)
+        reader = self._reader(config, parsed)
+        tools = list(parsed.tools.tools) if parsed.tools is not None else None
         try:
             hub = find_hub_template(self.dp.model_directories(config.name, ""))
             if hub is not None:
-                prompt = hub.render(parsed.documents, None, parsed.template_kwargs)
+                prompt = hub.render(parsed.documents, tools, parsed.template_kwargs)
             else:
                 prompt = ChatTemplate.from_parameters(config.parameters).render(parsed.messages)
         except TemplateRaised as exc:  # the template's own raise_exception: the request's
@@ -197,7 +223,60 @@ class OpenAIApi:
                 500, f"the chat template of model '{config.name}': {exc}", type="server_error"
             ) from None
         header = Header(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), config.name, chat=True)
-        return await self._answer(_Asked(request, began, config, header, [prompt], parsed.options))
+        options = parsed.options
+        guide = self._guide(config, parsed)
+        if guide is not None:
+            options = dataclasses.replace(
+                options, sampling=dataclasses.replace(options.sampling, guide=guide)
+            )
+        asked = _Asked(request, began, config, header, [prompt], options, reader=reader)
+        return await self._answer(asked)
+
+    @staticmethod
+    def _reader(config: ModelConfig, parsed: ChatRequest) -> Callable[[], MessageReader]:
+        """How each choice's message is read from its text (checking the model can serve
+        the request's tools first)."""
+        tools, name = parsed.tools, config.name
+        if tools is None or tools.choice == "none":
+            guide = parsed.response_format
+            return lambda: MessageReader(name, guide=guide)
+        if tools.forced:
+            return lambda: MessageReader(name, forced=tools)
+        known = ", ".join(PARSERS)
+        parser_name = config.parameters.get(CONFIG_PARAMETER)
+        if parser_name is None:
+            raise invalid(
+                f"model '{name}' has no tool-call parser, so 'tools' with tool_choice 'auto' "
+                f"cannot be served: set the config.pbtxt parameter '{CONFIG_PARAMETER}' (one "
+                f"of {known})",
+                "tools",
+            )
+        parser = PARSERS.get(parser_name)
+        if parser is None:
+            raise invalid(
+                f"model '{name}' cannot serve 'tools': its config.pbtxt parameter "
+                f"'{CONFIG_PARAMETER}' is '{parser_name}', which is not one of {known}",
+                "tools",
+            )
+        return lambda: MessageReader(name, parser=parser)
+
+    @staticmethod
+    def _guide(config: ModelConfig, parsed: ChatRequest) -> Guide | None:
+        """The structured output the model is asked for, if it can be asked."""
+        tools = parsed.tools
+        if tools is not None and tools.forced:
+            guide: Guide | None = Guide(tools.schema(), strict=True)
+            param = "tool_choice"
+        else:
+            guide, param = parsed.response_format, "response_format"
+        if guide is not None and not takes_guide(config):
+            raise invalid(
+                f"model '{config.name}' cannot be asked for structured output ('{param}'): it "
+                "has neither a 'sampling_parameters' input (vLLM's guided_decoding) nor a "
+                "'guided_decoding_guide_type' input (TensorRT-LLM's)",
+                param,
+            )
+        return guide
 
     # -- running the choices -------------------------------------------------------------------
 
@@ -207,10 +286,7 @@ class OpenAIApi:
             await self._start(choices)
             if not asked.options.stream:
                 await self._run(choices, None)
-                whole = [
-                    Choice(c.index, asked.echoed(c.prompt) + "".join(c.text), c.finish_reason)
-                    for c in choices
-                ]
+                whole = [self._whole(asked, c) for c in choices]
                 response = web.json_response(asked.header.whole(whole, _usage(choices)))
                 compress(asked.request, response)
                 return response
@@ -223,6 +299,15 @@ class OpenAIApi:
             for choice in choices:
                 if choice.items is not None:
                     await choice.items.aclose()
+
+    @staticmethod
+    def _whole(asked: _Asked, choice: _Choice) -> Choice:
+        text = asked.echoed(choice.prompt) + choice.reader.feed("".join(choice.text))
+        message = choice.reader.finish()
+        choice.calls = bool(message.calls)
+        text += message.content or ""
+        content = text if text or not message.calls else None
+        return Choice(choice.index, content, choice.finish_reason, message.calls)
 
     def _choices(self, asked: _Asked) -> list[_Choice]:
         options, header = asked.options, asked.header
@@ -246,7 +331,15 @@ class OpenAIApi:
                 infer, route, asked.began, lambda: asked.request.headers.get("traceparent"), "http"
             )
             choices.append(
-                _Choice(index, p, infer, infer.trace, StopScanner(stops), sampling.max_tokens)
+                _Choice(
+                    index,
+                    p,
+                    infer,
+                    infer.trace,
+                    StopScanner(stops),
+                    sampling.max_tokens,
+                    asked.new_reader(),
+                )
             )
         return choices
 
@@ -344,11 +437,18 @@ class OpenAIApi:
                     elif asked.echo:
                         echoed = asked.echoed(choice.prompt)
                         put(header.chunk(choice.index, echoed, None, with_usage=with_usage))
-                await self._run(
-                    choices,
-                    lambda c, text: put(header.chunk(c.index, text, None, with_usage=with_usage)),
-                )
+
+                def content(choice: _Choice, text: str) -> None:
+                    if text:
+                        put(header.chunk(choice.index, text, None, with_usage=with_usage))
+
+                await self._run(choices, lambda c, text: content(c, c.reader.feed(text)))
                 for choice in choices:
+                    message = choice.reader.finish()
+                    content(choice, message.content or "")
+                    for position, call in enumerate(message.calls):
+                        put(header.tool_call_chunk(choice.index, position, call, with_usage))
+                    choice.calls = bool(message.calls)
                     put(header.chunk(choice.index, "", choice.finish_reason, with_usage=with_usage))
                 usage = _usage(choices)
                 if with_usage and usage is not None:
@@ -359,6 +459,8 @@ class OpenAIApi:
                 events.end(event(encode(ApiError(500, str(exc), type="server_error").body())))
             except PbdError as exc:
                 events.end(event(encode(from_pbd(exc).body())))
+            except ApiError as exc:  # the model's text is not what was asked for
+                events.end(event(encode(exc.body())))
 
         await send_events(response, EventStream(self.stream_buffer_bytes), produce)
         await response.write_eof()

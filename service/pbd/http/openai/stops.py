@@ -28,7 +28,7 @@ class StopScanner:
             self.stopped = True
             self._held = ""
             return text[: min(found)]
-        keep = self._partial(text)
+        keep = partial_end(text, self.stops)
         self._held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
 
@@ -37,12 +37,14 @@ class StopScanner:
         held, self._held = self._held, ""
         return "" if self.stopped else held
 
-    def _partial(self, text: str) -> int:
-        """The length of the longest end of ``text`` that begins some stop sequence."""
-        longest = 0
-        for stop in self.stops:
-            for size in range(min(len(stop) - 1, len(text)), longest, -1):
-                if text.endswith(stop[:size]):
-                    longest = size
-                    break
-        return longest
+
+def partial_end(text: str, sequences: Sequence[str]) -> int:
+    """The length of the longest end of ``text`` that begins (without being) one of
+    ``sequences``: what a stream must hold back until the next piece shows what follows."""
+    longest = 0
+    for sequence in sequences:
+        for size in range(min(len(sequence) - 1, len(text)), longest, -1):
+            if text.endswith(sequence[:size]):
+                longest = size
+                break
+    return longest
