@@ -98,7 +98,8 @@ def test_chat_messages_and_max_completion_tokens_over_max_tokens() -> None:
             "stream_options",
         ),
         ({"model": "m", "prompt": "p", "echo": 1}, "echo"),
-        ({"model": "m", "prompt": "p", "logprobs": 2}, "logprobs"),
+        ({"model": "m", "prompt": "p", "logprobs": 21}, "logprobs"),
+        ({"model": "m", "prompt": "p", "logprobs": True}, "logprobs"),
         ({"model": "m", "prompt": "p", "suffix": "s"}, "suffix"),
         ({"model": "m", "prompt": "p", "n": 2, "best_of": 1}, "best_of"),
         ({"model": "m", "prompt": "p", "best_of": 0}, "best_of"),
@@ -132,6 +133,9 @@ def test_a_completion_is_refused(body: dict[str, Any], param: str) -> None:
         ({"tools": [{"type": "function"}]}, "tools[0].function"),
         ({"response_format": {"type": "json"}}, "response_format"),
         ({"logit_bias": {"1": 2}}, "logit_bias"),
+        ({"logprobs": 1}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"max_completion_tokens": 0}, "max_completion_tokens"),
     ],
 )
@@ -158,3 +162,13 @@ def test_off_values_of_unsupported_features_are_taken() -> None:
     body = {"model": "m", "messages": USER, "tools": [], "tool_choice": "none", "logprobs": False,
             "response_format": {"type": "text"}}  # fmt: skip
     assert parse_chat(body).messages == (Message("user", "hi"),)
+
+
+def test_logprobs_are_asked_of_the_model_as_vllm_takes_them() -> None:
+    chat = parse_chat({"model": "m", "messages": USER, "logprobs": True, "top_logprobs": 3})
+    assert chat.options.logprobs == 3 and chat.options.sampling.as_dict() == {"logprobs": 3}
+    alone = parse_chat({"model": "m", "messages": USER, "logprobs": True})
+    assert alone.options.logprobs == 0 and alone.options.sampling.as_dict() == {"logprobs": 0}
+    assert parse_chat({"model": "m", "messages": USER}).options.logprobs is None
+    completion = parse_completion({"model": "m", "prompt": "p", "logprobs": 2})
+    assert completion.options.sampling.as_dict() == {"logprobs": 2}

@@ -30,6 +30,7 @@ class Choice:
     text: str | None  # a chat message's content is null when it only calls tools
     finish_reason: str
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: dict[str, Any] | None = None
 
     def message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.text}
@@ -64,7 +65,7 @@ class Header:
                     {
                         "index": c.index,
                         "message": c.message(),
-                        "logprobs": None,
+                        "logprobs": c.logprobs,
                         "finish_reason": c.finish_reason,
                     }
                     for c in choices
@@ -77,7 +78,7 @@ class Header:
                     {
                         "index": c.index,
                         "text": c.text,
-                        "logprobs": None,
+                        "logprobs": c.logprobs,
                         "finish_reason": c.finish_reason,
                     }
                     for c in choices
@@ -92,9 +93,10 @@ class Header:
         index: int,
         text: str,
         finish_reason: str | None,
+        with_usage: bool = False,
+        logprobs: dict[str, Any] | None = None,
         *,
         first: bool = False,
-        with_usage: bool = False,
     ) -> dict[str, Any]:
         """One choice's piece of a stream (chat: ``first`` is the role's chunk)."""
         choice: dict[str, Any] = {"index": index}
@@ -105,7 +107,7 @@ class Header:
             choice["delta"] = delta
         else:
             choice["text"] = text
-        choice["logprobs"] = None
+        choice["logprobs"] = logprobs
         choice["finish_reason"] = finish_reason
         doc = self._object(self._chunk_kind, [choice])
         if with_usage:  # OpenAI: every chunk says usage null until the last one

@@ -21,6 +21,9 @@ use, so a model written for them needs no change:
 - structured output (a ``response_format``, a forced ``tool_choice``): ``guided_decoding`` in
   ``sampling_parameters`` (vLLM's), and TensorRT-LLM's ``guided_decoding_guide_type`` /
   ``guided_decoding_guide`` inputs (:mod:`pbd.http.openai.structured`);
+- log probabilities: a model that reports them declares a BYTES output ``logprobs``
+  (:mod:`pbd.http.openai.logprobs`); asked, ``logprobs`` (the alternatives per token) is in
+  ``sampling_parameters``;
 - a BOOL input ``exclude_input_in_output`` is set to true (the prompt is not part of the
   answer; ``echo`` is pbd's to honour).
 """
@@ -32,6 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pbd.http.generate_json import tensor_from_json
+from pbd.http.openai.logprobs import OUTPUT as LOGPROBS_OUTPUT
+from pbd.http.openai.logprobs import TokenLogprob, read_logprobs
 from pbd.http.openai.requests import Sampling
 from pbd.http.openai.structured import GUIDE_TYPE_INPUT
 from pbd.http.tensors import wire_to_json
@@ -80,6 +85,11 @@ def takes_guide(config: ModelConfig) -> bool:
     return any(config.input(name) is not None for name in (SAMPLING_PARAMETERS, GUIDE_TYPE_INPUT))
 
 
+def returns_logprobs(config: ModelConfig) -> bool:
+    output = config.output(LOGPROBS_OUTPUT)
+    return output is not None and output.datatype == "BYTES"
+
+
 def build_request(
     config: ModelConfig, prompt: str, sampling: Sampling, stream: bool, request_id: str
 ) -> InferRequest:
@@ -110,16 +120,21 @@ class Piece:
     text: str
     input_tokens: int | None
     output_tokens: int | None
+    logprobs: list[TokenLogprob] | None = None  # its tokens', when the model reports them
 
 
 def read_response(result: InferResult) -> Piece:
+    """What one response says; LogprobsError when its ``logprobs`` output is malformed."""
     text: list[str] = []
     counts: dict[str, int] = {}
+    logprobs: list[TokenLogprob] | None = None
     for out in result.outputs:
-        if out.name == TEXT_OUTPUT:
+        if out.name == LOGPROBS_OUTPUT:
+            logprobs = read_logprobs(wire_to_json(out))
+        elif out.name == TEXT_OUTPUT:
             text.extend(str(v) for v in wire_to_json(out))
         elif out.name in (INPUT_TOKENS, OUTPUT_TOKENS):
             values = wire_to_json(out)
             if values and isinstance(values[0], int | float):
                 counts[out.name] = int(values[0])
-    return Piece("".join(text), counts.get(INPUT_TOKENS), counts.get(OUTPUT_TOKENS))
+    return Piece("".join(text), counts.get(INPUT_TOKENS), counts.get(OUTPUT_TOKENS), logprobs)

@@ -4,19 +4,21 @@ Checked as OpenAI checks them (types and ranges, each error naming its parameter
 extra sampling fields (``top_k``, ``min_tokens``, ``repetition_penalty``, ...) are checked as
 vLLM checks them and passed on; a chat's ``tools`` and ``tool_choice`` are checked by
 :mod:`pbd.http.openai.tools`, its ``response_format`` by :mod:`pbd.http.openai.structured`;
-keys pbd does not know are ignored, and features it cannot honour with a text model (log
-probabilities, logit bias, a suffix, token-id prompts, non-text message parts) are refused
+keys pbd does not know are ignored, and features it cannot honour with a text model (logit
+bias, a suffix, token-id prompts, non-text message parts) are refused
 rather than silently dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pbd.http.openai.chat_template import Message
 from pbd.http.openai.errors import ApiError, invalid
+from pbd.http.openai.logprobs import MAX_TOP
 from pbd.http.openai.structured import GUIDED_DECODING, Guide, parse_response_format
 from pbd.http.openai.tools import Tools, parse_tools
 
@@ -42,8 +44,6 @@ VLLM_FIELDS = {
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Set to anything but their "off" value, these ask for what pbd does not do.
 _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
     "logit_bias": (None, {}),
     "suffix": (None, ""),
     "audio": (None,),
@@ -91,6 +91,15 @@ class Options:
     stream: bool
     include_usage: bool
     sampling: Sampling
+    logprobs: int | None = None  # asked for: how many alternatives per token
+
+    def with_logprobs(self, top: int | None) -> Options:
+        """Log probabilities asked of the model (``logprobs`` in sampling_parameters)."""
+        if top is None:
+            return self
+        extra = (*self.sampling.extra, ("logprobs", top))
+        sampling = dataclasses.replace(self.sampling, extra=extra)
+        return dataclasses.replace(self, sampling=sampling, logprobs=top)
 
 
 @dataclass(frozen=True)
@@ -137,14 +146,17 @@ def parse_completion(body: Mapping[str, Any]) -> CompletionRequest:
     echo = body.get("echo", False)
     if not isinstance(echo, bool):
         raise invalid("'echo' must be a boolean", "echo")
-    return CompletionRequest(options, prompts, echo)
+    top = _integer(body, "logprobs", None)
+    if top is not None and not 0 <= top <= MAX_TOP:
+        raise invalid(f"'logprobs' must be an integer from 0 to {MAX_TOP}", "logprobs")
+    return CompletionRequest(options.with_logprobs(top), prompts, echo)
 
 
 def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
     tokens = (
         "max_completion_tokens" if body.get("max_completion_tokens") is not None else ("max_tokens")
     )
-    options = _options(body, tokens)
+    options = _options(body, tokens).with_logprobs(_chat_logprobs(body))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("'messages' must be a non-empty array of messages", "messages")
@@ -166,6 +178,20 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
             "'response_format' cannot be combined with a forced 'tool_choice'", "response_format"
         )
     return ChatRequest(options, parsed, documents, kwargs, tools, guide)
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """How many alternatives per token a chat asks for (0: only the chosen one's); None:
+    no log probabilities."""
+    wanted = body.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise invalid("'logprobs' must be a boolean", "logprobs")
+    top = _integer(body, "top_logprobs", None)
+    if top is not None and not 0 <= top <= MAX_TOP:
+        raise invalid(f"'top_logprobs' must be an integer from 0 to {MAX_TOP}", "top_logprobs")
+    if top is not None and not wanted:
+        raise invalid("'top_logprobs' needs 'logprobs' set to true", "top_logprobs")
+    return (top or 0) if wanted else None
 
 
 def _message(item: Any, index: int) -> Message:

@@ -39,12 +39,19 @@ from pbd.http.openai.convention import (
     build_request,
     follows_convention,
     read_response,
+    returns_logprobs,
     takes_guide,
     takes_stop,
 )
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
 from pbd.http.openai.hub_template import TemplateRaised
 from pbd.http.openai.hub_template import find as find_hub_template
+from pbd.http.openai.logprobs import (
+    LogprobsError,
+    TokenLogprob,
+    chat_logprobs,
+    completion_logprobs,
+)
 from pbd.http.openai.message_reader import MessageReader
 from pbd.http.openai.requests import (
     ChatRequest,
@@ -123,6 +130,21 @@ class _Asked:
     def new_reader(self) -> MessageReader:
         return self.reader() if self.reader is not None else MessageReader(self.config.name)
 
+    def logprobs(
+        self, choice: _Choice, start: int, end: int | None = None
+    ) -> dict[str, Any] | None:
+        """The choice's tokens from ``start`` (to ``end``) in the answer's shape; None when
+        the request did not ask for them."""
+        if self.options.logprobs is None:
+            return None
+        tokens = choice.logprobs[start:end]
+        if self.header.chat:
+            return chat_logprobs(tokens)
+        offset = len(self.echoed(choice.prompt)) + sum(
+            len(t.token) for t in choice.logprobs[:start]
+        )
+        return completion_logprobs(tokens, offset)
+
     def echoed(self, prompt: int) -> str:
         return self.echo[prompt] if self.echo else ""
 
@@ -145,6 +167,8 @@ class _Choice:
     output_tokens: int | None = None
 
     calls: bool = False  # tool calls were read from its text
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    logprobs_sent: int = 0  # how many of them a stream has sent
 
     @property
     def finish_reason(self) -> str:
@@ -307,10 +331,17 @@ class OpenAIApi:
         choice.calls = bool(message.calls)
         text += message.content or ""
         content = text if text or not message.calls else None
-        return Choice(choice.index, content, choice.finish_reason, message.calls)
+        logprobs = asked.logprobs(choice, 0)
+        return Choice(choice.index, content, choice.finish_reason, message.calls, logprobs)
 
     def _choices(self, asked: _Asked) -> list[_Choice]:
         options, header = asked.options, asked.header
+        if options.logprobs is not None and not returns_logprobs(asked.config):
+            raise invalid(
+                f"model '{asked.config.name}' does not return logprobs (it has no BYTES output "
+                "'logprobs')",
+                "logprobs",
+            )
         sampling = options.sampling
         stops = () if takes_stop(asked.config) else sampling.stop
         resource = asked.request.match_info.route.resource
@@ -399,7 +430,13 @@ class OpenAIApi:
             return False
         replying = time.time_ns()
         with item.result as result:
-            piece = read_response(result)
+            try:
+                piece = read_response(result)
+            except LogprobsError as exc:
+                model = choice.request.model_name
+                raise ApiError(500, f"model '{model}': {exc}", type="server_error") from None
+        if piece.logprobs:
+            choice.logprobs.extend(piece.logprobs)
         if piece.input_tokens is not None and choice.input_tokens is None:
             choice.input_tokens = piece.input_tokens
         if piece.output_tokens is not None:
@@ -440,7 +477,13 @@ class OpenAIApi:
 
                 def content(choice: _Choice, text: str) -> None:
                     if text:
-                        put(header.chunk(choice.index, text, None, with_usage=with_usage))
+                        logprobs = pending(choice)
+                        put(header.chunk(choice.index, text, None, with_usage, logprobs))
+
+                def pending(choice: _Choice) -> dict[str, Any] | None:
+                    """The tokens not sent yet, to go with the next chunk."""
+                    start, choice.logprobs_sent = choice.logprobs_sent, len(choice.logprobs)
+                    return asked.logprobs(choice, start) if start < len(choice.logprobs) else None
 
                 await self._run(choices, lambda c, text: content(c, c.reader.feed(text)))
                 for choice in choices:
@@ -449,7 +492,8 @@ class OpenAIApi:
                     for position, call in enumerate(message.calls):
                         put(header.tool_call_chunk(choice.index, position, call, with_usage))
                     choice.calls = bool(message.calls)
-                    put(header.chunk(choice.index, "", choice.finish_reason, with_usage=with_usage))
+                    reason, logprobs = choice.finish_reason, pending(choice)
+                    put(header.chunk(choice.index, "", reason, with_usage, logprobs))
                 usage = _usage(choices)
                 if with_usage and usage is not None:
                     put(header.usage_chunk(usage))
