@@ -43,6 +43,13 @@ from pbd.http.openai.convention import (
     takes_guide,
     takes_stop,
 )
+from pbd.http.openai.embeddings import (
+    build_embedding_request,
+    embeddings_answer,
+    embeds,
+    parse_embeddings,
+    read_embeddings,
+)
 from pbd.http.openai.errors import ApiError, from_pbd, invalid, model_not_found
 from pbd.http.openai.hub_template import TemplateRaised
 from pbd.http.openai.hub_template import find as find_hub_template
@@ -79,6 +86,10 @@ CONVENTION = (
     ": pbd's OpenAI API serves models with a BYTES input 'text_input' and a BYTES output "
     "'text_output'"
 )
+EMBEDDING_CONVENTION = (
+    ": pbd's OpenAI API embeds with models that have a BYTES input 'text_input' and an FP32 "
+    "output 'embedding'"
+)
 
 
 def add_routes(
@@ -92,6 +103,7 @@ def add_routes(
     app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
     app.router.add_post("/v1/completions", _answering_errors(api.completions, keys))
     app.router.add_post("/v1/chat/completions", _answering_errors(api.chat, keys))
+    app.router.add_post("/v1/embeddings", _answering_errors(api.embeddings, keys))
 
 
 def _answering_errors(handler: Handler, keys: ApiKeys) -> Handler:
@@ -197,24 +209,29 @@ class OpenAIApi:
                 config = self.dp.model_config(name, "")
             except PbdError:
                 continue  # unloaded meanwhile
-            if follows_convention(config):
+            if _served(config):
                 served.append(model_object(name, self.created))
         return web.json_response({"object": "list", "data": served})
 
     async def model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        self._config(name)
+        self._config(name, _served)
         return web.json_response(model_object(name, self.created))
 
-    def _config(self, model: str) -> ModelConfig:
+    def _config(
+        self,
+        model: str,
+        serves: Callable[[ModelConfig], bool] = follows_convention,
+        why: str = CONVENTION,
+    ) -> ModelConfig:
         try:
             config = self.dp.model_config(model, "")
         except PbdError as exc:
             if exc.code is Code.NOT_FOUND:
                 raise model_not_found(model) from None
             raise
-        if not follows_convention(config):
-            raise model_not_found(model, CONVENTION)
+        if not serves(config):
+            raise model_not_found(model, why)
         return config
 
     # -- completions ---------------------------------------------------------------------------
@@ -301,6 +318,43 @@ class OpenAIApi:
                 param,
             )
         return guide
+
+    # -- embeddings ----------------------------------------------------------------------------
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        began = time.time_ns()
+        asked = parse_embeddings(await _body(request))
+        config = self._config(asked.model, embeds, EMBEDDING_CONVENTION)
+        infer = build_embedding_request(config, asked, f"embd-{uuid.uuid4().hex}")
+        trace = self.dp.start_trace(
+            infer, "/v1/embeddings", began, lambda: request.headers.get("traceparent"), "http"
+        )
+        infer.trace = trace
+        answer: dict[str, Any] | None = None
+        try:
+            async with contextlib.aclosing(self.dp.infer_stream(infer)) as items:
+                async for item in items:
+                    if item.error is not None:
+                        raise item.error
+                    if item.result is not None and answer is None:
+                        with item.result as result:
+                            vectors, tokens = read_embeddings(result, config.name, len(asked.texts))
+                        answer = embeddings_answer(config.name, vectors, asked.encoding, tokens)
+            if answer is None:
+                raise ApiError(
+                    500,
+                    f"model '{config.name}' sent no response to an embedding request",
+                    type="server_error",
+                )
+        except BaseException as exc:
+            if trace is not None:
+                finish_failed(trace, exc)
+            raise
+        if trace is not None:
+            trace.finish(200)
+        response = web.json_response(answer)
+        compress(request, response)
+        return response
 
     # -- running the choices -------------------------------------------------------------------
 
@@ -509,6 +563,11 @@ class OpenAIApi:
         await send_events(response, EventStream(self.stream_buffer_bytes), produce)
         await response.write_eof()
         return response
+
+
+def _served(config: ModelConfig) -> bool:
+    """Whether any /v1 route serves the model (it is listed)."""
+    return follows_convention(config) or embeds(config)
 
 
 def _finish(choice: _Choice, error: BaseException | None) -> None:
