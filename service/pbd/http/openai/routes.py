@@ -1,5 +1,6 @@
 """The OpenAI API on the HTTP binding: ``GET /v1/models[/<model>]``, ``POST /v1/completions``
-and ``POST /v1/chat/completions``, streamed (server-sent chunks, then ``data: [DONE]``) or not.
+and ``POST /v1/chat/completions``, streamed (server-sent chunks, then ``data: [DONE]``) or not,
+and ``POST /v1/embeddings``.
 
 Each choice is one request of the model, run through ``DataPlane.infer_stream`` (so every
 model that follows the convention serves, decoupled or not): ``n`` choices of ``p`` prompts
@@ -10,7 +11,8 @@ streamed; an error later in a stream is a ``data: {"error": {...}}`` chunk that 
 client that disconnects, or reads slower than ``--http-stream-buffer-bytes`` allows, cancels
 every request of its answer (:mod:`pbd.http.sse`). Each request is traced as an HTTP
 inference (the route's server span, a response span per piece) and counted in the model's
-statistics and metrics like any other.
+statistics and metrics like any other. A chat choice's text becomes its message (tool calls,
+a checked response_format) through its :class:`MessageReader`.
 """
 
 from __future__ import annotations
@@ -142,14 +144,12 @@ class _Asked:
     def new_reader(self) -> MessageReader:
         return self.reader() if self.reader is not None else MessageReader(self.config.name)
 
-    def logprobs(
-        self, choice: _Choice, start: int, end: int | None = None
-    ) -> dict[str, Any] | None:
-        """The choice's tokens from ``start`` (to ``end``) in the answer's shape; None when
-        the request did not ask for them."""
+    def logprobs(self, choice: _Choice, start: int) -> dict[str, Any] | None:
+        """The choice's tokens from ``start`` on in the answer's shape; None when the
+        request did not ask for them."""
         if self.options.logprobs is None:
             return None
-        tokens = choice.logprobs[start:end]
+        tokens = choice.logprobs[start:]
         if self.header.chat:
             return chat_logprobs(tokens)
         offset = len(self.echoed(choice.prompt)) + sum(
@@ -177,7 +177,6 @@ class _Choice:
     text: list[str] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
-
     calls: bool = False  # tool calls were read from its text
     logprobs: list[TokenLogprob] = field(default_factory=list)
     logprobs_sent: int = 0  # how many of them a stream has sent
