@@ -224,20 +224,21 @@ class BatchExecutor:
             # array up by address (dict operations are atomic).
             self._origins.clear()
 
-    def run_parts(self, parts: list[wpb.Execute], results: list[wpb.ExecuteResult]) -> None:
+    def run_parts(
+        self, whole: wpb.Execute, parts: list[wpb.Execute], results: list[wpb.ExecuteResult]
+    ) -> None:
         """Run the requests of several Executes as one batch, one ``execute()`` (a batch the
         worker formed from its front links, ``pbd_worker.front_batcher``). ``results[i]`` answers
         ``parts[i]``: its own requests' responses, the whole batch's timings and ``merged``;
         the first part with a request that did not fail carries the rows the batch executed
         without failing (``batch_rows``), so the execution is counted once. The outputs stay
-        held until every part is released."""
-        whole = wpb.Execute(batch_id=parts[0].batch_id)
+        held until every part is released. ``whole`` is the parts' requests as one Execute
+        under the first part's batch id (``front_batcher.merged``)."""
         owner: dict[int, tuple[int, int]] = {}  # request id -> (part, rows)
         for index, part in enumerate(parts):
             for request in part.requests:
                 shape = request.inputs[0].shape if request.inputs else ()
                 owner[request.request_id] = (index, shape[0] if shape else 1)
-            whole.requests.extend(part.requests)
         result = self.run(whole)
         ids = {part.batch_id for part in parts}
         with self.lock:

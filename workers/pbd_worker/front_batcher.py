@@ -56,6 +56,14 @@ def signature(execute: wpb.Execute) -> Signature:
     return tuple(sorted(inputs)), tuple(sorted(outputs))
 
 
+def merged(parts: list[wpb.Execute]) -> wpb.Execute:
+    """One Execute of the parts' requests, in order, under the first part's batch id."""
+    whole = wpb.Execute(batch_id=parts[0].batch_id)
+    for part in parts:
+        whole.requests.extend(part.requests)
+    return whole
+
+
 def _rows_of(part: Part) -> int:
     return rows(part[1].execute)
 

@@ -28,6 +28,7 @@ import random
 import resource
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from pbd_wire import PROTOCOL_VERSION, TOKEN_ENV
@@ -40,7 +41,7 @@ from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
-from pbd_worker.front_batcher import FrontBatcher, Part
+from pbd_worker.front_batcher import FrontBatcher, Part, merged
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.front_links import FrontLink, FrontLinks
 from pbd_worker.lifecycle import (
@@ -205,20 +206,9 @@ class WorkerRuntime:
             if execute.release:
                 released = execute.release[:]
                 self.executor.release(released if front is None else front.take_owned(released))
-            self.bls.begin_batch(execute)
             frame = wpb.WorkerToDaemon()
-            try:
-                self.executor.run(execute, frame.result)
-            except MemoryError as exc:
-                self._exit(
-                    EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}"
-                )
-            except SystemExit as exc:
-                self._exit(_exit_code(exc), f"the model called sys.exit({exc.code!r}) in execute()")
-            finally:
-                self.bls.end_batch()
-            self.executed += 1
-            self.requests += len(execute.requests)
+            executor = self.executor
+            self._run_batch(execute, lambda: executor.run(execute, frame.result))
             if front is None:
                 self.send(frame)
             else:
@@ -226,15 +216,7 @@ class WorkerRuntime:
                 # What rides ahead of the daemon's next frame (metric updates, BLS releases)
                 # must not wait for a heartbeat: sent now, if there is any.
                 self.link.send()
-            tracing = self.executor.tracing
-            if tracing is not None and tracing.pending():
-                # Encoded after the result went out (the daemon answers the client meanwhile);
-                # sent with the next result or heartbeat, not as a write of their own.
-                self.link.defer(
-                    wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=tracing.take_encoded()))
-                )
-            if self.notify.enabled:
-                self.notify.status(self._status())
+            self._after_batch()
         elif kind == "cancel":
             self.live.cancel(list(message.cancel.request_ids))
         elif kind == "release":
@@ -277,8 +259,8 @@ class WorkerRuntime:
             self.exit_code = 0
 
     def _execute_parts(self, parts: list[Part]) -> None:
-        """Run a batch the worker formed from its front links' Executes (``front_batcher``); each
-        part's result goes back on its own link."""
+        """Run a batch the worker formed from its front links' Executes (``front_batcher``);
+        each part's result goes back on its own link, a link's results in one write."""
         executor = self.executor
         assert executor is not None
         executes = []
@@ -287,13 +269,25 @@ class WorkerRuntime:
             if execute.release:
                 executor.release(link.take_owned(execute.release[:]))
             executes.append(execute)
+        whole = merged(executes)
         frames = [wpb.WorkerToDaemon() for _ in parts]
-        combined = wpb.Execute()
-        for execute in executes:
-            combined.requests.extend(execute.requests)
-        self.bls.begin_batch(combined)
+        self._run_batch(
+            whole, lambda: executor.run_parts(whole, executes, [f.result for f in frames])
+        )
+        by_link: dict[int, tuple[FrontLink, list[wpb.WorkerToDaemon]]] = {}
+        for (link, _), frame in zip(parts, frames, strict=True):
+            by_link.setdefault(id(link), (link, []))[1].append(frame)
+        for link, results in by_link.values():
+            self.fronts.send_results(link, results)
+        self.link.send()
+        self._after_batch()
+
+    def _run_batch(self, execute: wpb.Execute, run: Callable[[], object]) -> None:
+        """``run`` the batch ``execute`` describes through the model: its BLS calls know
+        their batch; running out of memory or ``sys.exit`` ends the process."""
+        self.bls.begin_batch(execute)
         try:
-            executor.run_parts(executes, [frame.result for frame in frames])
+            run()
         except MemoryError as exc:
             self._exit(EXIT_OUT_OF_MEMORY, f"the model ran out of memory{_limit_text()}: {exc!r}")
         except SystemExit as exc:
@@ -301,13 +295,16 @@ class WorkerRuntime:
         finally:
             self.bls.end_batch()
         self.executed += 1
-        self.requests += len(combined.requests)
-        by_link: dict[int, tuple[FrontLink, list[wpb.WorkerToDaemon]]] = {}
-        for (link, _), frame in zip(parts, frames, strict=True):
-            by_link.setdefault(id(link), (link, []))[1].append(frame)
-        for link, results in by_link.values():  # one write per front end
-            self.fronts.send_results(link, results)
-        self.link.send()
+        self.requests += len(execute.requests)
+
+    def _after_batch(self) -> None:
+        """Once a batch's results went out: its spans, the unit's status."""
+        assert self.executor is not None
+        tracing = self.executor.tracing
+        if tracing is not None and tracing.pending():
+            # Encoded after the result went out (the daemon answers the client meanwhile);
+            # sent with the next result or heartbeat, not as a write of their own.
+            self.link.defer(wpb.WorkerToDaemon(spans=wpb.SpanBatch(otlp=tracing.take_encoded())))
         if self.notify.enabled:
             self.notify.status(self._status())
 
