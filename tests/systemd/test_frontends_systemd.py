@@ -39,7 +39,7 @@ def worker_journal(systemd: PrivateSystemd) -> str:
     return systemd.journal("-u", "pbd-worker@*")
 
 
-def front_links(systemd: PrivateSystemd) -> int:
+def front_connections(systemd: PrivateSystemd) -> int:
     """Front-end links the workers have taken so far (their journal)."""
     return len(FRONT_LINKED.findall(worker_journal(systemd)))
 
@@ -83,7 +83,7 @@ def test_front_ends_are_part_of_pbd_service(private_systemd: PrivateSystemd) -> 
         # re-initialized.
         workers = {unit: pbd.main_pid(unit) for unit in pbd.worker_units()}
         assert len(workers) == 2, workers
-        links_before = front_links(systemd)
+        links_before = front_connections(systemd)
         systemd.systemctl("restart", "pbd.service")
         assert pbd.main_pid("pbd.service") != daemon
         after = wait_until(lambda: (f := front_ends(systemd)) and len(f) == 2 and f, 60, "2 fronts")
@@ -96,7 +96,7 @@ def test_front_ends_are_part_of_pbd_service(private_systemd: PrivateSystemd) -> 
         for _ in range(4):  # new connections: both front ends serve some
             counted(pbd.client())
         wait_until(
-            lambda: front_links(systemd) >= links_before + 4,
+            lambda: front_connections(systemd) >= links_before + 4,
             60,
             "the new front ends linked to the re-adopted workers",
         )

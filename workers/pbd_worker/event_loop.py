@@ -8,10 +8,10 @@ coroutine that awaits it without a thread in between. Frames for the main loop (
 Cancel, a Release) read meanwhile are kept for ``next``.
 
 - ``next()``: the main loop's next frame, and where it came from (None: the daemon; or a front
-  link, ``ipc.front_links``). With no coroutine alive this is a plain blocking read
+  link, ``ipc.front_connections``). With no coroutine alive this is a plain blocking read
   (``DaemonLink.next``): a model without coroutines pays nothing for the loop. A worker that
   listens for front ends waits on the daemon's socket and theirs at once instead (one poll,
-  ``FrontLinks.wait``; the daemon's frames first), and while coroutines are alive the loop
+  ``FrontConnections.wait``; the daemon's frames first), and while coroutines are alive the loop
   watches the front links too.
 - ``run(awaitable)``: a default-mode ``async def execute`` is awaited before its batch is
   answered (Triton awaits it too); frames read meanwhile wait in ``next``.
@@ -31,17 +31,17 @@ from typing import Any
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.front_links import FrontLink, FrontLinks
+from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 
 log = logging.getLogger("pbd_worker")
 
 Failed = Callable[[BaseException], None]
 # A frame for the main loop and the front link it came on (None: the daemon's).
-Arrival = tuple[FrontLink | None, wpb.DaemonToWorker]
+Arrival = tuple[FrontConnection | None, wpb.DaemonToWorker]
 
 
 class WorkerLoop:
-    def __init__(self, link: DaemonLink, fronts: FrontLinks | None = None) -> None:
+    def __init__(self, link: DaemonLink, fronts: FrontConnections | None = None) -> None:
         self.link = link
         self.fronts = fronts
         self.loop = asyncio.new_event_loop()

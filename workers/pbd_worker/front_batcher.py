@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.batching import DirectBatching, gather
-from pbd_worker.ipc.front_links import FrontLink, FrontLinks
+from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 
 # A front link's Execute frame, and the link.
-Part = tuple[FrontLink, wpb.DaemonToWorker]
+Part = tuple[FrontConnection, wpb.DaemonToWorker]
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 
 
@@ -78,8 +78,8 @@ class FrontBatcher:
     def __init__(
         self,
         policy: DirectBatching,
-        fronts: FrontLinks,
-        other: Callable[[wpb.DaemonToWorker, FrontLink], None],
+        fronts: FrontConnections,
+        other: Callable[[wpb.DaemonToWorker, FrontConnection], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
@@ -88,7 +88,7 @@ class FrontBatcher:
         self._clock = clock
         fronts.arrived = {}  # the delay counts from when the first request was read
 
-    def gather(self, link: FrontLink, message: wpb.DaemonToWorker) -> list[Part]:
+    def gather(self, link: FrontConnection, message: wpb.DaemonToWorker) -> list[Part]:
         """The batch that ``message`` (an Execute just taken from ``link``) starts: itself
         first, then the links' Executes that join it."""
         policy = self.policy
@@ -130,7 +130,7 @@ class FrontBatcher:
                 self._other(message, link)
 
     def _put_back(self, parts: list[Part]) -> None:
-        by_link: dict[int, tuple[FrontLink, list[wpb.DaemonToWorker]]] = {}
+        by_link: dict[int, tuple[FrontConnection, list[wpb.DaemonToWorker]]] = {}
         for link, message in parts:
             by_link.setdefault(id(link), (link, []))[1].append(message)
         for link, messages in by_link.values():

@@ -2,7 +2,7 @@
 
 Request ids are the daemon's, unique for the connection, or a front end's (the direct path:
 an id names its front link, ``pbd_wire.front_of``; ``send`` takes a response where its
-request came from, ``ipc.front_links``). A request is *live* from the moment its batch starts
+request came from, ``ipc.front_connections``). A request is *live* from the moment its batch starts
 until its last response left (execute returned its response, or the sender sent the final
 flag). The daemon cancels a request on its cancellation page
 (``ipc.cancel_flags``), which ``is_cancelled()`` reads at once, and with a ``CancelRequests``

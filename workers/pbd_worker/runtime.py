@@ -9,7 +9,7 @@ a heartbeat thread sends
 even while the model is busy). EOF on the socket means the daemon is gone: the worker exits,
 or, as a systemd unit (``--reconnect-secs``), waits for the restarted daemon and keeps its
 model. Given a front socket (``Initialize.front_socket``), it also serves front ends that send
-their requests straight to it (``ipc.front_links``): their results and streamed responses go
+their requests straight to it (``ipc.front_connections``): their results and streamed responses go
 back on their own links. Under systemd it also speaks sd_notify: READY=1 once initialize()
 returned, STATUS= with its request count, WATCHDOG=1 from the heartbeat thread.
 Every frame the worker sends is preceded by the custom-metric updates buffered since the last
@@ -43,7 +43,7 @@ from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.front_batcher import FrontBatcher, Part, merged
 from pbd_worker.ipc.daemon_link import DaemonLink
-from pbd_worker.ipc.front_links import FrontLink, FrontLinks
+from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 from pbd_worker.lifecycle import (
     ask_ready,
     auto_complete,
@@ -117,7 +117,7 @@ class WorkerRuntime:
         state.bls_async_executor = self.bls.exec_async
         forked.install(self.link)  # processes the model forks call through this one
         # Front ends of the direct path; none until an Initialize names a front socket.
-        self.fronts = FrontLinks(self.link.send, lambda: self.executor, lambda: self.live)
+        self.fronts = FrontConnections(self.link.send, lambda: self.executor, lambda: self.live)
         self.aio.fronts = self.fronts
         # Streamed responses go where their request came from: the daemon or a front link.
         self.live = LiveRequests(self.fronts.route, decoupled=False)
@@ -189,7 +189,7 @@ class WorkerRuntime:
             self.attached.clear()
             self.link.disconnect()
 
-    def handle(self, message: wpb.DaemonToWorker, front: FrontLink | None = None) -> None:
+    def handle(self, message: wpb.DaemonToWorker, front: FrontConnection | None = None) -> None:
         """Run one frame of the daemon, or of ``front`` (only execute, release and cancel
         come from a front link; their ids are checked, the result goes back on it)."""
         kind = message.WhichOneof("kind")
@@ -224,7 +224,7 @@ class WorkerRuntime:
             released = list(message.release.batch_ids)
             self.executor.release(released if front is None else front.take_owned(released))
         elif front is not None:
-            return  # nothing else comes from a front link (FrontLink.problem)
+            return  # nothing else comes from a front link (FrontConnection.problem)
         elif kind == "settings":
             self._apply_settings(message.settings)
         elif kind == "warmed_up":
@@ -274,7 +274,7 @@ class WorkerRuntime:
         self._run_batch(
             whole, lambda: executor.run_parts(whole, executes, [f.result for f in frames])
         )
-        by_link: dict[int, tuple[FrontLink, list[wpb.WorkerToDaemon]]] = {}
+        by_link: dict[int, tuple[FrontConnection, list[wpb.WorkerToDaemon]]] = {}
         for (link, _), frame in zip(parts, frames, strict=True):
             by_link.setdefault(id(link), (link, []))[1].append(frame)
         for link, results in by_link.values():

@@ -93,12 +93,12 @@ class DirectVersion:
         self.model = model
         self.version = version
         self.config = config
-        self.links: list[WorkerLink] = []
+        self.links: list[DirectLink] = []
         self.key = (model, version)  # its statistics' (``Direct.stats_of``)
 
-    def pick(self) -> WorkerLink | None:
+    def pick(self) -> DirectLink | None:
         """The connected instance with the fewest of this front end's requests in flight."""
-        best: WorkerLink | None = None
+        best: DirectLink | None = None
         least = -1
         for link in self.links:
             if link.usable and (best is None or len(link.calls) < least):
@@ -136,7 +136,7 @@ class _Call:
         self.answered = False  # a streamed response was put in its stream
 
 
-class WorkerLink(asyncio.Protocol):
+class DirectLink(asyncio.Protocol):
     """This front end's connection to one instance's worker."""
 
     def __init__(self, direct: Direct, spec: fpb.DirectInstance) -> None:
@@ -543,7 +543,7 @@ class DirectStream:
     them; leaving before the final one cancels the request."""
 
     def __init__(
-        self, direct: Direct, call: _Call, link: WorkerLink, request_id: int, nbytes: int,
+        self, direct: Direct, call: _Call, link: DirectLink, request_id: int, nbytes: int,
         began: int,
     ) -> None:  # fmt: skip
         assert call.stream is not None
@@ -587,15 +587,15 @@ class Direct:
         self.own = own
         self.free = free
         self.versions: dict[tuple[str, str], DirectVersion] = {}
-        self.links: dict[str, WorkerLink] = {}  # by socket
+        self.links: dict[str, DirectLink] = {}  # by socket
         self.stats: dict[tuple[str, str], ModelStats] = {}
         self._ids = itertools.count(front_base(index) + 1)
         self._configs: dict[str, ModelConfig] = {}  # by config JSON: parsed once
         self._connecting: set[asyncio.Future[None]] = set()  # the loop keeps weak references
         # Why workers went, by socket, as the daemon said (``InstanceGone``), the latest kept.
         self.reasons: dict[str, str] = {}
-        self._lost: dict[str, WorkerLink] = {}  # links that ended, waiting for those words
-        self._retired: set[WorkerLink] = set()  # out of the table, requests still out
+        self._lost: dict[str, DirectLink] = {}  # links that ended, waiting for those words
+        self._retired: set[DirectLink] = set()  # out of the table, requests still out
         self._loop: asyncio.AbstractEventLoop | None = None
         # The client's system regions as the daemon last told them (``Regions``): a request
         # whose tensors are in them is described for the worker here, checked as the daemon
@@ -608,7 +608,7 @@ class Direct:
 
     # -- the table -------------------------------------------------------------------------------
 
-    def update(self, table: list[fpb.DirectVersion]) -> list[WorkerLink]:
+    def update(self, table: list[fpb.DirectVersion]) -> list[DirectLink]:
         """Apply a new table; the links it no longer names (retired: they finish what they
         carry, take nothing new)."""
         versions: dict[tuple[str, str], DirectVersion] = {}
@@ -624,7 +624,7 @@ class Direct:
                 named.add(spec.socket)
                 link = self.links.get(spec.socket)
                 if link is None or link.closed:
-                    link = self.links[spec.socket] = WorkerLink(self, spec)
+                    link = self.links[spec.socket] = DirectLink(self, spec)
                     connecting = asyncio.ensure_future(link.connect())
                     self._connecting.add(connecting)
                     connecting.add_done_callback(self._connecting.discard)
@@ -683,7 +683,7 @@ class Direct:
         else:
             self._let_go.set()
 
-    def retired_busy(self) -> list[WorkerLink]:
+    def retired_busy(self) -> list[DirectLink]:
         """The links out of the table that still carry requests (a barrier waits for them)."""
         busy = [link for link in self._retired if link.calls or link.streams]
         self._retired = set(busy)
@@ -714,7 +714,7 @@ class Direct:
         for link in self.update([]):
             link.retired = True
 
-    def lost(self, link: WorkerLink) -> None:
+    def lost(self, link: DirectLink) -> None:
         if self.links.get(link.socket) is link:
             del self.links[link.socket]
         if link.calls or link.streams:
@@ -749,7 +749,7 @@ class Direct:
 
     def _send(
         self, request: InferRequest, version: DirectVersion, place: Place, streamed: bool
-    ) -> tuple[_Call, WorkerLink, int, int] | None:
+    ) -> tuple[_Call, DirectLink, int, int] | None:
         """Validate ``request``, copy its inputs into the arena and send it to one of
         ``version``'s instances: (the call, its link, its id, its input bytes); None when
         it must go through the daemon (no instance connected, or past the budget)."""
@@ -830,7 +830,7 @@ class Direct:
         self.stats_of(version).queue.add(time.perf_counter_ns() - began)
         return DirectStream(self, call, link, request_id, nbytes, began)
 
-    async def drained(self, links: list[WorkerLink], timeout: float) -> None:
+    async def drained(self, links: list[DirectLink], timeout: float) -> None:
         """Until nothing sent on ``links`` is unanswered (or ``timeout``)."""
         waits = [asyncio.ensure_future(link.idle.wait()) for link in links if not link.closed]
         if waits:

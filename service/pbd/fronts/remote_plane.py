@@ -43,7 +43,7 @@ DRAIN_WAIT_S = 600.0
 _HEARTBEAT = encode_frame(fpb.FrontToDaemon(heartbeat=fpb.Heartbeat()).SerializeToString())
 
 
-class _Pending:
+class _DaemonCall:
     """One request sent to the daemon, until its input blocks may be reused: no worker reads
     them any more (the final answer says so, or InputsFree for a request given up on), and no
     result of it is still read (an output may be an input returned in place)."""
@@ -97,7 +97,7 @@ class RemotePlane(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._frames = FrameSplitter()
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _DaemonCall] = {}
         self._replies: dict[int, asyncio.Future[fpb.CallReply]] = {}
         self._released: list[int] = []
         self._flush: asyncio.Handle | None = None
@@ -210,7 +210,7 @@ class RemotePlane(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             self._free(blocks)
             raise unavailable("the daemon is not reachable from this front end")
-        self._pending[call] = _Pending(request, blocks, future, stream)
+        self._pending[call] = _DaemonCall(request, blocks, future, stream)
         trace = request.trace.ask() if isinstance(request.trace, _TraceLater) else None
         release, self._released = self._released, []
         frame = wire.infer_frame(
@@ -427,7 +427,7 @@ class RemotePlane(asyncio.Protocol):
             self._settle(call)
 
     def _deliver(
-        self, pending: _Pending, result: InferResult | None, error: PbdError | None, final: bool
+        self, pending: _DaemonCall, result: InferResult | None, error: PbdError | None, final: bool
     ) -> None:
         if pending.stream is not None:
             pending.stream.put(StreamResult(result, error, final))

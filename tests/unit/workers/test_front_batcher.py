@@ -1,7 +1,7 @@
 """Dynamic batches formed in the worker from its front links' Executes
 (``pbd_worker.front_batcher``, ``BatchExecutor.run_parts``).
 
-A real worker process, played to as in ``test_front_links``: front ends are sockets of this
+A real worker process, played to as in ``test_front_connections``: front ends are sockets of this
 test, each sending one request per Execute as a front end does. The model answers each request
 with OUT = IN * 2 and N, the number of requests its ``execute()`` got.
 """
@@ -12,7 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from test_front_links import B0, B1, Start, Worker, start  # noqa: F401 - start is a fixture
+from test_front_connections import B0, B1, Start, Worker, start  # noqa: F401 - start is a fixture
 
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.batching import direct_batching

@@ -146,7 +146,7 @@ class DaemonLink:
         self, wait: Callable[[socket.socket], bool]
     ) -> wpb.DaemonToWorker | None | Literal[False]:
         """``next``, waiting with ``wait(sock)`` instead of in ``recv``: it blocks until the
-        socket or something else (a front link, ``ipc.front_links``) is ready, True for the
+        socket or something else (a front link, ``ipc.front_connections``) is ready, True for the
         socket. False: the other thing is ready, nothing was read. The read lock is held while
         waiting, as ``next`` holds it in ``recv``: replies are filed here, for whoever waits."""
         while True:

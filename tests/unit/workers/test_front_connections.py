@@ -1,5 +1,5 @@
 """The direct path: front ends that send their requests straight to a worker (worker.proto,
-"The direct path"; ``pbd_worker.ipc.front_links``).
+"The direct path"; ``pbd_worker.ipc.front_connections``).
 
 A real worker process (``python -m pbd_worker``) talks to a daemon played here (a listener of
 this test's own: Hello, Initialize with a front socket and token, then silence) and to front
@@ -30,8 +30,8 @@ from pbd_wire import front_base
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import SocketFrameReader, encode_frame
 from pbd_wire.shm import Arena, SegmentMap
-from pbd_worker.ipc import front_links
-from pbd_worker.ipc.front_links import FrontLinks
+from pbd_worker.ipc import front_connections
+from pbd_worker.ipc.front_connections import FrontConnections
 
 WAIT_S = 30.0  # a bound on a read that went wrong, never reached when it passes
 QUIET_S = 0.3  # how long a socket that is to stay silent is watched
@@ -484,7 +484,7 @@ def test_the_front_links_follow_the_daemon_and_a_new_one_names_a_new_socket(star
     assert worker.daemon.silent()
 
 
-# -- FrontLinks in this process: what a worker process does not show ------------------------------
+# -- FrontConnections in this process: what a worker process does not show ------------------
 
 
 class _Holder:
@@ -507,8 +507,8 @@ class _Live:
 
 
 @pytest.fixture
-def fronts() -> Iterator[tuple[FrontLinks, str]]:
-    links = FrontLinks(lambda *m: None, _Holder, _Live)
+def fronts() -> Iterator[tuple[FrontConnections, str]]:
+    links = FrontConnections(lambda *m: None, _Holder, _Live)
     address = f"@pbd-test-fronts-{os.getpid()}-{next(_names)}"
     links.listen(address, TOKEN)
     assert links.listener is not None
@@ -526,9 +526,9 @@ def _connect(address: str) -> socket.socket:
 
 
 def test_a_connection_that_says_nothing_is_closed_after_the_hello_timeout(
-    fronts: tuple[FrontLinks, str], monkeypatch: pytest.MonkeyPatch
+    fronts: tuple[FrontConnections, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(front_links, "HELLO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(front_connections, "HELLO_TIMEOUT_S", 0.2)
     links, address = fronts
     silent = _connect(address)
     daemon_end, daemon = socket.socketpair()
@@ -548,7 +548,7 @@ def test_a_connection_that_says_nothing_is_closed_after_the_hello_timeout(
 
 
 def test_a_forked_child_closes_its_copies_of_the_front_links(
-    fronts: tuple[FrontLinks, str],
+    fronts: tuple[FrontConnections, str],
 ) -> None:
     links, address = fronts
     base = front_base(2)

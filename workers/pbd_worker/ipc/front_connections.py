@@ -86,7 +86,7 @@ class Live(Protocol):
     def cancel(self, request_ids: list[int]) -> None: ...
 
 
-class FrontLink:
+class FrontConnection:
     """One accepted front end: its socket, the frames it sent that wait for the main loop, and
     the streamed-response ids it may release."""
 
@@ -173,7 +173,7 @@ class FrontLink:
         return None
 
 
-class _Pending:
+class _Unintroduced:
     """An accepted connection that has not said hello yet."""
 
     def __init__(self, sock: socket.socket) -> None:
@@ -182,11 +182,11 @@ class _Pending:
         self.deadline = time.monotonic() + HELLO_TIMEOUT_S
 
 
-_instances: weakref.WeakSet[FrontLinks] = weakref.WeakSet()
+_instances: weakref.WeakSet[FrontConnections] = weakref.WeakSet()
 _registered = False
 
 
-class FrontLinks:
+class FrontConnections:
     """The listener and the front links of one worker. Everything but ``route`` and
     ``send_result`` (any thread) runs on the main thread."""
 
@@ -202,9 +202,9 @@ class FrontLinks:
         self.listener: socket.socket | None = None
         self.token = b""
         # By front index; changed on the main thread only, read by any (``route``).
-        self.links: dict[int, FrontLink] = {}
+        self.links: dict[int, FrontConnection] = {}
         self._turn = 0  # where ``take`` looks first
-        self._by_fd: dict[int, FrontLink | _Pending | None] = {}  # None: the listener
+        self._by_fd: dict[int, FrontConnection | _Unintroduced | None] = {}  # None: the listener
         self._hellos = 0  # entries of _by_fd that are connections yet to say hello
         self._poll: select.poll | None = None  # over _by_fd and the daemon's socket
         self._poll_daemon = -1
@@ -252,7 +252,7 @@ class FrontLinks:
         for link in list(self.links.values()):
             self._drop(link, None)
         for fd, entry in list(self._by_fd.items()):
-            if isinstance(entry, _Pending):
+            if isinstance(entry, _Unintroduced):
                 self._unwatch(fd)
                 entry.sock.close()
         if self.listener is not None:
@@ -290,7 +290,7 @@ class FrontLinks:
                 return True
         return False
 
-    def take(self) -> tuple[FrontLink, wpb.DaemonToWorker] | None:
+    def take(self) -> tuple[FrontConnection, wpb.DaemonToWorker] | None:
         """The next frame of a link (and the link), one link after the other."""
         # Not by reordering ``links``: model threads look links up there meanwhile (``route``).
         links = list(self.links.values())
@@ -339,7 +339,7 @@ class FrontLinks:
             self._expire()
 
     @staticmethod
-    def put_back(link: FrontLink, messages: Sequence[wpb.DaemonToWorker]) -> None:
+    def put_back(link: FrontConnection, messages: Sequence[wpb.DaemonToWorker]) -> None:
         """Return frames taken from ``link`` (in the order taken) to the head of its inbox:
         they come out of ``take`` again first."""
         if not link.closed:
@@ -378,7 +378,7 @@ class FrontLinks:
         entry = self._by_fd[fd]
         if entry is None:
             self._accept()
-        elif isinstance(entry, _Pending):
+        elif isinstance(entry, _Unintroduced):
             self._read_hello(fd, entry)
         else:
             self._read_link(entry)
@@ -409,11 +409,11 @@ class FrontLinks:
                 log.warning("a front end's connection failed: %s", exc)
                 sock.close()
                 continue
-            pending = _Pending(sock)
+            pending = _Unintroduced(sock)
             self._watch(sock, pending)
             self._schedule_expiry()
 
-    def _read_hello(self, fd: int, pending: _Pending) -> None:
+    def _read_hello(self, fd: int, pending: _Unintroduced) -> None:
         frames = _receive(pending.sock, pending.splitter, self._reads)
         if frames is not None and not frames:
             return  # part of a frame so far
@@ -440,20 +440,20 @@ class FrontLinks:
         old = self.links.get(hello.front)
         if old is not None:
             self._drop(old, "the front end connected again")
-        link = FrontLink(pending.sock, hello.front, pending.splitter)
+        link = FrontConnection(pending.sock, hello.front, pending.splitter)
         self.links[hello.front] = link
         self._watch(link.sock, link)
         log.debug("front end %d connected", hello.front)
         self._file(link, frames[1:])
 
-    def _read_link(self, link: FrontLink) -> None:
+    def _read_link(self, link: FrontConnection) -> None:
         frames = _receive(link.sock, link.splitter, self._reads)
         if frames is None:
             self._drop(link, "it closed the connection")
         else:
             self._file(link, frames)
 
-    def _file(self, link: FrontLink, frames: list[bytes | bytearray | memoryview]) -> None:
+    def _file(self, link: FrontConnection, frames: list[bytes | bytearray | memoryview]) -> None:
         arrived = self.arrived
         now = time.monotonic() if arrived is not None else 0.0
         for frame in frames:
@@ -473,7 +473,7 @@ class FrontLinks:
     def _expiry_ms(self) -> int | None:
         if not self._hellos:
             return None
-        deadlines = [e.deadline for e in self._by_fd.values() if isinstance(e, _Pending)]
+        deadlines = [e.deadline for e in self._by_fd.values() if isinstance(e, _Unintroduced)]
         if not deadlines:
             return None
         return max(int((min(deadlines) - time.monotonic()) * 1000) + 1, 0)
@@ -481,7 +481,7 @@ class FrontLinks:
     def _expire(self) -> None:
         now = time.monotonic()
         for fd, entry in list(self._by_fd.items()):
-            if isinstance(entry, _Pending) and entry.deadline <= now:
+            if isinstance(entry, _Unintroduced) and entry.deadline <= now:
                 log.warning("refused a front end: no hello within %gs", HELLO_TIMEOUT_S)
                 self._unwatch(fd)
                 entry.sock.close()
@@ -501,10 +501,10 @@ class FrontLinks:
 
     # -- watching ---------------------------------------------------------------------------------
 
-    def _watch(self, sock: socket.socket, entry: FrontLink | _Pending | None) -> None:
+    def _watch(self, sock: socket.socket, entry: FrontConnection | _Unintroduced | None) -> None:
         fd = sock.fileno()
         self._by_fd[fd] = entry
-        self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
+        self._hellos = sum(isinstance(e, _Unintroduced) for e in self._by_fd.values())
         self._poll = self._links_poll = None
         if self._loop is not None:
             self._loop.add_reader(fd, self._on_loop_readable, fd)
@@ -512,7 +512,7 @@ class FrontLinks:
     def _unwatch(self, fd: int) -> None:
         if self._by_fd.pop(fd, False) is False:
             return
-        self._hellos = sum(isinstance(e, _Pending) for e in self._by_fd.values())
+        self._hellos = sum(isinstance(e, _Unintroduced) for e in self._by_fd.values())
         self._poll = self._links_poll = None
         if self._loop is not None:
             self._loop.remove_reader(fd)
@@ -526,7 +526,7 @@ class FrontLinks:
 
     # -- cleanup ----------------------------------------------------------------------------------
 
-    def _drop(self, link: FrontLink, why: str | None, warn: bool = False) -> None:
+    def _drop(self, link: FrontConnection, why: str | None, warn: bool = False) -> None:
         """Close ``link``: free the output blocks it held, cancel its live requests."""
         if why is not None:
             (log.warning if warn else log.debug)("closing %r: %s", link, why)
@@ -553,12 +553,12 @@ class FrontLinks:
 
     # -- sending (any thread) ---------------------------------------------------------------------
 
-    def send_result(self, link: FrontLink, frame: wpb.WorkerToDaemon) -> None:
+    def send_result(self, link: FrontConnection, frame: wpb.WorkerToDaemon) -> None:
         """An ExecuteResult for a batch of ``link``; dropped (its blocks freed) when the
         link is gone."""
         self.send_results(link, [frame])
 
-    def send_results(self, link: FrontLink, frames: Sequence[wpb.WorkerToDaemon]) -> None:
+    def send_results(self, link: FrontConnection, frames: Sequence[wpb.WorkerToDaemon]) -> None:
         """ExecuteResults for batches of ``link``, in one write; dropped (their blocks freed)
         when the link is gone."""
         if not link.send(frames):
@@ -612,8 +612,8 @@ def _receive(
         return None
 
 
-def _remember(links: FrontLinks) -> None:
-    """Close the links of every FrontLinks in a forked child (``os.register_at_fork``)."""
+def _remember(links: FrontConnections) -> None:
+    """Close the links of every FrontConnections in a forked child (``os.register_at_fork``)."""
     global _registered
     _instances.add(links)
     if not _registered:
