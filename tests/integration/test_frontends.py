@@ -354,6 +354,48 @@ def test_a_front_end_killed_is_replaced_and_costs_only_its_own_connections(
     assert [n for n in daemon.shm_segments() if n.startswith(spec["arena_base"] + "-")] == []
 
 
+def test_a_front_end_killed_mid_batch_fails_only_its_own_requests(
+    start_daemon: DaemonFactory, repo: Path, tmp_path: Path
+) -> None:
+    """A batch the worker formed from both front ends' requests (pbd_worker.front_batcher):
+    one front end dies while the batch runs; the other's request is answered from it."""
+    with open(repo / "batch_recorder" / "config.pbtxt", "a") as config:
+        config.write("dynamic_batching { preferred_batch_size: [ 2 ] "
+                     "max_queue_delay_microseconds: 600000000 }\n")  # fmt: skip
+    daemon = start_daemon(repo, *FRONTS, settle=["batch_recorder"])
+    pids = two_fronts(daemon)
+    doomed, survivor = pids
+    victim, steady = (pinned_client(daemon, pid, pids) for pid in pids)
+    gate = tmp_path / "gate"
+    gate.touch()
+
+    def send(client: grpcclient.InferenceServerClient, x: int) -> grpcclient.InferResult:
+        tensors = [
+            infer_input("X", np.array([[x]], dtype=np.int32), "INT32"),
+            infer_input("GATE", np.array([[str(gate).encode()]], dtype=np.object_), "BYTES"),
+        ]
+        return client.infer("batch_recorder", tensors, client_timeout=60)
+
+    with ThreadPoolExecutor(2) as pool:
+        lost = pool.submit(send, victim, 1)
+        kept = pool.submit(send, steady, 2)
+        # Both wait in one execute() (the delay is 10 min: only the pair could start it).
+        wait_until(Path(f"{gate}.executing").exists, 60, "the batch to run")
+        os.kill(doomed, signal.SIGKILL)
+        two_fronts(daemon, without=doomed)  # the daemon saw it and replaced it
+        gate.unlink()
+        answer = kept.result(timeout=60)
+        with pytest.raises(InferenceServerException):
+            lost.result(timeout=60)
+    assert answer.as_numpy("Y").tolist() == [[2]]
+    assert answer.as_numpy("REQUESTS").tolist() == [[2]]  # it ran beside the lost one
+    # The worker serves on: the next pair is one batch again.
+    with ThreadPoolExecutor(2) as pool:
+        pair = [pool.submit(send, steady, 3), pool.submit(send, daemon.client(), 4)]
+        results = [f.result(timeout=60) for f in pair]
+    assert [r.as_numpy("Y").tolist() for r in results] == [[[3]], [[4]]]
+
+
 def test_a_busy_metrics_port_ends_the_start_before_any_front_end_starts(
     repo: Path, tmp_path: Path
 ) -> None:
