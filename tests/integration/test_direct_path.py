@@ -55,7 +55,9 @@ def repo(tmp_path: Path) -> Path:
         },
     )
     with open(repository / "batch_recorder" / "config.pbtxt", "a") as config:
-        config.write("dynamic_batching { priority_levels: 2 }\n")  # off the direct path
+        config.write(  # off the direct path: a queue bound needs the daemon's one queue
+            "dynamic_batching { default_queue_policy { max_queue_size: 8 } }\n"
+        )
     return repository
 
 
@@ -128,7 +130,7 @@ def test_a_plain_models_requests_skip_the_daemon_and_are_counted_there(
     assert metric(daemon, "nv_inference_request_success", "add_sub") == (
         stats.inference_stats.success.count
     )
-    # A model the direct path refuses (priority levels) still goes through the daemon.
+    # A model the direct path refuses (a max_queue_size) still goes through the daemon.
     tensor = infer_input("X", np.array([[7]], dtype=np.int32), "INT32")
     seen = len(daemon.log())
     assert daemon.client().infer("batch_recorder", [tensor]).as_numpy("Y").tolist() == [[7]]
@@ -399,8 +401,10 @@ def test_a_dynamic_batching_models_requests_skip_the_daemon_and_batch_in_the_wor
     """Dynamic batching whose settings a worker honours alone (sizes, the delay): front ends
     send its requests to the workers, which batch them (pbd_worker.front_batcher)."""
     config = repo / "batch_recorder" / "config.pbtxt"
-    text = config.read_text().replace("priority_levels: 2", "preferred_batch_size: [ 2 ] "
-                                      "max_queue_delay_microseconds: 600000000")  # fmt: skip
+    text = config.read_text().replace(
+        "default_queue_policy { max_queue_size: 8 }",
+        "preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 600000000",
+    )
     config.write_text(text)
     daemon = start_daemon(repo, *FRONTS, settle=["batch_recorder"])
 

@@ -73,7 +73,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent", "output_targets", "bls_call")
+    __slots__ = ("request_id", "id", "inputs", "requested_outputs", "parameters_json", "correlation_id", "correlation_id_str", "flags", "timeout_us", "traceparent", "output_targets", "bls_call", "priority")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class Request(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TARGETS_FIELD_NUMBER: _ClassVar[int]
     BLS_CALL_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     id: str
     inputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
@@ -98,7 +99,8 @@ class Request(_message.Message):
     traceparent: str
     output_targets: _containers.RepeatedCompositeFieldContainer[OutputTarget]
     bls_call: int
-    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ..., bls_call: _Optional[int] = ...) -> None: ...
+    priority: int
+    def __init__(self, request_id: _Optional[int] = ..., id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., requested_outputs: _Optional[_Iterable[str]] = ..., parameters_json: _Optional[str] = ..., correlation_id: _Optional[int] = ..., correlation_id_str: _Optional[str] = ..., flags: _Optional[int] = ..., timeout_us: _Optional[int] = ..., traceparent: _Optional[str] = ..., output_targets: _Optional[_Iterable[_Union[OutputTarget, _Mapping]]] = ..., bls_call: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class OutputTarget(_message.Message):
     __slots__ = ("name", "region", "offset", "byte_size", "cuda")
@@ -125,20 +127,22 @@ class Execute(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., release: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "outputs", "error", "parameters_json", "streamed", "rescheduled")
+    __slots__ = ("request_id", "outputs", "error", "parameters_json", "streamed", "rescheduled", "rejected")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     STREAMED_FIELD_NUMBER: _ClassVar[int]
     RESCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     outputs: _containers.RepeatedCompositeFieldContainer[TensorRef]
     error: Error
     parameters_json: str
     streamed: bool
     rescheduled: bool
-    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ..., streamed: _Optional[bool] = ..., rescheduled: _Optional[bool] = ...) -> None: ...
+    rejected: bool
+    def __init__(self, request_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[TensorRef, _Mapping]]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., parameters_json: _Optional[str] = ..., streamed: _Optional[bool] = ..., rescheduled: _Optional[bool] = ..., rejected: _Optional[bool] = ...) -> None: ...
 
 class StreamedResponse(_message.Message):
     __slots__ = ("request_id", "response", "flags", "held")

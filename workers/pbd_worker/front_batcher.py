@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.batching import DirectBatching, gather
+from pbd_wire.batching import BatchingPolicy, gather
 from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 
 # A front link's Execute frame, and the link.
@@ -72,32 +72,49 @@ def _signature_of(part: Part) -> Signature:
     return signature(part[1].execute)
 
 
+# Triton's words for a request that waited in the queue past its timeout (REJECT).
+TIMEOUT_EXPIRED = "Request timeout expired"
+
+
 class FrontBatcher:
     """Gathers the front links' Executes of one dynamic-batching model into batches."""
 
     def __init__(
         self,
-        policy: DirectBatching,
+        policy: BatchingPolicy,
         fronts: FrontConnections,
         other: Callable[[wpb.DaemonToWorker, FrontConnection], None],
+        reject: Callable[[FrontConnection, wpb.DaemonToWorker, str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.fronts = fronts
         self._other = other  # handles a link's Release or CancelRequests met on the way
+        self._reject = reject  # answers a request its queue refused, never run
         self._clock = clock
-        fronts.arrived = {}  # the delay counts from when the first request was read
+        # Served in an order of their own: by priority level, and past a timeout.
+        levels = [policy.default_policy, *policy.level_policies.values()]
+        self._ordered = bool(policy.levels) or any(
+            level.default_timeout_us or level.allow_timeout_override for level in levels
+        )
+        fronts.arrived = {}  # the delay and the timeouts count from when a request was read
 
     def gather(self, link: FrontConnection, message: wpb.DaemonToWorker) -> list[Part]:
-        """The batch that ``message`` (an Execute just taken from ``link``) starts: itself
-        first, then the links' Executes that join it."""
+        """The batch to run now, ``message`` (an Execute just taken from ``link``) among the
+        candidates: in arrival order, or by priority level and timeout when the policy has
+        them (then the batch may not include ``message``, and is empty when every candidate
+        was refused)."""
         policy = self.policy
         arrived = self.fronts.arrived
         assert arrived is not None
-        first = arrived.get(message.execute.batch_id)
         items: list[Part] = [(link, message)]
         while True:
             self._take_arrived(items)
+            now = self._clock()
+            if self._ordered:
+                items = self._in_order(items, now)
+                if not items:
+                    return []
             batch, closed, preferred = gather(
                 items, _rows_of, _signature_of, policy.max_batch_size, policy.preferred
             )
@@ -106,9 +123,8 @@ class FrontBatcher:
             if preferred is not None:
                 batch = preferred
                 break
-            since = first if first is not None else self._clock()
-            first = since
-            left = since + policy.max_delay_us / 1e6 - self._clock()
+            oldest = min(arrived.get(m.execute.batch_id, now) for _, m in batch)
+            left = oldest + policy.max_delay_us / 1e6 - now
             if left <= 0:
                 break
             self.fronts.read_now(left)
@@ -116,6 +132,31 @@ class FrontBatcher:
         for _, taken in batch:
             arrived.pop(taken.execute.batch_id, None)
         return batch
+
+    def _in_order(self, items: list[Part], now: float) -> list[Part]:
+        """``items`` in the order they are served, as the daemon's queues serve them: level 1
+        first; in a level, arrival order, then the ones whose timeout passed with
+        ``timeout_action: DELAY``. One whose timeout passed with REJECT is refused here."""
+        policy = self.policy
+        arrived = self.fronts.arrived
+        assert arrived is not None
+        keyed: list[tuple[tuple[int, bool, int], Part]] = []
+        for index, (link, message) in enumerate(items):
+            execute = message.execute
+            request = execute.requests[0] if execute.requests else None
+            level = policy.level_of(request.priority if request is not None else 0)
+            queue = policy.policy_of(level)
+            timeout_us = queue.timeout_us(request.timeout_us if request is not None else 0)
+            late = False
+            if timeout_us and now - arrived.get(execute.batch_id, now) > timeout_us / 1e6:
+                if not queue.delay_on_timeout:
+                    arrived.pop(execute.batch_id, None)
+                    self._reject(link, message, TIMEOUT_EXPIRED)
+                    continue
+                late = True
+            keyed.append(((level, late, index), (link, message)))
+        keyed.sort(key=lambda entry: entry[0])
+        return [part for _, part in keyed]
 
     def _take_arrived(self, items: list[Part]) -> None:
         """Add the links' Executes that are here to ``items``; handle what else they sent."""

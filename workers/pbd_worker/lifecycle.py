@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.batching import DirectBatching, direct_batching
+from pbd_wire.batching import BatchingPolicy, direct_batching
 from pbd_worker.loader import (
     ModelLoadError,
     call_maybe_async,
@@ -118,7 +118,7 @@ def declared_outputs(args: dict[str, str]) -> frozenset[str] | None:
     return names or None
 
 
-def direct_batching_of(args: dict[str, str]) -> DirectBatching | None:
+def direct_batching_of(args: dict[str, str]) -> BatchingPolicy | None:
     """The dynamic batching this worker does itself for its front ends' requests
     (``pbd_worker.front_batcher``); None: the model has none a worker can honour alone."""
     try:

@@ -200,9 +200,12 @@ class WorkerRuntime:
                 return  # its link closed meanwhile: nobody to answer
             if front is not None and self.batcher is not None:
                 parts = self.batcher.gather(front, message)
-                if len(parts) > 1:
-                    self._execute_parts(parts)
+                if len(parts) != 1:
+                    if parts:
+                        self._execute_parts(parts)
                     return
+                front, message = parts[0]  # a higher priority may have come first
+                execute = message.execute
             if execute.release:
                 released = execute.release[:]
                 self.executor.release(released if front is None else front.take_owned(released))
@@ -281,6 +284,19 @@ class WorkerRuntime:
             self.fronts.send_results(link, results)
         self.link.send()
         self._after_batch()
+
+    def _refuse(self, link: FrontConnection, message: wpb.DaemonToWorker, why: str) -> None:
+        """Answer an Execute its queue refused (``front_batcher``): it never runs."""
+        execute = message.execute
+        if execute.release and self.executor is not None:
+            self.executor.release(link.take_owned(execute.release[:]))
+        frame = wpb.WorkerToDaemon()
+        result = frame.result
+        result.batch_id = execute.batch_id
+        for request in execute.requests:
+            refused = result.responses.add(request_id=request.request_id, rejected=True)
+            refused.error.code, refused.error.message = "UNAVAILABLE", why
+        self.fronts.send_result(link, frame)
 
     def _run_batch(self, execute: wpb.Execute, run: Callable[[], object]) -> None:
         """``run`` the batch ``execute`` describes through the model: its BLS calls know
@@ -408,7 +424,7 @@ class WorkerRuntime:
         self.live.decoupled = decoupled(args)
         policy = direct_batching_of(args)
         if policy is not None and not self.live.decoupled:
-            self.batcher = FrontBatcher(policy, self.fronts, self.handle)
+            self.batcher = FrontBatcher(policy, self.fronts, self.handle, self._refuse)
         self._attach_cancel_flags(init, shm_dir)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init, shm_dir)

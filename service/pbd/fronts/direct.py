@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
-from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, unavailable
+from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, rejected, unavailable
 from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
@@ -349,6 +349,8 @@ class DirectLink(asyncio.Protocol):
                 self.idle.clear()
         elif response.rescheduled:
             outcome = PbdError(Code.INTERNAL, NOT_RESCHEDULABLE)
+        elif response.rejected:  # its queue in the worker refused it: it never ran
+            outcome = rejected(response.error.message)
         elif response.HasField("error"):
             err = response.error
             log_failed_batch(self.errors, self.name, err)

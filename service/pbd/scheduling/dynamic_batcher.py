@@ -22,11 +22,11 @@ import asyncio
 from collections.abc import Iterable
 
 from pbd.errors import PbdError
-from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.priority_queues import PriorityQueues
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import InferResult, PreparedRequest, request_batch_size
 from pbd_wire import batching
+from pbd_wire.batching import BatchingPolicy
 
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Generic
 
 from pbd.errors import PbdError, rejected
-from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import InferResult, PreparedRequest
+from pbd_wire.batching import BatchingPolicy, QueuePolicy
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 # How long a scheduler sleeps between looks when nothing told it the queue or the instances

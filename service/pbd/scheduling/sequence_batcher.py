@@ -32,11 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pbd.errors import PbdError, Rescheduled, invalid_arg
-from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.dynamic_batcher import gather
 from pbd.scheduling.priority_queues import IDLE_RECHECK_S, PriorityQueues, queue_full
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import SEQUENCE_END, SEQUENCE_START, InferResult, PreparedRequest
+from pbd_wire.batching import BatchingPolicy
 
 log = logging.getLogger("pbd.sequences")
 

@@ -39,6 +39,8 @@ def describe_request(
         msg.flags = prepared.flags
     if prepared.timeout_us:
         msg.timeout_us = prepared.timeout_us
+    if prepared.priority:
+        msg.priority = prepared.priority
     if request.bls_call:
         msg.bls_call = request.bls_call
     if isinstance(prepared.correlation_id, str):

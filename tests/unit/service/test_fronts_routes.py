@@ -44,9 +44,11 @@ def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
     assert why("max_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 4 ] }") == ""
     assert why("dynamic_batching { }") == "dynamic batching without max_batch_size"
     levels = "max_batch_size: 8\ndynamic_batching { priority_levels: 2 }"
-    assert why(levels) == "dynamic batching with priority levels"
+    assert why(levels) == ""  # the worker serves higher levels first
     bounded = "max_batch_size: 8\ndynamic_batching { default_queue_policy { max_queue_size: 2 } }"
-    assert why(bounded) == "dynamic batching with a queue policy"
+    assert why(bounded) == "dynamic batching with a max_queue_size"
+    ordered = "max_batch_size: 8\ndynamic_batching { preserve_ordering: true }"
+    assert why(ordered) == "dynamic batching with preserve_ordering"
     assert why("sequence_batching { }") == "sequence batching"
     assert why("model_transaction_policy { decoupled: true }") == ""  # streamed directly
     assert why(policy=Policy(enabled=True)) == "instances scaled with load"

@@ -7,9 +7,9 @@ import asyncio
 
 from scheduling_samples import Place, ids, prepared, result
 
-from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher, gather
 from pbd.scheduling.scheduler import WorkItem
+from pbd_wire.batching import BatchingPolicy
 
 # Long enough that nothing in these tests reaches it unless the test waits for it on purpose.
 FOREVER_US = 600_000_000

@@ -9,12 +9,12 @@ import pytest
 from scheduling_samples import Place, ids, prepared
 
 from pbd.errors import Code, PbdError, unavailable
-from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, PriorityQueues, RequestQueue
 from pbd.scheduling.scheduler import Batch, Scheduler
 from pbd.scheduling.sequence_batcher import SequenceBatcher
 from pbd.types import SEQUENCE_START, PreparedRequest
+from pbd_wire.batching import BatchingPolicy, QueuePolicy
 
 
 def run(coro: object) -> object:

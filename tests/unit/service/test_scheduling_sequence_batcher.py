@@ -10,9 +10,9 @@ import pytest
 from scheduling_samples import Place, ids, prepared, result
 
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, Rescheduled
-from pbd.scheduling.batching_policy import BatchingPolicy
 from pbd.scheduling.sequence_batcher import SequenceBatcher
 from pbd.types import SEQUENCE_END, SEQUENCE_START
+from pbd_wire.batching import BatchingPolicy
 
 LONG_IDLE_US = 600_000_000
 

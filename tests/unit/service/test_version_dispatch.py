@@ -18,7 +18,6 @@ from scheduling_samples import prepared
 from pbd.errors import Code, PbdError
 from pbd.instance.instance import Instance
 from pbd.instance.records import InstancePlan, NotSent, State
-from pbd.scheduling.batching_policy import BatchingPolicy, QueuePolicy
 from pbd.scheduling.dynamic_batcher import DynamicBatcher
 from pbd.scheduling.priority_queues import TIMEOUT_EXPIRED, PriorityQueues, RequestQueue
 from pbd.scheduling.scheduler import Scheduler
@@ -27,6 +26,7 @@ from pbd.stats import ModelStats
 from pbd.types import InferResult, PreparedRequest
 from pbd.version.dispatch import Dispatch
 from pbd.version.supervisor import Slot, Supervisor
+from pbd_wire.batching import BatchingPolicy, QueuePolicy
 
 WAIT_S = 5.0  # a bound on a test that went wrong, never reached when it passes
 

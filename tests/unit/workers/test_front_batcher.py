@@ -15,10 +15,11 @@ import pytest
 from test_front_connections import B0, B1, Start, Worker, start  # noqa: F401 - start is a fixture
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.batching import direct_batching
 
 COUNTING = textwrap.dedent(
     """
+    import time
+
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
@@ -29,6 +30,8 @@ COUNTING = textwrap.dedent(
             out = []
             for request in requests:
                 x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                if float(np.ravel(x)[0]) == BUSY:
+                    time.sleep(BUSY_S)  # keeps the model busy while others queue
                 out.append(pb_utils.InferenceResponse(
                     [pb_utils.Tensor("OUT", x * 2), pb_utils.Tensor("N", n)]
                 ))
@@ -36,12 +39,19 @@ COUNTING = textwrap.dedent(
     """
 )
 LONG_US = 30_000_000  # a delay no passing test waits out
+BUSY, BUSY_S = 99.0, 0.5  # a request of this value keeps the model busy that long
+COUNTING = COUNTING.replace("BUSY_S", str(BUSY_S)).replace("BUSY", str(BUSY))
 
 
 @pytest.fixture
 def batched(start: Start):  # type: ignore[no-untyped-def]  # noqa: F811
-    def make(max_batch_size: int, delay_us: int = 0, preferred: list[int] | None = None) -> Worker:
-        dynamic: dict[str, object] = {"max_queue_delay_microseconds": delay_us}
+    def make(
+        max_batch_size: int,
+        delay_us: int = 0,
+        preferred: list[int] | None = None,
+        **queueing: object,
+    ) -> Worker:
+        dynamic: dict[str, object] = {"max_queue_delay_microseconds": delay_us, **queueing}
         if preferred:
             dynamic["preferred_batch_size"] = preferred
         config = {"max_batch_size": max_batch_size, "dynamic_batching": dynamic}
@@ -142,35 +152,61 @@ def test_a_batchs_outputs_stay_until_every_part_is_released(
     assert outputs(worker, kept)["OUT"] == before == [4.0] * 256
 
 
-@pytest.mark.parametrize(
-    ("config", "why"),
-    [
-        ({}, ""),
-        ({"max_batch_size": 4, "dynamic_batching": {}}, None),
-        ({"max_batch_size": 0, "dynamic_batching": {}}, "without max_batch_size"),
-        ({"max_batch_size": 4, "dynamic_batching": {"priority_levels": 2}}, "priority levels"),
-        ({"max_batch_size": 4, "dynamic_batching": {"preserve_ordering": True}}, "preserve"),
-        (
-            {
-                "max_batch_size": 4,
-                "dynamic_batching": {"default_queue_policy": {"max_queue_size": 3}},
-            },
-            "queue policy",
-        ),
-        (
-            {
-                "max_batch_size": 4,
-                "dynamic_batching": {"default_queue_policy": {"allow_timeout_override": True}},
-            },
-            "queue policy",
-        ),
-    ],
-)
-def test_which_dynamic_batching_a_worker_honours_alone(
-    config: dict[str, object], why: str | None
+def requested(worker: Worker, ident: int, value: float, **fields: int) -> wpb.DaemonToWorker:
+    request = worker.request(ident, value, shape=[1, 1])
+    for name, number in fields.items():
+        setattr(request, name, number)
+    return worker.execute(ident, request)
+
+
+def test_a_higher_priority_request_that_came_later_runs_first(
+    batched,  # type: ignore[no-untyped-def]
 ) -> None:
-    policy, refusal = direct_batching(config)
-    if why is None:
-        assert policy is not None and refusal == ""
-    else:
-        assert policy is None and why in refusal
+    worker = batched(1, priority_levels=2, default_priority_level=2)
+    front = worker.connect(0)
+    front.send(
+        requested(worker, B0 + 1, BUSY, priority=1),  # first of the first level
+        requested(worker, B0 + 2, 2.0),  # the default level, 2
+        requested(worker, B0 + 3, 3.0, priority=1),
+    )
+    order = [front.read().result.batch_id for _ in range(3)]
+    assert order == [B0 + 1, B0 + 3, B0 + 2]
+
+
+QUEUE_POLICY = {
+    "default_timeout_microseconds": 10_000_000,  # not reached by a passing test
+    "allow_timeout_override": True,  # a request's own timeout may shorten it
+}
+
+
+def test_a_request_past_its_queue_timeout_is_refused_as_triton_refuses_it(
+    batched,  # type: ignore[no-untyped-def]
+) -> None:
+    worker = batched(1, default_queue_policy=QUEUE_POLICY)
+    front = worker.connect(0)
+    front.send(
+        requested(worker, B0 + 1, BUSY),
+        requested(worker, B0 + 2, 2.0, timeout_us=100_000),  # waits BUSY_S behind the first
+        requested(worker, B0 + 3, 3.0),
+    )
+    results = {r.batch_id: r for r in (front.read().result for _ in range(3))}
+    (refused,) = results[B0 + 2].responses
+    assert refused.rejected and not refused.outputs
+    assert (refused.error.code, refused.error.message) == ("UNAVAILABLE", "Request timeout expired")
+    assert outputs(worker, results[B0 + 3].responses[0])["OUT"] == [6.0]
+
+
+def test_with_timeout_action_delay_a_late_request_runs_after_the_others_of_its_level(
+    batched,  # type: ignore[no-untyped-def]
+) -> None:
+    delay = {**QUEUE_POLICY, "timeout_action": "DELAY"}
+    worker = batched(1, default_queue_policy=delay)
+    front = worker.connect(0)
+    front.send(
+        requested(worker, B0 + 1, BUSY),
+        requested(worker, B0 + 2, 2.0, timeout_us=100_000),
+        requested(worker, B0 + 3, 3.0),
+    )
+    results = [front.read().result for _ in range(3)]
+    assert [r.batch_id for r in results] == [B0 + 1, B0 + 3, B0 + 2]
+    assert not any(r.responses[0].rejected for r in results)
