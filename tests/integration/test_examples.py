@@ -361,6 +361,8 @@ def test_the_readmes_llm_lines_run_as_written(examples_daemon: Daemon) -> None:
     out = completed.stdout
     assert 'data: {"model_name":"tiny_llm","model_version":"1"' in out  # generate_stream
     assert '"content": "olleh gib dlrow"' in out  # the chat completion
+    # tiny_chat: "<s>[INST] Hello there, world! [/INST]" is 13 of Mistral's tokens.
+    assert '"content": "Hello there, world!"' in out and '"prompt_tokens": 13' in out
     assert out.rstrip().endswith("olleh gib dlrow")  # the openai client's stream
 
 
