@@ -396,6 +396,43 @@ def test_a_front_end_killed_mid_batch_fails_only_its_own_requests(
     assert [r.as_numpy("Y").tolist() for r in results] == [[[3]], [[4]]]
 
 
+def test_a_batch_formed_from_both_front_ends_makes_its_bls_calls(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """A dynamic-batching model whose execute() calls another model (BLS) for each request:
+    a batch the worker formed from both front ends' requests makes both calls."""
+    repo = make_repository(
+        tmp_path,
+        {
+            "bls_batched": TEST_MODELS / "bls_identity",
+            "identity_fp32": EXAMPLE_MODELS / "identity_fp32",
+        },
+    )
+    (repo / "bls_batched" / "config.pbtxt").write_text(
+        'name: "bls_batched"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        "dynamic_batching { preferred_batch_size: [ 2 ] "
+        "max_queue_delay_microseconds: 600000000 }\n"
+    )
+    daemon = start_daemon(repo, *FRONTS, settle=["bls_batched", "identity_fp32"])
+    pids = two_fronts(daemon)
+    clients = [pinned_client(daemon, pid, pids) for pid in pids]
+
+    def send(client: grpcclient.InferenceServerClient, x: float) -> list[list[float]]:
+        tensor = infer_input("INPUT0", np.full((1, 3), x, np.float32), "FP32")
+        result = client.infer("bls_batched", [tensor], client_timeout=60)
+        return result.as_numpy("OUTPUT0").tolist()
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(send, clients, (1.0, 2.0)))
+    assert answers == [[[1.0] * 3], [[2.0] * 3]]
+    stats = daemon.control().get_inference_statistics("bls_batched").model_stats[0]
+    assert (stats.execution_count, stats.inference_count) == (1, 2)  # one execute() for both
+    callee = daemon.control().get_inference_statistics("identity_fp32").model_stats[0]
+    assert callee.inference_count == 2
+
+
 def test_a_busy_metrics_port_ends_the_start_before_any_front_end_starts(
     repo: Path, tmp_path: Path
 ) -> None:
