@@ -68,7 +68,7 @@ class ControlPlane(InferencePlane, Protocol):
     def cuda_shm_unregister(self, name: str) -> None: ...
 
     # -- settings
-    def trace_setting(
+    async def trace_setting(
         self, model: str, values: Mapping[str, Sequence[str]]
     ) -> dict[str, list[str]]: ...
 

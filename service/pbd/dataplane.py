@@ -66,8 +66,9 @@ class Follower(Protocol):
     async def regions_let_go(self) -> None:
         """Return once no follower's request in flight holds a region it was told is gone."""
 
-    def direct_changed(self) -> None:
-        """What decides the direct path changed (trace settings): the followers hear soon."""
+    async def direct_changed(self) -> None:
+        """What decides the direct path changed (trace settings); return once every
+        follower knows."""
 
     async def collect_stats(self) -> None:
         """The followers' statistics (the direct path's) are added to the daemon's."""
@@ -333,16 +334,18 @@ class DataPlane:
 
     # -- trace and log extensions ------------------------------------------------------------
 
-    def trace_setting(
+    async def trace_setting(
         self, model: str, values: Mapping[str, Sequence[str]]
     ) -> dict[str, list[str]]:
-        """Update (when ``values``) then answer the trace settings of ``model`` ("" = global)."""
+        """Update (when ``values``) then answer the trace settings of ``model`` ("" = global).
+        With front ends, the answer comes once each of them has the table these settings
+        make: a model they may trace leaves the direct path before the next request."""
         if model and not self.model_ready(model, ""):
             raise invalid_arg(f"Request for unknown model : {model}")
         if values:
             self.tracing.settings.update(model, values)
-            if self.follower is not None:  # a traced model leaves the direct path
-                self.follower.direct_changed()
+            if self.follower is not None:
+                await self.follower.direct_changed()
         return self.tracing.settings.answer(model)
 
     async def collect_stats(self) -> None:

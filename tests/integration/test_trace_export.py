@@ -4,7 +4,9 @@ and the trace and log extensions answered as Triton answers them (tritonclient).
 from __future__ import annotations
 
 import http.server
+import os
 import re
+import signal
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -27,8 +29,10 @@ from pbd_harness import (
     running_daemon,
     wait_until,
 )
+from test_frontends import pinned_client, two_fronts
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+OBSERVE_S = 1.0  # how long an answer that must not come yet is watched for
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -99,6 +103,46 @@ def test_spans_reach_an_otlp_receiver(
         assert {service for service, _ in servicer.spans} == {"pbd-under-test"}
         server = next(s for _, s in servicer.spans if s.name.endswith("/ModelInfer"))
     assert server.parent_span_id.hex() == "b7ad6b7169203331"
+
+
+def test_a_trace_setting_answers_once_every_front_end_has_its_table(
+    receiver: tuple[Receiver, int], repository: Path, tmp_path: Path
+) -> None:
+    """A setting that makes a model traceable takes it off the direct path in every front end
+    before the RPC answers: the next request, through any front end, is traced. A front end
+    that cannot take the new table (stopped here) holds the answer back."""
+    servicer, port = receiver
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    args = ("--trace-config", "level=OFF", "--frontends", "2")
+    with running_daemon(repository, tmp_path, *args, settle=["traced"], env=env) as daemon:
+        pids = two_fronts(daemon)
+        asking, later = (pinned_client(daemon, pid, pids) for pid in pids)
+        data = np.ones(3, dtype=np.float32)
+        later.infer("traced", [infer_input("INPUT0", data, "FP32")])  # direct: not traced
+        with futures.ThreadPoolExecutor(1) as pool:
+            os.kill(pids[1], signal.SIGSTOP)
+            try:
+                update = pool.submit(
+                    asking.update_trace_settings,
+                    model_name="traced",
+                    settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"},
+                )
+                finished, _ = futures.wait([update], timeout=OBSERVE_S)
+                assert not finished, "answered before the stopped front end had the table"
+            finally:
+                os.kill(pids[1], signal.SIGCONT)
+            update.result(timeout=60)
+        later.infer(
+            "traced",
+            [infer_input("INPUT0", data, "FP32")],
+            headers={"traceparent": f"00-{TRACE_ID}-b7ad6b7169203331-01"},
+        )
+        want = {"inference.GRPCInferenceService/ModelInfer", "compute", "execute"}
+        wait_until(lambda: want <= servicer.names(TRACE_ID), 60, "the next request's spans")
 
 
 class _OtlpHttpHandler(http.server.BaseHTTPRequestHandler):

@@ -270,9 +270,9 @@ class Fronts:
         if self.hub is not None:
             await self.hub.regions_let_go()
 
-    def direct_changed(self) -> None:
-        if self.routes is not None:
-            self.routes.changed()
+    async def direct_changed(self) -> None:
+        if self.hub is not None:
+            await self.hub.sync()
 
     async def collect_stats(self) -> None:
         if self.routes is not None:

@@ -229,7 +229,8 @@ class InferenceServicer(InferenceRpcs):
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> Any:
         values = convert.trace_setting_from_pb(request)
-        return convert.trace_setting_to_pb(self.dp.trace_setting(request.model_name, values))
+        answer = await self.dp.trace_setting(request.model_name, values)
+        return convert.trace_setting_to_pb(answer)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> Any:
         values = convert.log_settings_from_pb(request)

@@ -38,7 +38,7 @@ def add_routes(app: web.Application, dp: ControlPlane, respond: Respond) -> None
 
     async def trace(request: web.Request) -> web.Response:
         body = await _settings_body(request) if request.method == "POST" else {}
-        answer = dp.trace_setting(request.match_info.get("model", ""), trace_values(body))
+        answer = await dp.trace_setting(request.match_info.get("model", ""), trace_values(body))
         return respond(trace_answer(answer), request)
 
     handlers: dict[str, Callable[[web.Request], Awaitable[web.Response]]] = {
