@@ -160,8 +160,6 @@ class DirectLink(asyncio.Protocol):
         self._frames = FrameSplitter()
         # Frames read but not handled yet: they wait behind a stream's first response.
         self._later: collections.deque[bytes | bytearray | memoryview] = collections.deque()
-        self._out: list[bytes] = []  # frames to write at the end of this loop turn
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -306,21 +304,8 @@ class DirectLink(asyncio.Protocol):
         self._write(encode_frame(release.SerializeToString()))
 
     def _write(self, frame: bytes) -> None:
-        """Frames written in one loop turn leave in one write, at its end: a read of the
-        client's that brings several requests (calls in flight on one connection) costs the
-        worker one read, and its batch can take them all (``pbd_worker.front_batcher``)."""
-        out = self._out
-        out.append(frame)
-        if len(out) == 1:
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.transport.write(frame)
 
     # -- answers ---------------------------------------------------------------------------------
 
