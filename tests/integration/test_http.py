@@ -175,6 +175,38 @@ def test_plain_json_requests_like_curl(examples_daemon: Daemon) -> None:
     assert reply["model_version"] == "1"
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2"),
+        ("GET", "/v2/models/add_sub"),
+        ("GET", "/v2/models/add_sub/config"),
+        ("GET", "/v2/models/add_sub/stats"),
+        ("GET", "/v2/models/stats"),
+        ("POST", "/v2/repository/index"),
+        ("GET", "/v2/trace/setting"),
+        ("POST", "/v2/models/add_sub/infer"),
+    ],
+)
+def test_json_answers_carry_tritons_content_type(
+    examples_daemon: Daemon, method: str, path: str
+) -> None:
+    """``application/json`` with no charset, as Triton 2.51 sends every JSON answer (checked
+    against it: /v2, a model's metadata, config and statistics, the index, infer)."""
+    body = None
+    if path.endswith("/infer"):
+        tensor = {"shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}
+        inputs = [{"name": n, **tensor} for n in ("INPUT0", "INPUT1")]
+        body = json.dumps({"inputs": inputs}).encode()
+    elif method == "POST":
+        body = b"{}"
+    url = f"http://{examples_daemon.http_url}{path}"
+    request = urllib.request.Request(url, data=body, method=method)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert reply.status == 200
+        assert reply.headers["Content-Type"] == "application/json"
+
+
 def test_one_connection_as_tritonclient_uses_it(examples_daemon: Daemon) -> None:
     """Readiness, metadata, config and inference, then statistics, then the same again, on one
     connection: the edge answers up to the statistics (aiohttp would add its Server header),

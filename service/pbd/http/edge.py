@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pbd.errors import PbdError
-from pbd.http.status import ERROR_CONTENT_TYPE, http_status
+from pbd.http.status import JSON_CONTENT_TYPE, http_status
 
 log = logging.getLogger("pbd.http")
 
@@ -73,14 +73,14 @@ Routes = Callable[[Head], Route | None]
 
 
 def json_reply(value: object, status: int = 200) -> Reply:
-    """``value`` as JSON, as aiohttp's ``json_response`` sends it."""
-    return Reply(status, json.dumps(value).encode(), "application/json; charset=utf-8")
+    """``value`` as JSON, with Triton's content type."""
+    return Reply(status, json.dumps(value).encode(), JSON_CONTENT_TYPE)
 
 
 def error_reply(error: PbdError) -> Reply:
     """Triton's error body, as the aiohttp routes send it."""
     body = json.dumps({"error": error.message}).encode()
-    return Reply(http_status(error.code), body, ERROR_CONTENT_TYPE)
+    return Reply(http_status(error.code), body, JSON_CONTENT_TYPE)
 
 
 def encode_reply(reply: Reply, close: bool) -> bytes:

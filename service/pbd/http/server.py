@@ -18,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import functools
+import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ from pbd.http.edge import Edge, Head, Reply, Route, json_reply
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.openai import routes as openai_routes
 from pbd.http.restricted import FORBIDDEN, HttpRestrictions
-from pbd.http.status import error_response, finishing, http_status
+from pbd.http.status import JSON_CONTENT_TYPE, error_response, finishing, http_status
 from pbd.http.tensors import (
     HEADER_LENGTH,
     build_infer_response,
@@ -55,7 +56,7 @@ INFER_VERSION_ROUTE = "/v2/models/{model}/versions/{version}/infer"
 
 
 def _json(value: Any, request: web.Request) -> web.Response:
-    response = web.json_response(value)
+    response = web.Response(body=json.dumps(value).encode(), content_type=JSON_CONTENT_TYPE)
     compress(request, response)
     return response
 

@@ -25,8 +25,9 @@ HTTP_STATUS = {
     Code.RESOURCE_EXHAUSTED: 503,
 }
 
-# Triton's content type for an error body (aiohttp's json_response would add a charset).
-ERROR_CONTENT_TYPE = "application/json"
+# Triton's content type for every JSON body, answers and errors alike: no charset parameter
+# (aiohttp's json_response would add one), which clients compare.
+JSON_CONTENT_TYPE = "application/json"
 
 
 def http_status(code: Code) -> int:
@@ -37,7 +38,7 @@ def error_response(status: int, message: str) -> web.Response:
     """Triton's error body: ``{"error": "<message>"}``, as ``application/json`` (no charset
     parameter: Triton's exact content type, which clients compare)."""
     body = json.dumps({"error": message}).encode()
-    return web.Response(body=body, status=status, content_type=ERROR_CONTENT_TYPE)
+    return web.Response(body=body, status=status, content_type=JSON_CONTENT_TYPE)
 
 
 def finish_failed(trace: RequestTrace, exc: BaseException) -> None:
