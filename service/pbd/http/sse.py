@@ -6,10 +6,12 @@ its instance, so not reading it would stall them all). The client reads when it 
 them sits an :class:`EventStream`: the producer ``put``s each event as bytes (the response's
 shared memory already handed back) and never waits; :meth:`EventStream.pump` writes them with
 ``StreamResponse.write``, which waits in aiohttp's drain while the socket's send buffer is
-full (back-pressure from the client). What waits in between is bounded by ``limit`` bytes: a
-``put`` past it raises :class:`BacklogFull`, and the producer cancels its request and ends the
-stream with an error event. So a client that stops reading holds at most ``limit`` bytes of
-the daemon's memory (one event larger than the limit alone is still taken).
+full (back-pressure from the client). What waits in between is bounded by ``limit`` bytes,
+each event counted with what holding it costs beside its bytes (``pbd.responses.held_cost``,
+as gRPC streams count theirs: a flood of tiny events is bounded by its count too): a ``put``
+past it raises :class:`BacklogFull`, and the producer cancels its request and ends the stream
+with an error event. So a client that stops reading holds at most ``limit`` bytes of the
+daemon's memory (one event larger than the limit alone is still taken).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from pbd.responses import BacklogFull
+from pbd.responses import BacklogFull, held_cost
 
 CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
@@ -46,8 +48,9 @@ class EventStream:
         """Queue ``data`` for the client (dropped once the stream ended)."""
         if self._closed:
             return
-        if self._items and self._bytes + len(data) > self.limit:
-            raise BacklogFull(self._bytes + len(data), self.limit, "--http-stream-buffer-bytes")
+        cost = held_cost(data)
+        if self._items and self._bytes + cost > self.limit:
+            raise BacklogFull(self._bytes + cost, self.limit, "--http-stream-buffer-bytes")
         self._append(data)
 
     def end(self, data: bytes = b"") -> None:
@@ -64,7 +67,7 @@ class EventStream:
         if self._closed:
             return
         self._items.append(data)
-        self._bytes += len(data)
+        self._bytes += held_cost(data)
         self._ready.set()
 
     async def pump(self, response: web.StreamResponse) -> None:
@@ -73,7 +76,7 @@ class EventStream:
         while True:
             while self._items:
                 data = self._items.popleft()
-                self._bytes -= len(data)
+                self._bytes -= held_cost(data)
                 await response.write(data)
             if self._closed:
                 return

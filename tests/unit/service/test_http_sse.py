@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from pbd.http.sse import EventStream, event, send_events
-from pbd.responses import BacklogFull
+from pbd.responses import HELD_RESPONSE_OVERHEAD, BacklogFull
 
 WAIT_S = 10.0
 
@@ -30,12 +30,31 @@ def test_the_backlog_is_bounded_but_one_large_event_alone_is_taken() -> None:
         events.put(b"x" * 25)  # alone: taken, whatever its size
         with pytest.raises(BacklogFull) as full:
             events.put(b"y")
-        assert "26 bytes" in str(full.value) and "--http-stream-buffer-bytes" in str(full.value)
-        assert events.backlog == 25
+        held = 25 + HELD_RESPONSE_OVERHEAD
+        assert f"{held + 1 + HELD_RESPONSE_OVERHEAD} bytes" in str(full.value)
+        assert "--http-stream-buffer-bytes" in str(full.value)
+        assert events.backlog == held
         events.end(b"last")  # the closing event goes past the limit
-        assert events.backlog == 29
+        assert events.backlog == held + 4 + HELD_RESPONSE_OVERHEAD
         events.put(b"after")  # ended: dropped
-        assert events.backlog == 29
+        assert events.backlog == held + 4 + HELD_RESPONSE_OVERHEAD
+
+    run(scenario)
+
+
+def test_a_flood_of_tiny_events_is_bounded_by_their_count_too() -> None:
+    """Each event waiting costs more than its bytes (the objects around it): counted as
+    ``held_cost``, as gRPC streams count theirs, so tiny events cannot pile up by the
+    hundred thousand under a limit meant for bytes."""
+
+    async def scenario() -> None:
+        events = EventStream(limit=64 * 1024)
+        taken = 0
+        with pytest.raises(BacklogFull):
+            for _ in range(64 * 1024):  # one-byte events: bytes alone would take them all
+                events.put(b"t")
+                taken += 1
+        assert taken == 64 * 1024 // (1 + HELD_RESPONSE_OVERHEAD)
 
     run(scenario)
 
