@@ -485,10 +485,7 @@ class DataPlane:
                     )
             else:
                 raise invalid_arg(f"unrecognized unload parameter '{key}'.")
-        try:
-            await self.repository.unload(name)
-        finally:
-            await self.announce_models()
+        await self.repository.unload_for_client(name, then=self.announce_models)
 
 
 def _check_repository_name(name: str) -> None:

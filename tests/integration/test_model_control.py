@@ -18,6 +18,7 @@ from pbd_harness import (
     SETTLE_TIMEOUT_S,
     TEST_MODELS,
     Daemon,
+    DaemonFactory,
     error_of,
     infer_input,
     make_repository,
@@ -294,6 +295,48 @@ def test_an_unload_during_a_load_waits_for_it_and_the_model_stays_listed(
     assert "loaded model 'gated' versions [1]" in daemon.log()
     assert "unloaded model 'gated'" in daemon.log()
     wait_no_workers(daemon, "gated")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_unload_goes_on_when_its_client_stops_waiting(
+    start_daemon: DaemonFactory, tmp_path: Path, protocol: str
+) -> None:
+    """An unload whose client's deadline passes while the model finishes a request ends as
+    every unload does (the model unloaded, its worker gone), never half-way, over gRPC as over
+    HTTP: the repository runs a client's unload to its end, as it runs a client's load."""
+    repository = make_repository(tmp_path, {"gated": TEST_MODELS / "gated"})
+    args = ("--model-control-mode", "explicit", "--load-model", "gated")
+    daemon = start_daemon(repository, *args, settle=["gated"])
+    gate = tmp_path / "gate"
+    gate.write_text("")
+    tensors = [
+        infer_input("ID", np.array([7], dtype=np.int32), "INT32"),
+        infer_input("GATE", np.array([str(gate).encode()], dtype=np.object_), "BYTES"),
+    ]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        held = pool.submit(daemon.client().infer, "gated", tensors, client_timeout=60)
+        wait_until(
+            lambda: (tmp_path / "gate.executing").exists(), SETTLE_TIMEOUT_S, "the request to run"
+        )
+        if protocol == "grpc":
+            error = error_of(lambda: daemon.client().unload_model("gated", client_timeout=1.0))
+            assert error.status() == "StatusCode.DEADLINE_EXCEEDED"
+        else:
+            http = httpclient.InferenceServerClient(daemon.http_url, network_timeout=1.0)
+            with pytest.raises(Exception, match="timed out"):
+                http.unload_model("gated")
+            http.close()
+        gate.unlink()
+        assert held.result(timeout=SETTLE_TIMEOUT_S).as_numpy("ID").tolist() == [7]
+    def unloaded() -> bool:
+        entry = daemon.index().get(("gated", "1"))
+        return entry is not None and entry.state == "UNAVAILABLE"
+
+    wait_until(unloaded, SETTLE_TIMEOUT_S, "the unload to end")
+    assert daemon.index()[("gated", "1")].reason == "unloaded"
+    wait_no_workers(daemon, "gated")
+    daemon.client().load_model("gated")  # and it loads again
+    assert daemon.client().is_model_ready("gated")
 
 
 def test_shutdown_cancels_a_load_its_client_left(tmp_path: Path) -> None:

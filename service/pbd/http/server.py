@@ -441,12 +441,12 @@ class HttpFrontend:
 
     async def load(self, request: web.Request) -> web.Response:
         params = _repository_params(await _json_body(request))
-        await asyncio.shield(self.dp.load_model("", request.match_info["model"], params))
+        await self.dp.load_model("", request.match_info["model"], params)
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
         params = _repository_params(await _json_body(request))
-        await asyncio.shield(self.dp.unload_model("", request.match_info["model"], params))
+        await self.dp.unload_model("", request.match_info["model"], params)
         return web.Response(status=200)
 
     # -- shared memory (system and CUDA) ------------------------------------------------------

@@ -12,9 +12,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found, status_text, unavailable
 from pbd.modelconfig.model import ModelConfig
@@ -84,6 +85,7 @@ class ModelRepository:
         # Loads clients asked for, going on after the client stopped waiting (Triton's way);
         # shutdown cancels them.
         self._client_loads: set[asyncio.Task[None]] = set()
+        self._client_unloads: set[asyncio.Task[None]] = set()  # run to their end at shutdown
 
     def model_names(self) -> list[str]:
         try:
@@ -140,26 +142,41 @@ class ModelRepository:
         failed, never half-way; an unload asked meanwhile waits for it. Shutdown cancels it
         (``unload_all``). ``then`` runs when the load ends, however it ends and whether or
         not the client still waits (the client's answer waits for it)."""
-        task = asyncio.create_task(
-            self._load_then(name, override_json, files, then), name=f"load {name}"
+        await self._for_client(
+            self.load(name, override_json, files), then, f"load {name}", self._client_loads
         )
-        self._client_loads.add(task)
+
+    async def unload_for_client(
+        self, name: str, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """``unload`` for a client's request (RepositoryModelUnload), which goes on when the
+        client stops waiting, as a client's load does: a model is never left half-unloaded
+        (its versions out of the table, its instances still running). ``then`` as for
+        ``load_for_client``."""
+        await self._for_client(self.unload(name), then, f"unload {name}", self._client_unloads)
+
+    async def _for_client(
+        self,
+        change: Coroutine[Any, Any, None],
+        then: Callable[[], Awaitable[None]] | None,
+        what: str,
+        tasks: set[asyncio.Task[None]],
+    ) -> None:
+        task = asyncio.create_task(self._then(change, then), name=what)
+        tasks.add(task)
         task.add_done_callback(_settled)
-        task.add_done_callback(self._client_loads.discard)
+        task.add_done_callback(tasks.discard)
         await asyncio.shield(task)
 
-    async def _load_then(
-        self,
-        name: str,
-        override_json: str | None,
-        files: Mapping[str, bytes] | None,
-        then: Callable[[], Awaitable[None]] | None,
+    @staticmethod
+    async def _then(
+        change: Coroutine[Any, Any, None], then: Callable[[], Awaitable[None]] | None
     ) -> None:
         try:
-            await self.load(name, override_json, files)
+            await change
         finally:
             task = asyncio.current_task()
-            # Not when shutdown cancelled the load: nobody is left to tell.
+            # Not when shutdown cancelled the change: nobody is left to tell.
             if then is not None and not (task is not None and task.cancelling()):
                 await then()
 
@@ -286,12 +303,12 @@ class ModelRepository:
         )
 
     async def unload_all(self, grace: float | None = None, why: str = "") -> None:
-        """Cancel the loads clients asked for, then unload every model; ``why`` ends the
-        message of requests still executing."""
+        """Cancel the loads clients asked for, let their unloads end, then unload every
+        model; ``why`` ends the message of requests still executing."""
         loads = list(self._client_loads)
         for task in loads:
             task.cancel()
-        await asyncio.gather(*loads, return_exceptions=True)
+        await asyncio.gather(*loads, *self._client_unloads, return_exceptions=True)
         await asyncio.gather(
             *(self.unload(n, grace, why) for n in list(self.entries)), return_exceptions=True
         )
@@ -439,6 +456,6 @@ def parse_version(text: str) -> int:
 
 
 def _settled(task: asyncio.Task[None]) -> None:
-    """A client's load that nobody awaits any more: its failure was logged by ``load``."""
+    """A client's load or unload that nobody awaits any more: its failure was logged."""
     if not task.cancelled():
         task.exception()
