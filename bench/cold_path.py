@@ -23,14 +23,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from bench.servers import ROOT
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
+from pbd_wire.shm import Arena, SegmentMap
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
 from pbd_worker.ipc.daemon_link import DaemonLink
@@ -59,7 +57,7 @@ def per_request_us(step: Callable[[int], object], count: int, gap_s: float, firs
     return spent / count / 1000
 
 
-def request_step(shm_dir: str) -> tuple[Callable[[int], object], Callable[[], None]]:
+def request_step() -> tuple[Callable[[int], object], Callable[[], None]]:
     """One Execute through a real BatchExecutor: the callable for request ``i``, and what
     closes its arena and event loop."""
     spec = importlib.util.spec_from_file_location("coldpath_model", MODEL_DIR / "1" / "model.py")
@@ -67,10 +65,11 @@ def request_step(shm_dir: str) -> tuple[Callable[[int], object], Callable[[], No
     module = importlib.util.module_from_spec(spec)  # not in sys.modules: no name to clash
     spec.loader.exec_module(module)
     model = module.TritonPythonModel()
-    Path(shm_dir, "input").write_bytes(bytes(4 * ELEMENTS))
-    arena = Arena("coldpath-out-", 1 << 20, 1 << 20, shm_dir=shm_dir)
+    source = Arena("coldpath-in-", 1 << 20, 1 << 20)  # the daemon's side, zeroed
+    block = source.allocate(4 * ELEMENTS)
+    arena = Arena("coldpath-out-", 1 << 20, 1 << 20)
     aio = WorkerLoop(DaemonLink("@unused", lambda: None))
-    inputs = SegmentMap(shm_dir)
+    inputs = SegmentMap()
     executor = BatchExecutor(
         model,
         instance_name="identity_fp32_0",
@@ -81,7 +80,12 @@ def request_step(shm_dir: str) -> tuple[Callable[[int], object], Callable[[], No
         aio=aio,
     )
     ref = wpb.TensorRef(
-        name="INPUT0", datatype="FP32", shape=[1, ELEMENTS], region="input", nbytes=4 * ELEMENTS
+        name="INPUT0",
+        datatype="FP32",
+        shape=[1, ELEMENTS],
+        region=block.segment.name,
+        offset=block.offset,
+        nbytes=4 * ELEMENTS,
     )
     frame = wpb.DaemonToWorker()
     frame.execute.batch_id = 1
@@ -99,6 +103,7 @@ def request_step(shm_dir: str) -> tuple[Callable[[int], object], Callable[[], No
     def close() -> None:
         arena.close()
         inputs.close()
+        source.close()
         aio.loop.close()
 
     return step, close
@@ -116,29 +121,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="per measurement")
     parser.add_argument("--gaps-ms", type=parse_gaps, default=[0.1, 0.5, 2.0])
     opts = parser.parse_args(argv)
-    base = SHM_DIR if Path(SHM_DIR).is_dir() else None
-    with tempfile.TemporaryDirectory(prefix="pbd-coldpath-", dir=base) as shm_dir:
-        step, close = request_step(shm_dir)
-        try:
-            for i in range(opts.requests):  # warm up: imports, arena, caches
-                step(i)
-            rows = [("back to back", 0.0)] + [
-                (f"after {g:g} ms idle", g / 1000) for g in opts.gaps_ms
-            ]
-            first = opts.requests
-            print(f"{'':22s} {'request path':>14s} {'reference loop':>15s}   (thread CPU µs each)")
-            hot = ref_hot = 0.0
-            for label, gap in rows:
-                cost = per_request_us(step, opts.requests, gap, first)
-                ref = per_request_us(lambda _: reference_work(), opts.requests, gap, 0)
-                first += opts.requests
-                if not gap:
-                    hot, ref_hot = cost, ref
-                print(
-                    f"{label:22s} {cost:9.0f} {cost / hot:4.1f}x {ref:10.0f} {ref / ref_hot:4.1f}x"
-                )
-        finally:
-            close()
+    step, close = request_step()
+    try:
+        for i in range(opts.requests):  # warm up: imports, arena, caches
+            step(i)
+        rows = [("back to back", 0.0)] + [(f"after {g:g} ms idle", g / 1000) for g in opts.gaps_ms]
+        first = opts.requests
+        print(f"{'':22s} {'request path':>14s} {'reference loop':>15s}   (thread CPU µs each)")
+        hot = ref_hot = 0.0
+        for label, gap in rows:
+            cost = per_request_us(step, opts.requests, gap, first)
+            ref = per_request_us(lambda _: reference_work(), opts.requests, gap, 0)
+            first += opts.requests
+            if not gap:
+                hot, ref_hot = cost, ref
+            print(f"{label:22s} {cost:9.0f} {cost / hot:4.1f}x {ref:10.0f} {ref / ref_hot:4.1f}x")
+    finally:
+        close()
     return 0
 
 

@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 
 from bench import procstat
 from bench.loadgen import MODEL_INFER, build_request, check_response
+from pbd_wire.shm import held_segments
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,7 +207,15 @@ def kill_leftovers(processes: dict[int, int | None]) -> list[int]:
 
 
 def leftover_segments(prefix: str, shm_dir: str = "/dev/shm") -> list[str]:
+    """Segments under ``prefix`` still held by some process (memfds), and files in ``shm_dir``
+    under it (pbd makes none there)."""
     try:
-        return sorted(name for name in os.listdir(shm_dir) if name.startswith(prefix))
+        files = [name for name in os.listdir(shm_dir) if name.startswith(prefix)]
     except OSError:
-        return []
+        files = []
+    return sorted([*files, *held_segments(prefix)])
+
+
+def segment_bytes(prefix: str) -> int:
+    """Memory the segments under ``prefix`` take (those some process holds)."""
+    return sum(st.st_blocks * 512 for st in held_segments(prefix).values())

@@ -11,7 +11,7 @@ and victim, metadata, config, index, statistics, load/unload, and system shared 
 An error counts as "in a killed instance" only when its message says the victim's worker was
 killed by a signal; every other error is an error outside the killed instances (target: 0).
 Every second it samples the RSS of the daemon and its workers and what the daemon holds in
-/dev/shm. At the end the daemon is stopped with SIGTERM; nothing of it may be left in /dev/shm.
+in segments. At the end the daemon is stopped with SIGTERM; nothing of it may be left held.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from bench.procstat import children, status_kib
-from bench.servers import leftover_segments, start_pbd
+from bench.servers import leftover_segments, segment_bytes, start_pbd
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_SUB = ROOT / "examples" / "models" / "add_sub"
@@ -223,13 +223,7 @@ def _is_model(pid: int, model: str) -> bool:
 
 
 def shm_bytes(prefix: str) -> int:
-    total = 0
-    for name in leftover_segments(prefix):
-        try:
-            total += os.stat(f"/dev/shm/{name}").st_blocks * 512
-        except OSError:
-            pass
-    return total
+    return segment_bytes(prefix)
 
 
 def run(duration: float, kill_every: float, log_dir: Path) -> dict[str, object]:

@@ -37,7 +37,7 @@ from pbd.listeners import bind_tcp, grpc_sockets, http_sockets, tcp_port
 from pbd.memory.client_shm import ClientShmRegistry, CudaRegion
 from pbd.memory.cuda_pool import CudaPools, pool_sizes
 from pbd.memory.malloc import tune_malloc
-from pbd.memory.segments import SegmentClaim, new_daemon_id, segment_namer
+from pbd.memory.segments import new_daemon_id, segment_namer
 from pbd.metrics.collector import PbdCollector
 from pbd.metrics.cpu import CpuMetrics
 from pbd.metrics.server import MetricsServer
@@ -115,7 +115,6 @@ class Daemon:
                 enabled=settings.allow_client_shm,
                 key_prefixes=settings.client_shm_key_prefix,
                 shm_dir=str(settings.shm_dir),
-                own_prefix=settings.shm_prefix,
                 gpus=self.gpus,
                 on_cuda_removed=self._cuda_region_removed,
             ),
@@ -367,13 +366,7 @@ class Daemon:
             log.error("model repository '%s' is not a directory", settings.model_repository)
             return 2
         tune_malloc()
-        try:
-            claim = SegmentClaim(settings.shm_prefix, self.daemon_id, str(settings.shm_dir))
-        except OSError as exc:
-            log.error("cannot claim shared memory in --shm-dir '%s': %s", settings.shm_dir, exc)
-            return 2
         async with contextlib.AsyncExitStack() as stack:
-            stack.callback(claim.release)  # last out: after all that used the segments stopped
             if not await self._start(stack):
                 return 2
             code = await self._serve()

@@ -3,7 +3,7 @@
 Everything inside the daemon raises or returns :class:`PbdError`; one table at the gRPC edge
 (``pbd.grpc.status``) maps :class:`Code` to a gRPC status. Nothing here imports a transport.
 The codes are Triton's ``TRITONSERVER_Error_Code`` set plus RESOURCE_EXHAUSTED, which Triton
-lacks but a full /dev/shm or a full queue needs.
+lacks but memory that runs out or a full queue needs.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ class Settings:
         "log-frequency=N, mode=opentelemetry, opentelemetry,url=|resource=k=v|bsp_*=N "
         "(repeat; the exporter itself is set by OTEL_* variables)",
     )
-    shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments in /dev/shm")
+    shm_prefix: str = _opt("pbd", "name prefix of this daemon's segments (memfds)")
     allow_client_shm: bool = _opt(
         False, "let clients register system shared memory (Triton's flag; off as in Triton 2.73)"
     )
@@ -134,7 +134,7 @@ class Settings:
         "<gpu>:<bytes>: the CUDA memory pool on that GPU, for GPU tensors passed between "
         "workers (BLS); repeat; default 64 MiB per GPU, allocated on first use; 0 = none",
     )
-    shm_dir: Path = _opt(Path("/dev/shm"), "tmpfs directory for shared-memory segments")
+    shm_dir: Path = _opt(Path("/dev/shm"), "directory of clients' system shared-memory keys")
     shm_default_byte_size: int = _opt(4 * MIB, "first shared-memory segment of each worker arena")
     shm_growth_byte_size: int = _opt(16 * MIB, "size of each further segment when an arena grows")
     worker_socket: str = _opt(

@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from pbd.memory import malloc
 from pbd.settings import Settings
-from pbd_wire.shm_owner import OWNER_SUFFIX
+from pbd_wire.shm import held_segments
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_MODELS = ROOT / "examples" / "models"
@@ -85,26 +85,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def tmpfs(mount_point: Path, size_bytes: int) -> Iterator[Path]:
-    """A tmpfs of ``size_bytes`` mounted at ``mount_point`` for the block (a small /dev/shm
-    for ``--shm-dir``); the test is skipped where mounting is not allowed (not root)."""
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def make_repository(root: Path, models: dict[str, Path]) -> Path:
@@ -369,7 +349,15 @@ class Daemon:
         return f"http://{found.group(1)}:{found.group(2)}/metrics"
 
     def shm_segments(self) -> list[str]:
-        return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))
+        """This daemon's segments that some process still holds (memfds: ``held_segments``),
+        and any file in /dev/shm under its prefix (there should never be one)."""
+        files = [p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*")]
+        return sorted([*files, *held_segments(f"{self.shm_prefix}-")])
+
+    def segment_sizes(self) -> dict[str, int]:
+        """The size of each segment of this daemon's that a process holds."""
+        held = held_segments(f"{self.shm_prefix}-")
+        return {name: st.st_size for name, st in held.items()}
 
     def front_ends(self) -> int:
         """Front-end processes it runs (``--frontends`` over 1, given on the command line or
@@ -383,14 +371,9 @@ class Daemon:
         return count if count > 1 else 0
 
     def segment_owners(self) -> set[str]:
-        """The instances (daemon id and sequence number) that have segments in /dev/shm; a
-        replaced instance's segments must be gone, so this is never more than the live ones.
-        The daemons' owner records (``.owner``) are not segments."""
-        return {
-            name.rsplit("-", 1)[0]
-            for name in self.shm_segments()
-            if not name.endswith(OWNER_SUFFIX)
-        }
+        """The instances (daemon id and sequence number) whose segments some process holds;
+        a replaced instance's segments must be gone, so this is never more than the live ones."""
+        return {name.rsplit("-", 1)[0] for name in self.shm_segments()}
 
     def log(self) -> str:
         try:
@@ -448,6 +431,24 @@ def running_daemon(
     finally:
         daemon.stop()
     daemon.assert_clean_exit()
+
+
+class FileSizeLimitedDaemon(Daemon):
+    """A daemon whose processes may not grow a file (a memfd segment included) past
+    ``limit`` bytes (``RLIMIT_FSIZE``, inherited by its front ends and workers): the kernel
+    refuses a bigger segment as a cgroup at its memory limit would, with an error and no
+    signal (Python ignores SIGXFSZ). What a pod at its memory limit looks like to pbd, without
+    needing a cgroup of one's own."""
+
+    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit = limit
+
+    def command(self) -> list[str]:
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
+            pytest.skip("prlimit (util-linux) is not installed")
+        return [prlimit, f"--fsize={self.limit}", "--", *super().command()]
 
 
 class DaemonFactory:

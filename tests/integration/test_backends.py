@@ -8,7 +8,6 @@ backend's own are not passed on)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def test_a_backend_that_is_not_there(daemon: Daemon) -> None:
 
 def test_backend_config_as_triton_applies_it(daemon: Daemon) -> None:
     # The python backend's shm-default-byte-size sizes the instances' first segments.
-    sizes = {os.stat(f"/dev/shm/{name}").st_size for name in daemon.shm_segments()}
+    sizes = set(daemon.segment_sizes().values())
     assert SHM_DEFAULT in sizes and 4 * 1024 * 1024 not in sizes
     # The backend's own setting is accepted and logged, as having no effect.
     assert "--backend-config=scale,factor=9 has no effect in pbd" in daemon.log()

@@ -14,6 +14,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from private_systemd import PrivateSystemd
 
+from pbd_wire.shm import held_segments
+
 INSIDE = Path("/run/pbd-test")  # the shared directory, as the namespace sees it
 PBD = str(Path(sys.executable).with_name("pbd"))
 
@@ -110,4 +112,7 @@ class PbdUnits:
         return self.systemd.journal("-u", "pbd.service")
 
     def shm_segments(self) -> list[str]:
-        return sorted(p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*"))
+        """Segments under this daemon's prefix that some process holds (memfds), and any file
+        in /dev/shm under it (there should never be one)."""
+        files = [p.name for p in Path("/dev/shm").glob(f"{self.shm_prefix}-*")]
+        return sorted([*files, *held_segments(f"{self.shm_prefix}-")])

@@ -5,18 +5,18 @@ frame to the main thread), so a ``CancelRequests`` frame sent while ``execute()`
 in the socket. ``InferenceRequest.is_cancelled()`` must see it at once: the daemon also marks
 the request here, and the worker looks here.
 
-The page is ``SLOTS`` native-endian uint64 slots in one /dev/shm segment per instance, created
-by the daemon (0600) and mapped by its worker. Cancelling request ``r`` stores ``r`` in slot
-``r % SLOTS``; ``r`` is cancelled while that slot holds ``r``. Request ids are the daemon's,
-increasing per connection, so a slot is reused only ``SLOTS`` requests later: a request still
-executing then (more than ``SLOTS`` requests behind) loses the flag here, and learns of the
-cancellation from the ``CancelRequests`` frame after its batch, as before. An aligned 8-byte
-store is atomic on the platforms pbd runs on, so a reader sees the old id or the new one.
-"""
+The page is ``SLOTS`` native-endian uint64 slots in one shared-memory segment per instance
+(:mod:`pbd_wire.shm`), created by the daemon and mapped by its worker. Cancelling request ``r``
+stores ``r`` in slot ``r % SLOTS``; ``r`` is cancelled while that slot holds ``r``. Request ids
+are the daemon's, increasing per connection, so a slot is reused only ``SLOTS`` requests later:
+a request still executing then (more than ``SLOTS`` requests behind) loses the flag here, and
+learns of the cancellation from the ``CancelRequests`` frame after its batch, as before. An
+aligned 8-byte store is atomic on the platforms pbd runs on, so a reader sees the old id or the
+new one."""
 
 from __future__ import annotations
 
-from pbd_wire.shm import SHM_DIR, Segment
+from pbd_wire.shm import Segment
 
 SLOTS = 4096
 NBYTES = SLOTS * 8
@@ -34,14 +34,14 @@ class CancelFlags:
         self._slots = segment.buffer[:NBYTES].cast("Q")
 
     @classmethod
-    def create(cls, name: str, shm_dir: str = SHM_DIR) -> CancelFlags:
+    def create(cls, base: str) -> CancelFlags:
         """The daemon's side: a new, zeroed page."""
-        return cls(Segment.create(name, NBYTES, shm_dir))
+        return cls(Segment.create(base, NBYTES))
 
     @classmethod
-    def attach(cls, name: str, shm_dir: str = SHM_DIR) -> CancelFlags:
-        """The worker's side: the daemon's page."""
-        return cls(Segment.attach(name, shm_dir))
+    def attach(cls, name: str) -> CancelFlags:
+        """The worker's side (or a front end's): the daemon's page, by its wire name."""
+        return cls(Segment.attach(name))
 
     @property
     def name(self) -> str:
@@ -53,8 +53,6 @@ class CancelFlags:
     def cancelled(self, request_id: int) -> bool:
         return self._slots[request_id % SLOTS] == request_id
 
-    def close(self, unlink: bool = False) -> None:
+    def close(self) -> None:
         self._slots.release()
         self.segment.close()
-        if unlink:
-            self.segment.unlink()

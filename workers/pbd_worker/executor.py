@@ -142,6 +142,11 @@ class BatchExecutor:
     def held_batches(self) -> list[int]:
         return [*self._held, *self._shared]
 
+    def sweep_inputs(self) -> None:
+        """Unmap the input segments whose owners let them go (a front end that exited):
+        our mapping would otherwise keep their memory alive."""
+        self.inputs.sweep()
+
     def release(self, batch_ids: list[int]) -> None:
         with self.lock:
             for batch_id in batch_ids:

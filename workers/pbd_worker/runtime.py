@@ -35,8 +35,7 @@ from pbd_wire import PROTOCOL_VERSION, TOKEN_ENV
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
 from pbd_wire.cuda import gpu_inputs
-from pbd_wire.shm import OUTPUT_ARENA, SHM_DIR, Arena, SegmentMap, remove_instance_segments
-from pbd_wire.shm_owner import remove_orphaned_record
+from pbd_wire.shm import SHM_DIR, Arena, SegmentMap
 from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
@@ -98,9 +97,6 @@ class WorkerRuntime:
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
-        # The instance's segments (base name, directory), all of them to remove when the
-        # daemon goes away without stopping the instance.
-        self.segments: tuple[str, str] | None = None
         self.notify = Notifier()
         self.log_config = LogConfig()
         self.exit_code: int | None = None  # set when the conversation decided the exit
@@ -137,7 +133,6 @@ class WorkerRuntime:
             except OSError:
                 if not self.reconnect_s:
                     log.error("daemon unreachable; exiting")
-                    self._remove_segments()
                     os._exit(1)
                 # Reconnecting: the main thread sees the broken connection and handles it.
 
@@ -152,7 +147,6 @@ class WorkerRuntime:
                 return self.exit_code
             if not self.reconnect_s:
                 log.info("daemon closed the connection; exiting")
-                self._remove_segments()
                 return 0
             self._forget_daemon()
             if not self._reconnect():
@@ -356,19 +350,6 @@ class WorkerRuntime:
         self.inputs.close()
         self.bls.forget()
         self.link.forget_backlog()
-        self._remove_segments()
-
-    def _remove_segments(self) -> None:
-        """The daemon is gone without stopping this instance (killed, crashed): remove the
-        instance's segments, its own and the daemon's for it, as Triton's stub removes its
-        region. A daemon that stops an instance removes them itself; one that starts later
-        with the same prefix sweeps what a killed worker could not."""
-        if self.segments is not None:
-            removed = remove_instance_segments(*self.segments)
-            remove_orphaned_record(*self.segments)  # the last worker out removes it
-            self.segments = None
-            if removed:
-                log.info("removed %d shared-memory segment(s) of the daemon", len(removed))
 
     def _reconnect(self) -> bool:
         """Connect again within ``reconnect_s``, waiting longer after each connection the
@@ -399,7 +380,6 @@ class WorkerRuntime:
         state.set_model_dir(init.model_dir)
         shm_dir = init.shm_dir or SHM_DIR
         self.inputs = SegmentMap(shm_dir)
-        self.segments = _segments_of(init, shm_dir)
         try:
             on_gpu = gpu_inputs(args)
         except ValueError as exc:
@@ -425,9 +405,9 @@ class WorkerRuntime:
         policy = direct_batching_of(args)
         if policy is not None and not self.live.decoupled:
             self.batcher = FrontBatcher(policy, self.fronts, self.handle, self._refuse)
-        self._attach_cancel_flags(init, shm_dir)
+        self._attach_cancel_flags(init)
         self.fingerprint = init_fingerprint(init)
-        self.outputs = self._output_arena(init, shm_dir)
+        self.outputs = self._output_arena(init)
         self.executor = BatchExecutor(
             self.model,
             instance_name=args.get("model_instance_name", self.instance),
@@ -463,34 +443,26 @@ class WorkerRuntime:
                 )
             )
         assert self.executor is not None
-        shm_dir = init.shm_dir or SHM_DIR
-        self.segments = _segments_of(init, shm_dir)
         if self.outputs is not None:
             self.outputs.close()
-        self.inputs = SegmentMap(shm_dir)
-        self.outputs = self._output_arena(init, shm_dir)
+        self.inputs.close()
+        self.inputs = SegmentMap(init.shm_dir or SHM_DIR)
+        self.outputs = self._output_arena(init)
         self.executor.rebind(self.inputs, self.outputs)
-        self._attach_cancel_flags(init, shm_dir)
+        self._attach_cancel_flags(init)
         self.bls.cuda.close()  # the old daemon's pools and its clients' registrations
         self.bls.bind(self.inputs, self.outputs)
         log.info("re-attached to a new daemon without re-initializing the model")
         return wpb.Initialized(adopted=True, warmed_up=self.warmed_up)
 
-    def _attach_cancel_flags(self, init: wpb.Initialize, shm_dir: str) -> None:
+    def _attach_cancel_flags(self, init: wpb.Initialize) -> None:
         if self.live.flags is not None:
             self.live.flags.close()
-        self.live.flags = (
-            CancelFlags.attach(init.cancel_region, shm_dir) if init.cancel_region else None
-        )
+        self.live.flags = CancelFlags.attach(init.cancel_region) if init.cancel_region else None
 
     @staticmethod
-    def _output_arena(init: wpb.Initialize, shm_dir: str) -> Arena:
-        return Arena(
-            init.output_region_prefix,
-            init.output_region_bytes,
-            init.output_region_bytes,
-            shm_dir=shm_dir,
-        )
+    def _output_arena(init: wpb.Initialize) -> Arena:
+        return Arena(init.output_region_prefix, init.output_region_bytes, init.output_region_bytes)
 
     def _finalize(self) -> wpb.Finalized:
         self._stop.set()
@@ -529,11 +501,6 @@ class WorkerRuntime:
 def _limit_text() -> str:
     soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
     return "" if soft == resource.RLIM_INFINITY else f" (memory limit {soft} bytes)"
-
-
-def _segments_of(init: wpb.Initialize, shm_dir: str) -> tuple[str, str]:
-    """The instance's segment base (what its output arena's prefix starts with) and directory."""
-    return init.output_region_prefix.removesuffix(OUTPUT_ARENA), shm_dir
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -178,7 +178,7 @@ class DirectLink(asyncio.Protocol):
             return
         if self.cancel_region:
             try:
-                self.flags = CancelFlags.attach(self.cancel_region, self.direct.shm_dir)
+                self.flags = CancelFlags.attach(self.cancel_region)
             except (OSError, ValueError):
                 self.flags = None  # cancellation then reaches the worker between batches
 

@@ -15,8 +15,8 @@ does: the daemon refuses new requests (UNAVAILABLE) and sends ``Stop`` once what
 is answered. A SIGTERM that reaches the daemon too (systemd's stop, Ctrl-C: the whole group)
 leaves that order to the daemon; one sent to this front end alone stops it by itself.
 
-A front end whose daemon went without a Stop removes its arena and, when it is the last of the
-daemon's processes out, the daemon's owner record (``pbd_wire.shm_owner``), as workers do.
+Its arena's segments are memfds (``pbd_wire.shm``): whichever way it ends, they go with the
+last process that maps them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from pbd.memory.malloc import tune_malloc
 from pbd.settings import Settings
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import Arena, SegmentMap
-from pbd_wire.shm_owner import remove_orphaned_record
 from pbd_worker.logconfig import LogConfig, apply
 
 # How long a signalled front end waits to hear that its daemon is stopping too (a signal to
@@ -89,10 +88,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     shm_dir = str(settings.shm_dir)
     arena = Arena(
-        f"{spec.arena_base}-d",
-        settings.shm_default_byte_size,
-        settings.shm_growth_byte_size,
-        shm_dir=shm_dir,
+        f"{spec.arena_base}-d", settings.shm_default_byte_size, settings.shm_growth_byte_size
     )
     plane = RemotePlane(arena, SegmentMap(shm_dir, allowed_prefix=spec.segments_prefix))
     plane.on_log_levels = _apply_log_levels
@@ -172,11 +168,6 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         arena.close()
         plane.segments.close()
         loads.close()
-        if plane.stop_grace is None:
-            # The daemon went without a Stop (killed, crashed): as its workers do, the last
-            # one out removes its owner record once none of its segments is left, our
-            # arena's included (a worker that looked before it went leaves the record to us).
-            remove_orphaned_record(spec.arena_base, shm_dir)
 
 
 def direct_bytes(settings: Settings, fronts: int) -> int:

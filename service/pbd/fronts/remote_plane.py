@@ -16,11 +16,9 @@ An answer is handed on where its frame is read: a ModelInfer whose edge can answ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
-import os
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -470,13 +468,9 @@ class RemotePlane(asyncio.Protocol):
         return self.segments.view(region, offset, nbytes)
 
     def sweep(self) -> None:
-        """Unmap the segments whose files are gone (their instance was stopped or replaced:
-        the daemon removes its workers' segments then); a mapping a result still views goes
-        with the last such view."""
-        segments = self.segments.segments
-        for name in [n for n, seg in segments.items() if not os.path.exists(seg.path)]:
-            with contextlib.suppress(BufferError):
-                segments.pop(name).close()
+        """Unmap the segments whose owners let them go (their instance was stopped or
+        replaced); a mapping a result still views goes with the last such view."""
+        self.segments.sweep()
 
     def close(self) -> None:
         self.flood.close()

@@ -54,7 +54,6 @@ from pbd.settings import Settings
 from pbd.version.runtime import VersionRuntime
 from pbd.version.supervisor import FIRST_BACKOFF_S, MAX_RESTART_FAILURES, STABLE_UPTIME_S
 from pbd_wire.framing import encode_frame, socket_address
-from pbd_wire.shm import remove_instance_segments
 
 log = logging.getLogger("pbd.fronts")
 KILL_AFTER_S = 5.0
@@ -242,10 +241,9 @@ class Fronts:
         return start
 
     def _forget(self, index: int, base: str) -> None:
-        """A front end is gone: its arena with it (workers keep what they mapped)."""
+        """A front end is gone: the daemon's mappings of its arena with it (its memory goes
+        with the last process that maps it)."""
         lent.forget(base)
-        # Named as an instance's are (``<base>-...``, from the daemon's segment namer).
-        remove_instance_segments(base, str(self.settings.shm_dir))
 
     async def connected(self, timeout: float = 30.0) -> bool:
         """Until every front end is up and linked (False after ``timeout``)."""

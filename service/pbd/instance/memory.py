@@ -21,7 +21,6 @@ from pbd_wire.shm import (
     OUTPUT_ARENA,
     Arena,
     SegmentMap,
-    remove_instance_segments,
 )
 
 _EMPTY = memoryview(b"")
@@ -32,15 +31,13 @@ _LIVE: dict[str, InstanceMemory] = {}
 
 class InstanceMemory:
     def __init__(self, shm_base: str, settings: Settings) -> None:
-        self.shm_dir = str(settings.shm_dir)
         self.arena = Arena(
-            shm_base + INPUT_ARENA,
-            settings.shm_default_byte_size,
-            settings.shm_growth_byte_size,
-            shm_dir=self.shm_dir,
+            shm_base + INPUT_ARENA, settings.shm_default_byte_size, settings.shm_growth_byte_size
         )
         self.output_prefix = shm_base + OUTPUT_ARENA
-        self.worker_segments = SegmentMap(self.shm_dir, allowed_prefix=self.output_prefix)
+        self.worker_segments = SegmentMap(
+            str(settings.shm_dir), allowed_prefix=self.output_prefix
+        )
         self._shm_base = shm_base
         self._cancel: CancelFlags | None = None
         _LIVE[shm_base] = self
@@ -49,7 +46,7 @@ class InstanceMemory:
     def cancel(self) -> CancelFlags:
         """The instance's cancellation page, created on first use (when its worker starts)."""
         if self._cancel is None:
-            self._cancel = CancelFlags.create(self._shm_base + CANCEL_PAGE, self.shm_dir)
+            self._cancel = CancelFlags.create(self._shm_base + CANCEL_PAGE)
         return self._cancel
 
     def request_message(
@@ -88,13 +85,12 @@ class InstanceMemory:
         blocks.clear()
 
     def close(self) -> None:
-        """Unmap everything and remove every segment of this instance, the worker's too (it
-        may have died before telling us about all of them)."""
+        """Unmap everything and let go of this instance's segments (the worker's go with
+        the last process that maps them)."""
         _LIVE.pop(self._shm_base, None)
         self.worker_segments.close()
-        remove_instance_segments(self._shm_base, self.shm_dir)
         if self._cancel is not None:
-            self._cancel.close(unlink=True)
+            self._cancel.close()
             self._cancel = None
         self.arena.close()
 

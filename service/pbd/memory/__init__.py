@@ -1,1 +1,1 @@
-"""Daemon-side memory housekeeping: /dev/shm segments of dead daemons, allocator tuning."""
+"""Daemon-side memory: its segments' names, clients' regions, CUDA pools, allocator tuning."""

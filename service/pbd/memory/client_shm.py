@@ -26,7 +26,6 @@ from typing import Any
 
 from pbd.errors import Code, PbdError, invalid_arg, not_found
 from pbd.memory.cuda import IPC_HANDLE_SIZE, CudaIpc, CudaUnavailable
-from pbd.memory.segments import is_daemon_segment
 from pbd_wire.client_region import (
     RegionIdentity,
     RegionRefused,
@@ -78,14 +77,12 @@ class ClientShmRegistry:
         enabled: bool,
         key_prefixes: list[str],
         shm_dir: str = SHM_DIR,
-        own_prefix: str = "pbd",
         gpus: list[int] | None = None,
         on_cuda_removed: Callable[[CudaRegion], None] = lambda region: None,
     ) -> None:
         self.enabled = enabled
         self.key_prefixes = [p.lstrip("/") for p in key_prefixes]
         self.shm_dir = shm_dir
-        self.own_prefix = own_prefix
         self.gpus = list(gpus or [])
         self.regions: dict[str, Region] = {}
         self._generations = itertools.count(1)
@@ -109,7 +106,8 @@ class ClientShmRegistry:
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Register ``key`` (a file in the shm directory) after checking it as
         :mod:`pbd_wire.client_region` says: the client's own regular file, owned by the
-        daemon's uid, never a link, never a segment of a pbd daemon."""
+        daemon's uid, never a link. (pbd's own segments are memfds, in no directory: a key
+        cannot name one.)"""
         self._check_enabled()
         bare = key.lstrip("/")
         try:
@@ -119,11 +117,6 @@ class ClientShmRegistry:
         if not bare or bare.startswith(RESERVED_PREFIX):
             raise invalid_arg(
                 f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
-            )
-        if is_daemon_segment(bare, self.own_prefix):
-            raise invalid_arg(
-                f"cannot register shared memory region '{name}' - shm key '{key}' names a "
-                "segment of a pbd server, not one a client created"
             )
         if self.key_prefixes and not any(bare.startswith(p) for p in self.key_prefixes):
             raise invalid_arg(

@@ -19,7 +19,7 @@ from pbd_wire.shm import Arena, SegmentMap
 
 @pytest.fixture
 def arena(tmp_path: Path) -> Iterator[Arena]:
-    arena = Arena("pbdunitfront-a", 1 << 16, 1 << 16, str(tmp_path))
+    arena = Arena("pbdunitfront-a", 1 << 16, 1 << 16)
     yield arena
     arena.close()
 

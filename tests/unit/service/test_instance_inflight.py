@@ -209,7 +209,7 @@ def test_outputs_written_into_a_clients_region_need_no_release(tmp_path: Path) -
 
 def test_outputs_in_the_workers_arena_are_released_to_it(tmp_path: Path) -> None:
     async def scenario(parts: Parts) -> None:
-        arena = Arena(parts.memory.output_prefix, 4096, 4096, shm_dir=str(tmp_path))
+        arena = Arena(parts.memory.output_prefix, 4096, 4096)
         try:
             block = arena.allocate(8)
             ref = wpb.TensorRef(name="Y", datatype="FP32", shape=[1, 2], nbytes=8,

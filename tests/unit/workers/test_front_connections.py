@@ -29,7 +29,7 @@ import pytest
 from pbd_wire import front_base
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.framing import SocketFrameReader, encode_frame
-from pbd_wire.shm import Arena, SegmentMap
+from pbd_wire.shm import Arena, SegmentMap, held_segments
 from pbd_worker.ipc import front_connections
 from pbd_worker.ipc.front_connections import FrontConnections
 
@@ -162,7 +162,7 @@ class Worker:
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.peers: list[Peer] = []  # front ends, closed at the end
-        self.inputs = Arena(f"pbdtest-in-{tag}-", 1 << 16, 1 << 16, shm_dir=str(self.shm_dir))
+        self.inputs = Arena(f"pbdtest-in-{tag}-", 1 << 16, 1 << 16)
         self.outputs = SegmentMap(str(self.shm_dir))
         config = {"name": name, **(config or {})}
         if decoupled:
@@ -400,6 +400,33 @@ def test_a_closed_front_link_frees_the_output_blocks_it_held(start: Start) -> No
     assert worker.output(later[4]) == [10.0] * 256
 
 
+def test_the_arena_of_a_front_end_that_is_gone_is_let_go_by_the_worker(start: Start) -> None:
+    """A front end's arena is a memfd the worker maps when it reads inputs there: once that
+    front end has let go of it and its link closes, the worker unmaps it too, or the worker's
+    mapping alone would keep its memory (for as long as the worker lives)."""
+    worker = start()
+    arena = Arena(f"pbdtest-front-{worker.tag}-", 1 << 16, 1 << 16)
+    front = worker.connect(0)
+    block = arena.allocate(4)
+    block.view()[:] = np.float32(1.0).tobytes()
+    ref = wpb.TensorRef(
+        name="IN", datatype="FP32", shape=[1], region=block.segment.name,
+        offset=block.offset, nbytes=4,
+    )  # fmt: skip
+    front.send(worker.execute(B0 + 1, wpb.Request(request_id=B0 + 1, inputs=[ref])))
+    reply = front.read()
+    assert worker.output(reply.result.responses[0].outputs[0]) == [2.0]
+    base = f"pbdtest-front-{worker.tag}-0"
+    assert list(held_segments(base)) == [base]
+    arena.close()  # the front end exits: only the worker's mapping is left
+    assert list(held_segments(base)) == [base]
+    front.close()
+    deadline = time.monotonic() + WAIT_S
+    while held_segments(base) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(held_segments(base)) == [], worker.logged()
+
+
 def test_a_front_end_connecting_again_replaces_its_old_link(start: Start) -> None:
     worker = start()
     old = worker.connect(0)
@@ -490,12 +517,16 @@ def test_the_front_links_follow_the_daemon_and_a_new_one_names_a_new_socket(star
 class _Holder:
     def __init__(self) -> None:
         self.released: list[int] = []
+        self.sweeps = 0
 
     def held_batches(self) -> list[int]:
         return []
 
     def release(self, batch_ids: list[int]) -> None:
         self.released += batch_ids
+
+    def sweep_inputs(self) -> None:
+        self.sweeps += 1
 
 
 class _Live:

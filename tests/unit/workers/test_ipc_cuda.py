@@ -47,7 +47,7 @@ class _Identity:
 @pytest.mark.skipif(HAS_CUPY, reason="CuPy is installed here")
 def test_cuda_input_without_cupy_fails_the_request(tmp_path: Path) -> None:
     aio = WorkerLoop(DaemonLink("@unused", lambda: None))
-    arena = Arena("pbdtest-cuda-w", 4096, 4096, shm_dir=str(tmp_path))
+    arena = Arena("pbdtest-cuda-w", 4096, 4096)
     try:
         executor = BatchExecutor(
             _Identity(),

@@ -19,7 +19,7 @@ def _request() -> InferenceRequest:
 
 
 def test_a_batch_starts_live_and_executing_with_its_cancellation_flags(tmp_path: Path) -> None:
-    flags = CancelFlags.create("pbdtest-cancel", str(tmp_path))
+    flags = CancelFlags.create("pbdtest-cancel")
     try:
         live = LiveRequests(lambda *sent: None, decoupled=False)
         live.flags = flags
@@ -32,7 +32,7 @@ def test_a_batch_starts_live_and_executing_with_its_cancellation_flags(tmp_path:
         flags.cancel(9)
         assert [r.is_cancelled() for r in requests] == [False, True]
     finally:
-        flags.close(unlink=True)
+        flags.close()
 
 
 def test_a_decoupled_batch_starts_live_but_not_executing() -> None:

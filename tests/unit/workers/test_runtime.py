@@ -76,7 +76,7 @@ class Daemon:
         self.conn = conn
         self.reader = SocketFrameReader(conn)
         self.shm_dir = str(shm_dir)
-        self.inputs = Arena("pbdtest-in-", 1 << 16, 1 << 16, shm_dir=self.shm_dir)
+        self.inputs = Arena("pbdtest-in-", 1 << 16, 1 << 16)
         self.outputs = SegmentMap(self.shm_dir)  # the worker's output segments
 
     def send(self, **kind: object) -> None:

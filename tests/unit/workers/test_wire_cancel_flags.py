@@ -3,17 +3,15 @@ slots are reused SLOTS requests later."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pbd_wire.cancel_flags import NBYTES, SLOTS, CancelFlags
-from pbd_wire.shm import Segment
+from pbd_wire.shm import Segment, held_segments
 
 
-def test_daemon_marks_worker_sees(tmp_path: Path) -> None:
-    daemon = CancelFlags.create("pbdtest-c", str(tmp_path))
-    worker = CancelFlags.attach("pbdtest-c", str(tmp_path))
+def test_daemon_marks_worker_sees(prefix: str) -> None:
+    daemon = CancelFlags.create(f"{prefix}c")
+    worker = CancelFlags.attach(daemon.name)
     try:
         assert not worker.cancelled(7)
         daemon.cancel(7)
@@ -24,15 +22,14 @@ def test_daemon_marks_worker_sees(tmp_path: Path) -> None:
         assert worker.cancelled(7 + SLOTS) and not worker.cancelled(7)
     finally:
         worker.close()
-        daemon.close(unlink=True)
-    assert not (tmp_path / "pbdtest-c").exists()
+        daemon.close()
+    assert list(held_segments(prefix)) == []
 
 
-def test_a_page_too_small_is_refused(tmp_path: Path) -> None:
-    small = Segment.create("pbdtest-small", NBYTES // 2, str(tmp_path))
+def test_a_page_too_small_is_refused(prefix: str) -> None:
+    small = Segment.create(f"{prefix}small", NBYTES // 2)
     try:
         with pytest.raises(ValueError, match="cancellation page"):
             CancelFlags(small)
     finally:
         small.close()
-        small.unlink()

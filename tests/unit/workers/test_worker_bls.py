@@ -48,7 +48,7 @@ def wire(
     aio = WorkerLoop(link)
     client = BlsClient(link, str(tmp_path), aio.reply, aio.loop)
     inputs = SegmentMap(str(tmp_path))
-    arena = Arena("pbdtest-blsout-", arena_bytes, arena_bytes, shm_dir=str(tmp_path))
+    arena = Arena("pbdtest-blsout-", arena_bytes, arena_bytes)
     client.bind(inputs, arena)
     client.begin_batch(wpb.Execute())
     try:

@@ -77,6 +77,7 @@ class Holder(Protocol):
 
     def held_batches(self) -> list[int]: ...
     def release(self, batch_ids: list[int]) -> None: ...
+    def sweep_inputs(self) -> None: ...
 
 
 class Live(Protocol):
@@ -440,6 +441,9 @@ class FrontConnections:
         old = self.links.get(hello.front)
         if old is not None:
             self._drop(old, "the front end connected again")
+        executor = self._executor()
+        if executor is not None:  # a front end that replaces a dead one: let go of its arena
+            executor.sweep_inputs()
         link = FrontConnection(pending.sock, hello.front, pending.splitter)
         self.links[hello.front] = link
         self._watch(link.sock, link)
@@ -548,6 +552,7 @@ class FrontConnections:
         if executor is not None:
             batches = [b for b in executor.held_batches() if front_of(b) == front]
             executor.release([b for b in batches if not b & _HELD_BIT] + sorted(held))
+            executor.sweep_inputs()  # the front end's arena, if it is already gone
         live = self._live()
         live.cancel([r for r in live.live_ids() if front_of(r) == front])
 
