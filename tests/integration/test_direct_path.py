@@ -137,6 +137,53 @@ def test_a_plain_models_requests_skip_the_daemon_and_are_counted_there(
     assert "batch_recorder/1: " in daemon.log()[seen:]
 
 
+def test_a_scaled_models_requests_go_direct_and_still_scale_it_up_and_down(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """Instances scaled with load take the direct path too: the scaler reads what the front
+    ends have at each instance (``pbd.fronts.inflight``), so load it never sees in its own
+    loop still starts the second instance, and idleness retires it."""
+    repo = make_repository(tmp_path, {"autoscale_sleep": TEST_MODELS / "autoscale_sleep"})
+    daemon = start_daemon(repo, *FRONTS, settle=["autoscale_sleep"])
+    given = "autoscale_sleep/1: request given to instance"
+
+    def one(client: grpcclient.InferenceServerClient, ms: int = 0) -> int:
+        tensor = infer_input("DELAY_MS", np.array([ms], np.int32), "INT32")
+        return int(client.infer("autoscale_sleep", [tensor], client_timeout=60).as_numpy("PID")[0])
+
+    def probe() -> bool:
+        seen = len(daemon.log())
+        for _ in range(4):
+            client = grpcclient.InferenceServerClient(daemon.url)
+            try:
+                one(client)
+            finally:
+                client.close()
+        return given not in daemon.log()[seen:]
+
+    wait_until(probe, 30, "the scaled model's requests to go straight to its worker")
+    assert len(daemon.workers_of("autoscale_sleep")) == 1
+    seen = len(daemon.log())
+    peak = [1]
+
+    def client_loop(_: int) -> list[int]:
+        client = daemon.client()
+        pids = []
+        for _ in range(20):
+            pids.append(one(client, 100))
+            peak[0] = max(peak[0], len(daemon.workers_of("autoscale_sleep")))
+        return pids
+
+    with ThreadPoolExecutor(4) as pool:
+        served = [pid for pids in pool.map(client_loop, range(4)) for pid in pids]
+    assert len(served) == 80
+    assert peak[0] == 2, daemon.log_tail()  # the load the front ends carried scaled it up
+    assert given not in daemon.log()[seen:]  # every one went straight to a worker
+    assert len(set(served)) >= 2
+    wait_until(lambda: len(daemon.workers_of("autoscale_sleep")) == 1, 30, "scale down to 1")
+    assert one(daemon.client()) > 0
+
+
 def test_with_the_direct_path_off_every_request_goes_through_the_daemon(
     start_daemon: DaemonFactory, repo: Path
 ) -> None:

@@ -250,16 +250,18 @@ class DirectVersion(_message.Message):
     def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., latest: _Optional[bool] = ..., config_json: _Optional[str] = ..., instances: _Optional[_Iterable[_Union[DirectInstance, _Mapping]]] = ...) -> None: ...
 
 class DirectInstance(_message.Message):
-    __slots__ = ("name", "socket", "token", "cancel_region")
+    __slots__ = ("name", "socket", "token", "cancel_region", "load_slot")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REGION_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SLOT_FIELD_NUMBER: _ClassVar[int]
     name: str
     socket: str
     token: str
     cancel_region: str
-    def __init__(self, name: _Optional[str] = ..., socket: _Optional[str] = ..., token: _Optional[str] = ..., cancel_region: _Optional[str] = ...) -> None: ...
+    load_slot: int
+    def __init__(self, name: _Optional[str] = ..., socket: _Optional[str] = ..., token: _Optional[str] = ..., cancel_region: _Optional[str] = ..., load_slot: _Optional[int] = ...) -> None: ...
 
 class InstanceGone(_message.Message):
     __slots__ = ("socket", "message")

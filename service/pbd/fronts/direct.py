@@ -41,6 +41,7 @@ from typing import Any
 
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, rejected, unavailable
+from pbd.fronts.inflight import InflightTable
 from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
@@ -145,6 +146,7 @@ class DirectLink(asyncio.Protocol):
         self.socket = spec.socket
         self.token = spec.token
         self.cancel_region = spec.cancel_region
+        self.slot = spec.load_slot  # where its in-flight count goes (pbd.fronts.inflight)
         self.transport: asyncio.Transport | None = None
         self.usable = False  # connected, and still in the table
         self.retired = False  # out of the table: finishes what it has, then closes
@@ -256,6 +258,7 @@ class DirectLink(asyncio.Protocol):
         calls = {**self.calls, **self.streams}
         self.calls.clear()
         self.streams.clear()
+        self._count()
         for call in calls.values():
             if call.future is not None and not call.future.done():
                 call.future.set_exception(error)
@@ -263,6 +266,12 @@ class DirectLink(asyncio.Protocol):
                 call.stream.fail(error)
             self._drop_hold(call)
         self.idle.set()
+
+    def _count(self) -> None:
+        """Publish what this front end has at the instance (a scaled version's: ``slot``)."""
+        inflight = self.direct.inflight
+        if inflight is not None:
+            inflight.publish(self.direct.index, self.slot, len(self.calls) + len(self.streams))
 
     def close(self) -> None:
         self.usable = False
@@ -283,6 +292,8 @@ class DirectLink(asyncio.Protocol):
             execute.release.extend(released)
         self.calls[request_id] = call
         self.idle.clear()
+        if self.slot:
+            self._count()
         self._write(encode_frame(frame.SerializeToString()))
 
     def cancel(self, request_id: int) -> None:
@@ -314,6 +325,8 @@ class DirectLink(asyncio.Protocol):
         call = self.calls.pop(request_id, None)
         if not self.calls and not self.streams:
             self.idle.set()
+        if self.slot:
+            self._count()
         if call is None:
             self.releases.add(request_id)
             return
@@ -332,6 +345,8 @@ class DirectLink(asyncio.Protocol):
             if not call.final:
                 self.streams[request_id] = call
                 self.idle.clear()
+                if self.slot:
+                    self._count()
         elif response.rescheduled:
             outcome = PbdError(Code.INTERNAL, NOT_RESCHEDULABLE)
         elif response.rejected:  # its queue in the worker refused it: it never ran
@@ -413,6 +428,8 @@ class DirectLink(asyncio.Protocol):
             self.streams.pop(request_id, None)
             if not self.calls and not self.streams:
                 self.idle.set()
+            if self.slot:
+                self._count()
             self._drop_hold(call)
         return first
 
@@ -569,6 +586,8 @@ class Direct:
         # through the daemon, whose --max-queued-bytes budget then decides.
         self.budget = budget_bytes
         self.held = 0
+        # Where links of scaled instances publish their counts (``pbd.fronts.inflight``).
+        self.inflight: InflightTable | None = None
         self.shm_dir = shm_dir
         self.view = view
         self.own = own

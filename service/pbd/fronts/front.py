@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 
 from pbd._proto import front_pb2 as fpb
 from pbd.fronts.http_proxy import HttpProxy
+from pbd.fronts.inflight import InflightTable
 from pbd.fronts.loads import DEFER_S, Loads
 from pbd.fronts.remote_plane import RemotePlane
 from pbd.grpc.calls import Calls
@@ -73,6 +74,7 @@ class FrontSpec:
     grpc_fds: list[int]
     http_fds: list[int]
     loads_fd: int  # the front ends' connection counts (pbd.fronts.loads)
+    inflight_fd: int  # what they have in flight at scaled instances (pbd.fronts.inflight)
     fronts: int  # how many front ends share the sockets
     settings: str  # Settings.to_json()
 
@@ -93,7 +95,8 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     plane = RemotePlane(arena, SegmentMap(shm_dir, allowed_prefix=spec.segments_prefix))
     plane.on_log_levels = _apply_log_levels
     if settings.frontend_direct:
-        plane.direct_path(spec.index, shm_dir, direct_bytes(settings, spec.fronts))
+        direct = plane.direct_path(spec.index, shm_dir, direct_bytes(settings, spec.fronts))
+        direct.inflight = InflightTable(spec.inflight_fd, spec.fronts)
     loads = Loads(spec.loads_fd, spec.fronts, spec.index)
     try:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

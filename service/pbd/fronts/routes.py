@@ -11,13 +11,18 @@ of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon 
 - **Which versions** (``refusal``): Triton's default scheduler, or dynamic batching whose
   settings a worker honours alone (``pbd_wire.batching.direct_batching``: sizes and the
   queue delay; its batches then form in the worker), decoupled or not, with no
-  ``--max-queue-size``, not an ensemble, no response cache, instances not scaled with load, no
+  ``--max-queue-size``, not an ensemble, no response cache, no
   ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
   runs), no trace settings that could sample the model, no latency histograms.
   A front end holds at most an eighth of ``--max-queued-bytes`` (shared by the front ends)
   in direct requests; past that, requests go through the daemon, whose budget decides.
   Everything else, and any request naming a client's shared-memory region, goes through the
   daemon as before.
+- **Instances scaled with load**: the scaler samples the front ends' requests at each of
+  the version's instances from shared memory (``pbd.fronts.inflight``: each instance of a
+  scaled version gets a slot in the table, ``load_slot``), with no message; at zero
+  instances nothing is in the table and requests go through the daemon, whose queue the
+  scaler sees and which starts the first instance (a cold start).
 - **Which instances**: the ready ones (warmed up, not draining). Each instance's worker gets a
   socket and a token for front ends when it starts (``socket_for``); a table naming it goes
   out once it is ready (``changed``), and before it stops it is taken out of the table behind
@@ -37,6 +42,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from pbd._proto import front_pb2 as fpb
+from pbd.fronts.inflight import InflightTable, Slots
 from pbd.instance.records import State
 from pbd.settings import Settings
 from pbd.tracing.provider import Tracing
@@ -66,7 +72,6 @@ def refusal(runtime: VersionRuntime, settings: Settings, tracing: Tracing | None
         ("sequence_batching" in features, "sequence batching"),
         (settings.max_queue_size > 0, "--max-queue-size"),
         (config.response_cache and settings.cache_local_size_bytes > 0, "the response cache"),
-        (runtime.policy.enabled, "instances scaled with load"),
         (runtime.execute_timeout > 0, "--execute-timeout-secs"),
         (settings.metrics_histogram_latencies, "latency histograms"),
         (tracing is not None and may_trace(tracing, config.name), "traced"),
@@ -96,11 +101,15 @@ class Routes:
         self._withdrawn: set[int] = set()  # id() of instances on their way out
         # What each front end had in flight per worker socket at its last report.
         self._loads: dict[int, dict[str, int]] = {}
+        self.slots: Slots | None = None  # scaled instances' slots (pbd.fronts.inflight)
         self._announcing: asyncio.Handle | None = None
         self._draining = False  # shutting down: nothing is served directly any more
 
-    def attach(self, hub: FrontHub, repository: ModelRepository) -> None:
+    def attach(
+        self, hub: FrontHub, repository: ModelRepository, inflight: InflightTable | None = None
+    ) -> None:
         self.hub, self.repository = hub, repository
+        self.slots = Slots(inflight) if inflight is not None else None
         hub.direct = self.table
         hub.on_stats = self.add_stats
 
@@ -143,7 +152,14 @@ class Routes:
         await self.collect_stats()  # which workers still have requests (``withdraw``)
         return False
 
+    def inflight_at(self, instance: Instance) -> int:
+        """Requests the front ends sent straight to ``instance`` and have not had answered,
+        as they last wrote them (only for an instance of a scaled version: 0 otherwise)."""
+        return self.slots.count(id(instance)) if self.slots is not None else 0
+
     def gone(self, instance: Instance, message: str) -> None:
+        if self.slots is not None:
+            self.slots.release(id(instance))  # its front ends' requests there failed
         if self.hub is None or not instance.front[0]:
             return
         gone = fpb.InstanceGone(socket=instance.front[0], message=message)
@@ -165,12 +181,14 @@ class Routes:
                     continue
                 if refusal(runtime, self.settings, self.tracing):
                     continue
+                scaled = runtime.policy.enabled and self.slots is not None
                 instances = [
                     fpb.DirectInstance(
                         name=i.describe(),
                         socket=i.front[0],
                         token=i.front[1],
                         cancel_region=i.memory.cancel.name,
+                        load_slot=self._slot(i) if scaled else 0,
                     )
                     for i in runtime.instances()
                     if i.state is State.READY
@@ -191,6 +209,10 @@ class Routes:
                     )
                 )
         return out
+
+    def _slot(self, instance: Instance) -> int:
+        assert self.slots is not None
+        return self.slots.slot_of(id(instance))
 
     # -- statistics ----------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ from pbd._proto import front_pb2 as fpb
 from pbd.dataplane import DataPlane
 from pbd.fronts.front import SPEC_ENV, FrontSpec
 from pbd.fronts.front_link import FrontHub, FrontLink
+from pbd.fronts.inflight import InflightTable
+from pbd.fronts.inflight import create_memfd as create_inflight_memfd
 from pbd.fronts.loads import Loads, create_memfd
 from pbd.fronts.routes import Routes
 from pbd.grpc.restricted import grpc_restrictions
@@ -117,6 +119,9 @@ class Fronts:
         self._fds: tuple[list[socket.socket], list[socket.socket]] = ([], [])
         self._loads_fd = -1  # the front ends' connection counts (pbd.fronts.loads)
         self._loads: Loads | None = None
+        # What they have in flight at each scaled instance (pbd.fronts.inflight)
+        self._inflight_fd = -1
+        self._inflight: InflightTable | None = None
 
     async def start(
         self, dataplane: DataPlane, grpc: list[socket.socket], http: list[socket.socket]
@@ -126,6 +131,8 @@ class Fronts:
         self._fds = (grpc, http)
         self._loads_fd = create_memfd(self.count)
         self._loads = Loads(self._loads_fd, self.count, 0)  # the daemon marks the gone
+        self._inflight_fd = create_inflight_memfd(self.count)
+        self._inflight = InflightTable(self._inflight_fd, self.count)
         restrictions = grpc_restrictions(self.settings.grpc_restricted_protocol)
         hub = self.hub = FrontHub(
             dataplane,
@@ -136,7 +143,7 @@ class Fronts:
         hub.decoupled = dataplane.decoupled_models()
         hub.on_attach = self._linked
         if self.routes is not None:
-            self.routes.attach(hub, dataplane.repository)
+            self.routes.attach(hub, dataplane.repository, self._inflight)
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         link.bind(socket_address(self._address))
         self._link_server = await loop.create_unix_server(lambda: FrontLink(hub), sock=link)
@@ -225,6 +232,7 @@ class Fronts:
             grpc_fds=[s.fileno() for s in grpc],
             http_fds=[s.fileno() for s in http],
             loads_fd=self._loads_fd,
+            inflight_fd=self._inflight_fd,
             fronts=self.count,
             settings=self.settings.to_json(),
         )
@@ -233,7 +241,7 @@ class Fronts:
             "-m",
             "pbd.fronts.front",
             env={**os.environ, SPEC_ENV: spec.to_env()},
-            pass_fds=[*spec.grpc_fds, *spec.http_fds, spec.loads_fd],
+            pass_fds=[*spec.grpc_fds, *spec.http_fds, spec.loads_fd, spec.inflight_fd],
             stdin=asyncio.subprocess.DEVNULL,
         )
         start = self.starts[index] = FrontStart(process, asyncio.get_running_loop().time())
@@ -346,6 +354,12 @@ class Fronts:
             self._loads.close()
             self._loads = None
             os.close(self._loads_fd)
+        if self._inflight is not None:
+            if self.routes is not None:
+                self.routes.slots = None
+            self._inflight.close()
+            self._inflight = None
+            os.close(self._inflight_fd)
 
 
 def _exit_text(code: int) -> str:

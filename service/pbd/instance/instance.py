@@ -78,6 +78,10 @@ class DirectRoutes(Protocol):
         """Return once no front end sends to ``instance``: True once what they sent there is
         answered, False when ``timeout`` passed first (its execute() may be running)."""
 
+    def inflight_at(self, instance: Instance) -> int:
+        """Requests front ends sent straight to ``instance`` and have not had answered yet,
+        as far as the daemon knows now (for load-driven scaling)."""
+
     def gone(self, instance: Instance, message: str) -> None:
         """``instance``'s worker is gone: what front ends sent it fails with ``message``."""
 
@@ -187,6 +191,11 @@ class Instance:
     def live(self) -> bool:
         """Serving, its worker connected."""
         return self.state is State.READY and self.conn is not None
+
+    def direct_inflight(self) -> int:
+        """Requests front ends sent straight to this instance's worker, not answered yet."""
+        routes = self.services.routes
+        return routes.inflight_at(self) if routes is not None else 0
 
     def describe(self) -> str:
         return f"instance '{self.plan.name}' of model '{self.config.name}' version {self.version}"

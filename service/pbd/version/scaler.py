@@ -49,8 +49,10 @@ class Scaler:
                 await self._task
 
     def load_now(self) -> int:
-        """Requests queued or in flight: the signal scaling samples."""
-        return len(self.queue) + self.supervisor.inflight()
+        """Requests queued or in flight, those front ends sent straight to the workers
+        included: the signal scaling samples."""
+        supervisor = self.supervisor
+        return len(self.queue) + supervisor.inflight() + supervisor.direct_inflight()
 
     def status(self) -> str:
         """One line for RepositoryIndex and ``pbd status``."""

@@ -86,8 +86,12 @@ class Supervisor:
         return [s for s in self.slots if not s.retired and not s.given_up]
 
     def inflight(self) -> int:
-        """Batches in the instances' workers."""
+        """Batches the daemon has in the instances' workers."""
         return sum(s.instance.batches.inflight for s in self.slots)
+
+    def direct_inflight(self) -> int:
+        """Requests front ends sent straight to the instances' workers, not answered yet."""
+        return sum(s.instance.direct_inflight() for s in self.slots)
 
     # -- spawn --------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from pbd.fronts.front import SPEC_ENV, FrontSpec
+from pbd.fronts.inflight import create_memfd as create_inflight_memfd
 from pbd.fronts.loads import create_memfd
 from pbd.settings import Settings
 
@@ -16,7 +17,7 @@ from pbd.settings import Settings
 def test_a_front_end_whose_daemon_is_gone_at_start_exits_with_one_line(tmp_path: Path) -> None:
     """The daemon exited (a port it could not bind) before its front end linked: the front end
     says so in one line and exits 1, no traceback."""
-    loads = create_memfd(1)
+    loads, inflight = create_memfd(1), create_inflight_memfd(1)
     name = f"pbd-test-gone-{secrets.token_hex(8)}"  # an abstract socket nobody listens on
     spec = FrontSpec(
         index=0,
@@ -28,6 +29,7 @@ def test_a_front_end_whose_daemon_is_gone_at_start_exits_with_one_line(tmp_path:
         grpc_fds=[],
         http_fds=[],
         loads_fd=loads,
+        inflight_fd=inflight,
         fronts=1,
         settings=Settings(shm_dir=tmp_path).to_json(),
     )
@@ -35,13 +37,14 @@ def test_a_front_end_whose_daemon_is_gone_at_start_exits_with_one_line(tmp_path:
         done = subprocess.run(
             [sys.executable, "-m", "pbd.fronts.front"],
             env={**os.environ, SPEC_ENV: spec.to_env()},
-            pass_fds=[loads],
+            pass_fds=[loads, inflight],
             capture_output=True,
             text=True,
             timeout=60,
         )
     finally:
         os.close(loads)
+        os.close(inflight)
     output = (done.stdout + done.stderr).strip()
     assert done.returncode == 1, output
     assert "Traceback" not in output

@@ -51,7 +51,7 @@ def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
     assert why(ordered) == "dynamic batching with preserve_ordering"
     assert why("sequence_batching { }") == "sequence batching"
     assert why("model_transaction_policy { decoupled: true }") == ""  # streamed directly
-    assert why(policy=Policy(enabled=True)) == "instances scaled with load"
+    assert why(policy=Policy(enabled=True)) == ""  # counted through pbd.fronts.inflight
     assert why(execute_timeout=5.0) == "--execute-timeout-secs"
     assert why(settings=Settings(frontend_direct=False)) == "--frontend-direct is off"
     assert why(settings=Settings(max_queue_size=4)) == "--max-queue-size"
