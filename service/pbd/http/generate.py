@@ -138,7 +138,7 @@ class Generate:
                 await response.prepare(request)
 
                 events = EventStream(self.stream_buffer_bytes)
-                going = answer.put(events, first)  # written at once, with the headers
+                going = answer.put(events, first)  # the pump writes it first, at once
 
                 async def produce(events: EventStream) -> None:
                     # Leaving this block (stream ended, client too slow, producer cancelled)
