@@ -36,6 +36,7 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from bench.loadgen import percentile
+from bench.procstat import cpu_seconds
 from bench.run import add_common_args, check_common_args, common_header
 from bench.servers import ROOT, ServerProcess, free_port, leftover_segments, start_pbd, start_triton
 from bench.vs_triton import add_triton_args, install_triton
@@ -58,6 +59,9 @@ class Run:
     latency_p99_ms: float
     requests: int
     failures: int
+    # CPU of the server's own process per request answered (warm-up included): pbd's daemon
+    # (not its front ends or workers), Triton's whole server.
+    main_cpu_us: float = 0.0
 
 
 class WrongAnswer(AssertionError):
@@ -148,6 +152,7 @@ async def load(
     warmup: float,
     token_ms: float = 0.0,
     grpc_port: int = 0,
+    pid: int = 0,
 ) -> Run:
     """``concurrency`` closed-loop streams for ``duration`` after ``warmup``: over HTTP's
     generate_stream, or (``grpc_port``) ModelStreamInfer, one channel shared by them."""
@@ -157,6 +162,7 @@ async def load(
     firsts: list[float] = []
     latencies: list[float] = []
     failures = 0
+    answered = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=60)
     async with (
@@ -170,11 +176,12 @@ async def load(
             return await one_stream(session, url, body, tokens)
 
         await one()  # the probe: a wrong answer stops the run
+        cpu_before = cpu_seconds(pid) if pid else 0.0
         start = time.perf_counter() + warmup
         end = start + duration
 
         async def worker() -> None:
-            nonlocal failures
+            nonlocal failures, answered
             while time.perf_counter() < end:
                 sent = time.perf_counter()
                 try:
@@ -182,11 +189,13 @@ async def load(
                 except (WrongAnswer, aiohttp.ClientError, grpc.RpcError, TimeoutError):
                     failures += 1
                     continue
+                answered += 1
                 if sent >= start and sent + total <= end:
                     firsts.append(first)
                     latencies.append(total)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        cpu = cpu_seconds(pid) - cpu_before if pid else 0.0
     firsts.sort()
     latencies.sort()
     return Run(
@@ -200,6 +209,7 @@ async def load(
         percentile(latencies, 99) * 1000,
         len(latencies),
         failures,
+        cpu / max(answered, 1) * 1e6,
     )
 
 
@@ -219,7 +229,7 @@ def median_run(runs: list[Run]) -> Run:
 def table(rows: list[tuple[Run, Run]], tokens: int, token_ms: float = 0.0) -> str:
     head = (
         f"{'c':>3} | {'server':6} {'req/s':>7} {'tok/s':>8} {'ttft p50':>9} {'p99':>7} "
-        f"{'lat p50':>8} {'p99':>7} | tok/s pbd/triton  ttft pbd/triton"
+        f"{'lat p50':>8} {'p99':>7} {'main µs':>8} | tok/s pbd/triton  ttft pbd/triton"
     )
     lines = [
         f"token_stream, {tokens} tokens per request, {token_ms:g} ms each",
@@ -237,7 +247,8 @@ def table(rows: list[tuple[Run, Run]], tokens: int, token_ms: float = 0.0) -> st
             lines.append(
                 f"{run.concurrency:>3} | {run.server:6} {run.requests_per_s:7.1f} "
                 f"{run.tokens_per_s:8.0f} {run.ttft_p50_ms:8.2f}ms {run.ttft_p99_ms:6.2f}ms "
-                f"{run.latency_p50_ms:7.1f}ms {run.latency_p99_ms:6.1f}ms{ratio}"
+                f"{run.latency_p50_ms:7.1f}ms {run.latency_p99_ms:6.1f}ms "
+                f"{run.main_cpu_us:8.0f}{ratio}"
             )
     return "\n".join(lines)
 
@@ -299,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                     grpc_port = started[name].port if opts.protocol == "grpc" else 0
                     run = asyncio.run(
                         load(name, ports[name], opts.tokens, concurrency, opts.duration,
-                             opts.warmup, opts.token_ms, grpc_port)
+                             opts.warmup, opts.token_ms, grpc_port, started[name].proc.pid)
                     )  # fmt: skip
                     runs[name].append(run)
                     failed |= run.failures > 0

@@ -11,10 +11,9 @@ queues (``tests/unit/test_import_graph.py`` holds it to that).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-from pbd.inference_plane import InferencePlane
+from pbd.inference_plane import ModelPlane
 from pbd.logsettings import GRPC, Wording
 from pbd.memory.client_shm import CudaRegion, SystemRegion
 from pbd.modelconfig.model import ModelConfig
@@ -25,7 +24,7 @@ from pbd.types import IndexEntry
 Params = Mapping[str, tuple[str | None, Any]]
 
 
-class ControlPlane(InferencePlane, Protocol):
+class ControlPlane(ModelPlane, Protocol):
     # -- health and metadata
     def server_live(self) -> bool: ...
 
@@ -36,10 +35,6 @@ class ControlPlane(InferencePlane, Protocol):
     async def model_ready_checked(self, name: str, version: str) -> bool: ...
 
     def model_metadata(self, name: str, version: str) -> tuple[ModelConfig, list[str]]: ...
-
-    def model_config(self, name: str, version: str) -> ModelConfig: ...
-
-    def model_directories(self, name: str, version: str) -> list[Path]: ...
 
     async def model_statistics(
         self, name: str, version: str

@@ -151,8 +151,7 @@ class DataPlane:
 
     def model_directories(self, name: str, version: str) -> list[Path]:
         """Where a version's files lie: its version directory, then the model's."""
-        runtime = self.repository.lookup(name, version)
-        return [runtime.model_dir / str(runtime.version), runtime.model_dir]
+        return self.repository.lookup(name, version).directories
 
     def start_trace(
         self,

@@ -10,8 +10,11 @@ the observation itself is tested.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import queue
+import shutil
 import signal
 import threading
 import urllib.request
@@ -34,6 +37,8 @@ from pbd_harness import (
     make_repository,
     wait_until,
 )
+from sse_helpers import first_events_then_leave, llm_repository, post, wait_for_metric
+from sse_helpers import metric as sse_metric
 from streaming_helpers import STREAM_TIMEOUT_S, probe_inputs, repeat_inputs
 from tritonclient.utils import InferenceServerException
 
@@ -521,3 +526,106 @@ def test_a_decoupled_models_stream_skips_the_daemon_and_a_closed_stream_cancels_
     assert "doesn't support models with decoupled transaction policy" in error.message()
     stats = daemon.control().get_inference_statistics("repeat_decoupled").model_stats[0]
     assert stats.inference_stats.success.count >= 2  # the probe's and this test's
+
+
+def _llm_repository_with_a_model_off_the_direct_path(root: Path) -> Path:
+    """The LLM-shaped models, and ``scaled_llm``: tiny_llm scaled with load, which keeps it
+    off the direct path (the daemon answers its requests)."""
+    repository = llm_repository(root)
+    scaled = repository / "scaled_llm"
+    shutil.copytree(repository / "tiny_llm", scaled)
+    config = scaled / "config.pbtxt"
+    text = config.read_text().replace('name: "tiny_llm"', 'name: "scaled_llm"')
+    config.write_text(
+        text + 'parameters { key: "pbd.autoscale" value: { string_value: "true" } }\n'
+    )
+    return repository
+
+
+def _http_direct_ready(daemon: Daemon, model: str, url: str, body: str) -> None:
+    """Until both front ends answer ``url`` for ``model`` themselves (new connections: each
+    front end takes some); the daemon's log shows none of the probe's requests."""
+
+    def probe() -> bool:
+        seen = len(daemon.log())
+        for _ in range(4):
+            assert post(url, body).status == 200
+        return f"{model}/1: request given to instance" not in daemon.log()[seen:]
+
+    wait_until(probe, 30, f"{model}'s HTTP requests to go straight to its worker")
+
+
+def test_generate_and_the_openai_api_of_a_direct_model_skip_the_daemon(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """A front end answers generate, generate_stream and the OpenAI routes of a model on its
+    direct path itself, as the daemon answers them: the same answers as a model the daemon
+    serves (``scaled_llm``: the same model, off the direct path)."""
+    repository = _llm_repository_with_a_model_off_the_direct_path(tmp_path)
+    settle = ["tiny_llm", "scaled_llm", "generate_probe_sync"]
+    daemon = start_daemon(repository, *FRONTS, settle=settle)
+    base = f"http://{daemon.http_url}"
+    stream = json.dumps({"text_input": "one two three", "max_tokens": 3, "stream": True})
+    _http_direct_ready(daemon, "tiny_llm", f"{base}/v2/models/tiny_llm/generate_stream", stream)
+    sync = json.dumps({"text_input": "hello", "INTS": [1, 2, 3]})
+    _http_direct_ready(daemon, "generate_probe_sync",
+                       f"{base}/v2/models/generate_probe_sync/generate", sync)  # fmt: skip
+    seen = len(daemon.log())
+
+    def answers(model: str) -> list[tuple[Any, ...]]:
+        """What each route answers for ``model``: status, content type, and the text (the
+        OpenAI answers' ids and times left out), the model's name as "M"."""
+        got: list[tuple[Any, ...]] = []
+        generated = post(f"{base}/v2/models/{model}/generate_stream", stream)
+        got.append((generated.status, generated.content_type, generated.events))
+        one = json.dumps({"text_input": "one", "max_tokens": 1})
+        generated = post(f"{base}/v2/models/{model}/generate", one)
+        got.append((generated.status, generated.json()))
+        for path, extra in (
+            ("completions", {"prompt": "a b c d", "max_tokens": 3}),
+            ("chat/completions", {"messages": [{"role": "user", "content": "x y z"}]}),
+        ):
+            for streamed in (False, True):
+                body = json.dumps({"model": model, "stream": streamed, **extra})
+                answer = post(f"{base}/v1/{path}", body)
+                if streamed:
+                    texts = [e for e in answer.events if e != "[DONE]"]
+                    chunks = [json.loads(e)["choices"] for e in texts]
+                    got.append((answer.status, chunks, answer.events[-1]))
+                else:
+                    got.append((answer.status, answer.json()["choices"]))
+        unknown = post(
+            f"{base}/v1/completions", json.dumps({"model": model + "_no", "prompt": "a"})
+        )
+        got.append((unknown.status, unknown.json()["error"]["message"]))
+        return [tuple(json.loads(json.dumps(item).replace(model, "M"))) for item in got]
+
+    direct, daemons = answers("tiny_llm"), answers("scaled_llm")
+    assert direct == daemons
+    assert [item[0] for item in direct] == [200] * 6 + [404]
+    assert len(direct[0][2]) == 3  # the stream's three tokens, an event each
+    answer = post(f"{base}/v2/models/generate_probe_sync/generate", sync)
+    assert answer.status == 200
+    assert answer.json() == {"model_name": "generate_probe_sync", "model_version": "1",
+                             "text_output": "HELLO", "INTS_OUT": [2, 3, 4]}  # fmt: skip
+    log = daemon.log()[seen:]
+    assert "tiny_llm/1: request given to instance" not in log
+    assert "generate_probe_sync/1: request given to instance" not in log
+    assert "scaled_llm/1: request given to instance" in log  # the observation, checked
+
+
+def test_a_client_leaving_a_direct_generate_stream_cancels_the_model(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    daemon = start_daemon(llm_repository(tmp_path), *FRONTS, settle=["tiny_llm"])
+    base = f"http://{daemon.http_url}"
+    url = f"{base}/v2/models/tiny_llm/generate_stream"
+    _http_direct_ready(daemon, "tiny_llm", url, json.dumps({"text_input": "a", "max_tokens": 1}))
+    seen = len(daemon.log())
+    name = "tiny_llm_cancelled_total"
+    before = sse_metric(daemon.metrics_url, name) or 0.0
+    words = " ".join(f"w{i}" for i in range(300))
+    body = json.dumps({"text_input": words, "max_tokens": 300, "stream": True})
+    assert len(asyncio.run(first_events_then_leave(url, body, 2))) == 2
+    assert wait_for_metric(daemon.metrics_url, name, before + 1) == before + 1
+    assert "tiny_llm/1: request given to instance" not in daemon.log()[seen:]

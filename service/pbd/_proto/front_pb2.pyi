@@ -236,18 +236,20 @@ class SystemRegion(_message.Message):
     def __init__(self, name: _Optional[str] = ..., worker_name: _Optional[str] = ..., offset: _Optional[int] = ..., byte_size: _Optional[int] = ...) -> None: ...
 
 class DirectVersion(_message.Message):
-    __slots__ = ("model", "version", "latest", "config_json", "instances")
+    __slots__ = ("model", "version", "latest", "config_json", "instances", "directories")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORIES_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     latest: bool
     config_json: str
     instances: _containers.RepeatedCompositeFieldContainer[DirectInstance]
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., latest: _Optional[bool] = ..., config_json: _Optional[str] = ..., instances: _Optional[_Iterable[_Union[DirectInstance, _Mapping]]] = ...) -> None: ...
+    directories: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., latest: _Optional[bool] = ..., config_json: _Optional[str] = ..., instances: _Optional[_Iterable[_Union[DirectInstance, _Mapping]]] = ..., directories: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DirectInstance(_message.Message):
     __slots__ = ("name", "socket", "token", "cancel_region", "load_slot")

@@ -88,12 +88,15 @@ Place = Callable[[InferRequest], list[Block]]
 class DirectVersion:
     """One version the front end runs directly: its configuration and its instances' links."""
 
-    __slots__ = ("model", "version", "config", "links", "key")
+    __slots__ = ("model", "version", "config", "directories", "links", "key")
 
-    def __init__(self, model: str, version: str, config: ModelConfig) -> None:
+    def __init__(
+        self, model: str, version: str, config: ModelConfig, directories: list[str] | None = None
+    ) -> None:
         self.model = model
         self.version = version
         self.config = config
+        self.directories = directories or []  # where its files lie (version's, then model's)
         self.links: list[DirectLink] = []
         self.key = (model, version)  # its statistics' (``Direct.stats_of``)
 
@@ -625,7 +628,7 @@ class Direct:
             if config is None:
                 continue
             key = (item.model, item.version)
-            version = DirectVersion(item.model, item.version, config)
+            version = DirectVersion(item.model, item.version, config, list(item.directories))
             for spec in item.instances:
                 named.add(spec.socket)
                 link = self.links.get(spec.socket)

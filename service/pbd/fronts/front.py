@@ -4,9 +4,11 @@ It serves the public gRPC and HTTP ports on listening sockets the daemon bound a
 down, beside the other front ends (the kernel hands each new connection to one of them). It
 speaks the protocols itself: TLS, HTTP/2 and HPACK, gRPC framing, HTTP/1.1, the conversion of
 requests and the encoding of answers. Inference (ModelInfer, each request of ModelStreamInfer,
-HTTP infer) goes to the daemon over its link as descriptors, the bytes through shared memory
+HTTP infer, generate and the OpenAI API) goes to a worker on the direct path, or to the
+daemon over its link as descriptors, the bytes through shared memory
 (``pbd.fronts.remote_plane``); every other RPC is passed to the daemon whole, which answers it
-from the state that must be one (``RemotePlane.call``, ``pbd.fronts.http_proxy``).
+from the state that must be one (``RemotePlane.call``, ``pbd.fronts.http_proxy``), and so are
+the generate and OpenAI requests of models off the direct path (``pbd.http.elsewhere``).
 
 It stops when the daemon says so (``Stop``: stop accepting, let what is in flight finish
 within the grace, exit), or when the daemon's link ends (the daemon is gone: nothing could be
@@ -42,6 +44,7 @@ from pbd.grpc.calls import Calls
 from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.server import MAX_MESSAGE_BYTES, GrpcServer, tls_context
 from pbd.grpc.servicer import InferenceRpcs, methods
+from pbd.http.elsewhere import Elsewhere
 from pbd.http.server import HttpFrontend
 from pbd.listeners import Sharing
 from pbd.logsettings import log_config
@@ -150,7 +153,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         await grpc_server.start([socket.socket(fileno=fd) for fd in spec.grpc_fds], sharing)
         proxy = HttpProxy(spec.http_socket)
         if spec.http_fds:
-            http = HttpFrontend.front(plane, settings, proxy)
+            http = HttpFrontend.front(plane, settings, Elsewhere(plane.runs_here, proxy))
             await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], sharing)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, _on_signal, plane, settings)

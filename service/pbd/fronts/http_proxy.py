@@ -1,8 +1,10 @@
-"""A front end's way to the daemon for every HTTP request but inference: the request, passed on
-whole to the daemon's own HTTP server on a private Unix socket, and its answer passed back.
+"""A front end's way to the daemon for every HTTP request it does not answer itself: the
+request, passed on whole to the daemon's own HTTP server on a private Unix socket, and its
+answer passed back.
 
 Only the daemon holds what those routes read and change (health, metadata, model control,
-statistics, shared-memory registration, trace and log settings), so it answers them, with the
+statistics, shared-memory registration, trace and log settings; the models off the direct
+path, for generate and the OpenAI API: ``pbd.http.elsewhere``), so it answers them, with the
 same handlers, codes and messages as when it serves the port itself. The body was decoded
 (Content-Encoding) by this front end's server: it goes on decoded; the answer goes back as the
 daemon encoded it.

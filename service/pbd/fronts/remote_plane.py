@@ -21,14 +21,16 @@ import itertools
 import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import Code, PbdError, unavailable
 from pbd.fronts import wire
-from pbd.fronts.direct import Direct
+from pbd.fronts.direct import Direct, DirectVersion
 from pbd.grpc.protocol import Abort, Buffer, Context
 from pbd.memory.malloc import FloodTrim
+from pbd.modelconfig.model import ModelConfig
 from pbd.responses import ResponseStream, StreamResult
 from pbd.types import InferRequest, InferResult, ShmSlice
 from pbd_wire.framing import FrameError, FrameSplitter, encode_frame
@@ -125,6 +127,25 @@ class RemotePlane(asyncio.Protocol):
 
     def is_decoupled(self, request: InferRequest) -> bool:
         return request.model_name in self.decoupled
+
+    def runs_here(self, model: str, version: str) -> bool:
+        """Whether this front end runs the version's generate and OpenAI requests itself: a
+        version on its direct path (its configuration came with the table)."""
+        return self.direct is not None and (model, version) in self.direct.versions
+
+    def model_config(self, name: str, version: str) -> ModelConfig:
+        return self._direct_version(name, version).config
+
+    def model_directories(self, name: str, version: str) -> list[Path]:
+        return [Path(path) for path in self._direct_version(name, version).directories]
+
+    def _direct_version(self, name: str, version: str) -> DirectVersion:
+        found = self.direct.versions.get((name, version)) if self.direct is not None else None
+        if found is None:  # ``runs_here`` said yes, and the table changed since
+            raise PbdError(
+                Code.UNAVAILABLE, f"model '{name}' left this front end's direct path; try again"
+            )
+        return found
 
     def start_trace(
         self,

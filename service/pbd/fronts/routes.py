@@ -206,6 +206,7 @@ class Routes:
                         latest=number == latest,
                         config_json=runtime.config.to_json(),
                         instances=instances,
+                        directories=[str(path) for path in runtime.directories],
                     )
                 )
         return out

@@ -1,8 +1,11 @@
 """Triton's generate extension on the HTTP binding:
 ``POST /v2/models/<m>[/versions/<v>]/generate`` and ``.../generate_stream``.
 
-Both take the same JSON (:mod:`pbd.http.generate_json`) and run the request through
-``DataPlane.infer_stream``, so any model serves them, decoupled or not.
+Both take the same JSON (:mod:`pbd.http.generate_json`) and run the request through the
+plane's ``infer_stream``, so any model serves them, decoupled or not: in the daemon its
+``DataPlane``; in a front end (``pbd serve --frontends``) its ``RemotePlane`` for the versions
+on its direct path (the worker's responses go from the front end to the client, the daemon out
+of the way), the daemon's own routes for every other model (``pbd.http.elsewhere``).
 
 - ``generate`` answers one JSON object: the model must send exactly one response. An error
   response is answered with its own status; a second response (or none at all) is Triton's
@@ -27,12 +30,13 @@ from typing import Any
 
 from aiohttp import web
 
-from pbd.control_plane import ControlPlane
 from pbd.errors import Code, PbdError
+from pbd.http.elsewhere import Elsewhere, Handler, path_target
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode, generate_answer, parse_generate_request
 from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
 from pbd.http.status import finish_failed, finishing, http_status
+from pbd.inference_plane import ModelPlane
 from pbd.responses import BacklogFull, StreamResult
 from pbd.tracing.request import RequestTrace
 from pbd.types import InferRequest
@@ -45,29 +49,43 @@ ONE_RESPONSE = (
 )
 
 
-def add_routes(app: web.Application, dp: ControlPlane, stream_buffer_bytes: int) -> None:
-    endpoints = Generate(dp, stream_buffer_bytes)
+def add_routes(
+    app: web.Application,
+    plane: ModelPlane,
+    stream_buffer_bytes: int,
+    elsewhere: Elsewhere | None = None,
+) -> None:
+    """The routes over ``plane``; in a front end, ``elsewhere`` answers the models it does not
+    run itself (``pbd.http.elsewhere``)."""
+    endpoints = Generate(plane, stream_buffer_bytes)
+    routes: dict[str, Handler] = {
+        "/generate": endpoints.generate,
+        "/generate_stream": endpoints.generate_stream,
+    }
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
-        app.router.add_post(base + "/generate", endpoints.generate)
-        app.router.add_post(base + "/generate_stream", endpoints.generate_stream)
+        for path, handler in routes.items():
+            if elsewhere is not None:
+                handler = elsewhere.unless_here(handler, path_target)
+            app.router.add_post(base + path, handler)
 
 
 class Generate:
-    def __init__(self, dp: ControlPlane, stream_buffer_bytes: int) -> None:
-        self.dp = dp
+    def __init__(self, plane: ModelPlane, stream_buffer_bytes: int) -> None:
+        self.plane = plane
         self.stream_buffer_bytes = stream_buffer_bytes
 
     async def _request(self, request: web.Request) -> tuple[InferRequest, RequestTrace | None]:
         began = time.time_ns()
         model, version = request.match_info["model"], request.match_info.get("version", "")
-        config = self.dp.model_config(model, version)
+        config = self.plane.model_config(model, version)
         infer_request = parse_generate_request(await request.read(), config, model, version)
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path
-        trace = self.dp.start_trace(
+        trace = self.plane.start_trace(
             infer_request, route, began, lambda: request.headers.get("traceparent"), "http"
         )
-        infer_request.trace = trace
+        if trace is not None:  # else the plane keeps what it needs on the request
+            infer_request.trace = trace
         return infer_request, trace
 
     async def generate(self, request: web.Request) -> web.Response:
@@ -85,7 +103,7 @@ class Generate:
         self, request: InferRequest, trace: RequestTrace | None
     ) -> dict[str, Any]:
         answer: dict[str, Any] | None = None
-        async with contextlib.aclosing(self.dp.infer_stream(request)) as items:
+        async with contextlib.aclosing(self.plane.infer_stream(request)) as items:
             async for item in items:
                 if item.error is not None:
                     raise item.error  # leaving the stream cancels what the model still does
@@ -105,7 +123,7 @@ class Generate:
 
     async def generate_stream(self, request: web.Request) -> web.StreamResponse:
         infer_request, trace = await self._request(request)
-        items = self.dp.infer_stream(infer_request)
+        items = self.plane.infer_stream(infer_request)
         async with contextlib.aclosing(items):
             try:
                 first = await anext(items, StreamResult(final=True))
@@ -120,7 +138,7 @@ class Generate:
                 await response.prepare(request)
 
                 events = EventStream(self.stream_buffer_bytes)
-                going = answer.put(events, first)  # written at once, with the headers
+                going = answer.put(events, first)  # the pump writes it first, at once
 
                 async def produce(events: EventStream) -> None:
                     # Leaving this block (stream ended, client too slow, producer cancelled)

@@ -31,6 +31,7 @@ from pbd.answer import answer_request
 from pbd.errors import Code, PbdError
 from pbd.http import extensions, generate
 from pbd.http.edge import Edge, Head, Reply, Route, json_reply
+from pbd.http.elsewhere import Elsewhere
 from pbd.http.encoding import check_content_encoding, compress
 from pbd.http.openai import routes as openai_routes
 from pbd.http.restricted import FORBIDDEN, HttpRestrictions
@@ -41,7 +42,7 @@ from pbd.http.tensors import (
     json_object,
     parse_infer_request,
 )
-from pbd.inference_plane import InferencePlane
+from pbd.inference_plane import ModelPlane
 from pbd.listeners import OneByOne, Sharing, http_sockets, tcp_port
 from pbd.settings import Settings
 from pbd.types import FILE_PREFIX
@@ -63,20 +64,21 @@ def _json(value: Any, request: web.Request) -> web.Response:
 
 class HttpFrontend:
     """The routes over the daemon's dataplane; or, in a front-end process (``front``), the
-    inference routes over its ``InferencePlane`` and every other request passed to ``proxy``
-    (which has the daemon answer it)."""
+    inference routes over its ``ModelPlane`` (infer; generate and the OpenAI API for the
+    models it runs itself) and every other request passed to ``proxy`` (which has the daemon
+    answer it)."""
 
     def __init__(
         self,
         dataplane: ControlPlane | None,
         settings: Settings,
-        plane: InferencePlane | None = None,
-        proxy: Handler | None = None,
+        plane: ModelPlane | None = None,
+        proxy: Elsewhere | None = None,
     ) -> None:
         self._control = dataplane
         plane = plane or dataplane
         assert plane is not None, "an HttpFrontend needs a dataplane or an inference plane"
-        self.plane: InferencePlane = plane
+        self.plane: ModelPlane = plane
         self.settings = settings
         self.restrictions = HttpRestrictions.parse(settings.http_restricted_api)
         middlewares = [self._restricted, self._errors] if self.restrictions else [self._errors]
@@ -91,7 +93,7 @@ class HttpFrontend:
         self.edges: set[Edge] = set()  # connections the edge holds
 
     @classmethod
-    def front(cls, plane: InferencePlane, settings: Settings, proxy: Handler) -> HttpFrontend:
+    def front(cls, plane: ModelPlane, settings: Settings, proxy: Elsewhere) -> HttpFrontend:
         return cls(None, settings, plane, proxy)
 
     @property
@@ -136,12 +138,18 @@ class HttpFrontend:
                 return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}")
             raise
 
-    def _routes(self, proxy: Handler | None) -> None:
+    def _routes(self, proxy: Elsewhere | None) -> None:
         r = self.app.router
+        buffer_bytes = self.settings.http_stream_buffer_bytes
         if proxy is not None:
             for route in (INFER_ROUTE, INFER_VERSION_ROUTE):
                 r.add_post(route, self.infer)
-            r.add_route("*", "/{tail:.*}", proxy)
+            # The models this front end runs itself; the daemon answers the others.
+            generate.add_routes(self.app, self.plane, buffer_bytes, proxy)
+            openai_routes.add_routes(
+                self.app, self.plane, buffer_bytes, self.settings.openai_api_key, elsewhere=proxy
+            )
+            r.add_route("*", "/{tail:.*}", proxy.handler)
             return
         # aiohttp tries the routes under one prefix in the order they were added: infer,
         # the one called per request, first.
@@ -157,12 +165,9 @@ class HttpFrontend:
             r.add_get(base + "/stats", self.statistics)
         r.add_get("/v2/models/stats", self.statistics)
         extensions.add_routes(self.app, self.dp, _json)
-        generate.add_routes(self.app, self.dp, self.settings.http_stream_buffer_bytes)
+        generate.add_routes(self.app, self.dp, buffer_bytes)
         openai_routes.add_routes(
-            self.app,
-            self.dp,
-            self.settings.http_stream_buffer_bytes,
-            self.settings.openai_api_key,
+            self.app, self.dp, buffer_bytes, self.settings.openai_api_key, self.dp.repository_index
         )
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)

@@ -25,6 +25,7 @@ from aiohttp import web
 from pbd.responses import BacklogFull, held_cost
 
 CONTENT_TYPE = "text/event-stream; charset=utf-8"
+JOIN_BYTES = 65536  # events waiting are joined into writes of about this much
 
 
 def event(payload: bytes) -> bytes:
@@ -72,11 +73,23 @@ class EventStream:
 
     async def pump(self, response: web.StreamResponse) -> None:
         """Write the events as they come until the stream ends; each write waits while the
-        client is not reading (aiohttp's drain)."""
+        client is not reading (aiohttp's drain). The events waiting when the writer runs go
+        in one write (up to ``JOIN_BYTES``): a burst of a model's responses is one system
+        call and one chunk, not one per token, and the first of them is not held back."""
+        items = self._items
         while True:
-            while self._items:
-                data = self._items.popleft()
+            while items:
+                data = items.popleft()
                 self._bytes -= held_cost(data)
+                if items and len(data) < JOIN_BYTES:
+                    parts = [data]
+                    size = len(data)
+                    while items and size < JOIN_BYTES:
+                        more = items.popleft()
+                        self._bytes -= held_cost(more)
+                        parts.append(more)
+                        size += len(more)
+                    data = b"".join(parts)
                 await response.write(data)
             if self._closed:
                 return

@@ -73,6 +73,11 @@ class VersionRuntime:
         return f"{self.config.name}/{self.version}"
 
     @property
+    def directories(self) -> list[Path]:
+        """Where the version's files lie: its version directory, then the model's."""
+        return [self.model_dir / str(self.version), self.model_dir]
+
+    @property
     def slots(self) -> list[Slot]:
         return self.supervisor.slots
 

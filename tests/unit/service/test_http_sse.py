@@ -79,25 +79,58 @@ async def _serve(
     return server
 
 
+async def _body(produce: Callable[[EventStream], Awaitable[None]]) -> bytes:
+    """The body of one GET answered with ``produce``'s events, as it came (chunked)."""
+    server = await _serve(produce, 1 << 20, asyncio.Event())
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        raw = await reader.read()
+        writer.close()
+    finally:
+        await server.close()
+    return raw.split(b"\r\n\r\n", 1)[1]
+
+
 def test_events_arrive_in_order_then_the_response_ends() -> None:
     async def scenario() -> None:
-        done = asyncio.Event()
-
         async def produce(events: EventStream) -> None:
             for n in range(3):
                 events.put(event(str(n).encode()))
                 await asyncio.sleep(0)
 
-        server = await _serve(produce, 1 << 20, done)
-        try:
-            reader, writer = await asyncio.open_connection(server.host, server.port)
-            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            raw = await reader.read()
-            writer.close()
-        finally:
-            await server.close()
-        body = raw.split(b"\r\n\r\n", 1)[1]
+        body = await _body(produce)
         assert b"data: 0\n\n" in body and body.index(b"data: 0") < body.index(b"data: 2")
+
+    run(scenario)
+
+
+def _chunks(body: bytes) -> list[bytes]:
+    """The chunks of a chunked HTTP/1.1 body, the last (empty) one left out."""
+    chunks = []
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        length = int(size, 16)
+        if not length:
+            return chunks
+        chunks.append(body[:length])
+        body = body[length + 2 :]
+
+
+def test_events_waiting_for_the_writer_leave_in_one_write() -> None:
+    """A burst put while the writer waits is one chunk (one system call), not one each; the
+    first event, put alone, is not held back for the others."""
+
+    async def scenario() -> None:
+        async def produce(events: EventStream) -> None:
+            events.put(event(b"first"))
+            await asyncio.sleep(0.05)
+            for n in range(5):
+                events.put(event(str(n).encode()))
+
+        body = await _body(produce)
+        burst = b"".join(event(str(n).encode()) for n in range(5))
+        assert _chunks(body) == [event(b"first"), burst]
 
     run(scenario)
 

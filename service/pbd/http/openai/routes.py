@@ -2,8 +2,9 @@
 and ``POST /v1/chat/completions``, streamed (server-sent chunks, then ``data: [DONE]``) or not,
 and ``POST /v1/embeddings``.
 
-Each choice is one request of the model, run through ``DataPlane.infer_stream`` (so every
-model that follows the convention serves, decoupled or not): ``n`` choices of ``p`` prompts
+Each choice is one request of the model, run through the plane's ``infer_stream`` (so every
+model that follows the convention serves, decoupled or not; in a front end, on its direct
+path: ``pbd.http.generate`` says how): ``n`` choices of ``p`` prompts
 are ``n * p`` requests at once, choice ``i`` of a prompt getting ``seed + i`` when a seed is
 given (so the choices differ, and each is reproducible). A request that cannot start (a bad
 input, a full queue) is answered as an error object with its status before anything is
@@ -30,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from pbd.control_plane import ControlPlane
 from pbd.errors import Code, PbdError
+from pbd.http.elsewhere import Elsewhere, body_target
 from pbd.http.encoding import compress
 from pbd.http.generate_json import encode
 from pbd.http.openai.answers import Choice, Header, Usage, model_object
@@ -74,15 +75,17 @@ from pbd.http.openai.structured import Guide
 from pbd.http.openai.tool_parsers import CONFIG_PARAMETER, PARSERS
 from pbd.http.sse import CONTENT_TYPE, EventStream, event, send_events
 from pbd.http.status import finish_failed
+from pbd.inference_plane import ModelPlane
 from pbd.responses import BacklogFull, StreamResult
 from pbd.tracing.request import RequestTrace
-from pbd.types import InferRequest
+from pbd.types import IndexEntry, InferRequest
 
 if TYPE_CHECKING:
     from pbd.modelconfig.model import ModelConfig
 
 log = logging.getLogger("pbd.http.openai")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Index = Callable[[str, bool], list[IndexEntry]]  # the repository's index (ControlPlane's)
 DONE = b"data: [DONE]\n\n"
 CONVENTION = (
     ": pbd's OpenAI API serves models with a BYTES input 'text_input' and a BYTES output "
@@ -95,17 +98,31 @@ EMBEDDING_CONVENTION = (
 
 
 def add_routes(
-    app: web.Application, dp: ControlPlane, stream_buffer_bytes: int, api_keys: Sequence[str] = ()
+    app: web.Application,
+    plane: ModelPlane,
+    stream_buffer_bytes: int,
+    api_keys: Sequence[str] = (),
+    index: Index | None = None,
+    elsewhere: Elsewhere | None = None,
 ) -> None:
-    """The routes, on the daemon's app: with front-end processes they pass /v1 requests on
-    to it whole (``pbd.fronts.http_proxy``), so the key is checked here in every setup."""
-    api = OpenAIApi(dp, stream_buffer_bytes)
+    """The routes over ``plane``. The daemon's app has them all (``index``: the repository,
+    for ``GET /v1/models``); a front end's has the POST routes, for the models it runs itself,
+    and passes the rest to the daemon (``elsewhere``), so the key is checked in every setup."""
+    api = OpenAIApi(plane, stream_buffer_bytes, index)
     keys = ApiKeys(api_keys)
-    app.router.add_get("/v1/models", _answering_errors(api.models, keys))
-    app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
-    app.router.add_post("/v1/completions", _answering_errors(api.completions, keys))
-    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat, keys))
-    app.router.add_post("/v1/embeddings", _answering_errors(api.embeddings, keys))
+
+    def post(path: str, handler: Handler) -> None:
+        route = _answering_errors(handler, keys)
+        if elsewhere is not None:
+            route = elsewhere.unless_here(route, body_target)
+        app.router.add_post(path, route)
+
+    if index is not None:
+        app.router.add_get("/v1/models", _answering_errors(api.models, keys))
+        app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
+    post("/v1/completions", api.completions)
+    post("/v1/chat/completions", api.chat)
+    post("/v1/embeddings", api.embeddings)
 
 
 def _answering_errors(handler: Handler, keys: ApiKeys) -> Handler:
@@ -193,19 +210,23 @@ class _Choice:
 
 
 class OpenAIApi:
-    def __init__(self, dp: ControlPlane, stream_buffer_bytes: int) -> None:
-        self.dp = dp
+    def __init__(
+        self, plane: ModelPlane, stream_buffer_bytes: int, index: Index | None = None
+    ) -> None:
+        self.plane = plane
+        self.index = index  # the repository's models (the daemon's; a front end has none)
         self.stream_buffer_bytes = stream_buffer_bytes
         self.created = int(time.time())
 
     # -- models --------------------------------------------------------------------------------
 
     async def models(self, request: web.Request) -> web.Response:
-        names = sorted({entry.name for entry in self.dp.repository_index("", True)})
+        assert self.index is not None, "GET /v1/models is the daemon's route"
+        names = sorted({entry.name for entry in self.index("", True)})
         served = []
         for name in names:
             try:
-                config = self.dp.model_config(name, "")
+                config = self.plane.model_config(name, "")
             except PbdError:
                 continue  # unloaded meanwhile
             if _served(config):
@@ -224,7 +245,7 @@ class OpenAIApi:
         why: str = CONVENTION,
     ) -> ModelConfig:
         try:
-            config = self.dp.model_config(model, "")
+            config = self.plane.model_config(model, "")
         except PbdError as exc:
             if exc.code is Code.NOT_FOUND:
                 raise model_not_found(model) from None
@@ -251,7 +272,7 @@ class OpenAIApi:
         reader = self._reader(config, parsed)
         tools = list(parsed.tools.tools) if parsed.tools is not None else None
         try:
-            hub = find_hub_template(self.dp.model_directories(config.name, ""))
+            hub = find_hub_template(self.plane.model_directories(config.name, ""))
             if hub is not None:
                 prompt = hub.render(parsed.documents, tools, parsed.template_kwargs)
             else:
@@ -325,13 +346,14 @@ class OpenAIApi:
         asked = parse_embeddings(await _body(request))
         config = self._config(asked.model, embeds, EMBEDDING_CONVENTION)
         infer = build_embedding_request(config, asked, f"embd-{uuid.uuid4().hex}")
-        trace = self.dp.start_trace(
+        trace = self.plane.start_trace(
             infer, "/v1/embeddings", began, lambda: request.headers.get("traceparent"), "http"
         )
-        infer.trace = trace
+        if trace is not None:
+            infer.trace = trace
         answer: dict[str, Any] | None = None
         try:
-            async with contextlib.aclosing(self.dp.infer_stream(infer)) as items:
+            async with contextlib.aclosing(self.plane.infer_stream(infer)) as items:
                 async for item in items:
                     if item.error is not None:
                         raise item.error
@@ -411,15 +433,17 @@ class OpenAIApi:
                 built.append((index, p, infer))
         choices = []
         for index, p, infer in built:
-            infer.trace = self.dp.start_trace(
+            trace = self.plane.start_trace(
                 infer, route, asked.began, lambda: asked.request.headers.get("traceparent"), "http"
             )
+            if trace is not None:  # else the plane keeps what it needs on the request
+                infer.trace = trace
             choices.append(
                 _Choice(
                     index,
                     p,
                     infer,
-                    infer.trace,
+                    trace,
                     StopScanner(stops),
                     sampling.max_tokens,
                     asked.new_reader(),
@@ -431,7 +455,7 @@ class OpenAIApi:
         """Send every request and wait for its first response: a request that cannot start
         fails the whole answer before anything is sent."""
         for choice in choices:
-            choice.items = self.dp.infer_stream(choice.request)
+            choice.items = self.plane.infer_stream(choice.request)
         firsts = await asyncio.gather(
             *(anext(c.items, StreamResult(final=True)) for c in choices if c.items is not None),
             return_exceptions=True,
