@@ -529,15 +529,16 @@ def test_a_decoupled_models_stream_skips_the_daemon_and_a_closed_stream_cancels_
 
 
 def _llm_repository_with_a_model_off_the_direct_path(root: Path) -> Path:
-    """The LLM-shaped models, and ``scaled_llm``: tiny_llm scaled with load, which keeps it
-    off the direct path (the daemon answers its requests)."""
+    """The LLM-shaped models, and ``scaled_llm``: tiny_llm with an execute() time limit
+    (``pbd.execute_timeout_s``: the daemon kills a hung worker from its own record of what
+    runs), which keeps it off the direct path (the daemon answers its requests)."""
     repository = llm_repository(root)
     scaled = repository / "scaled_llm"
     shutil.copytree(repository / "tiny_llm", scaled)
     config = scaled / "config.pbtxt"
     text = config.read_text().replace('name: "tiny_llm"', 'name: "scaled_llm"')
     config.write_text(
-        text + 'parameters { key: "pbd.autoscale" value: { string_value: "true" } }\n'
+        text + 'parameters { key: "pbd.execute_timeout_s" value: { string_value: "60" } }\n'
     )
     return repository
 

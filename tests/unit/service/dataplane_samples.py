@@ -12,7 +12,7 @@ from config_samples import parse
 
 from pbd.errors import Code, PbdError
 from pbd.modelconfig.model import ModelConfig
-from pbd.types import InferRequest, InferResult, OutputTensor
+from pbd.types import IndexEntry, InferRequest, InferResult, OutputTensor
 
 ECHO = parse(
     'backend: "python"\n'
@@ -46,6 +46,9 @@ class EchoPlane:
 
     def model_ready(self, name: str, version: str) -> bool:
         return name == "echo"
+
+    def repository_index(self, repository_name: str, ready_only: bool) -> list[IndexEntry]:
+        return [IndexEntry("echo", "1", "READY", "")]
 
     async def model_ready_checked(self, name: str, version: str) -> bool:
         return self.model_ready(name, version)
