@@ -23,6 +23,7 @@ from pbd_harness import (
 )
 from test_metrics import labels, scrape
 from traffic import executing
+from tritonclient.utils import InferenceServerException
 
 MODEL = "batch_recorder"
 # So long that a batch only goes once it is full (or reaches a preferred size).
@@ -146,7 +147,11 @@ def test_queue_timeouts_and_full_priority_queues_refuse_with_tritons_messages(
         "default_queue_policy { allow_timeout_override: true } "
         "priority_queue_policy { key: 1 value { max_queue_size: 1 } } }"
     )
-    daemon = start_daemon(repository(tmp_path, scheduling), *SINGLE_ONLY, settle=[MODEL])
+    # The daemon's queues: they refuse a request the moment its timeout passes (a worker
+    # batching front ends' requests checks when it forms its next batch; test_front_batcher).
+    daemon = start_daemon(
+        repository(tmp_path, scheduling), *SINGLE_ONLY, "--frontend-direct", "false", settle=[MODEL]
+    )
     gate = tmp_path / "gate"
     client = daemon.client()
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -163,6 +168,42 @@ def test_queue_timeouts_and_full_priority_queues_refuse_with_tritons_messages(
     assert timed_out.message() == "Request timeout expired"
     assert full.status() == "StatusCode.UNAVAILABLE"
     assert full.message().startswith("Exceeds maximum queue size")
+
+
+def test_a_full_queue_refuses_on_the_direct_path_across_two_front_ends(
+    start_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """max_queue_size with two front ends: the requests go straight to the worker (none is
+    given to the instance by the daemon), which bounds its queue while the model is busy and
+    refuses the rest in Triton's words (pbd_worker.front_batcher)."""
+    scheduling = "dynamic_batching { default_queue_policy { max_queue_size: 2 } }"
+    daemon = start_daemon(
+        repository(tmp_path, scheduling), "--frontends", "2", "--log-verbose", "1", settle=[MODEL]
+    )
+    gate = tmp_path / "gate"
+    extra = 6
+    seen = len(daemon.log())
+    with ThreadPoolExecutor(max_workers=1 + extra) as pool:
+        held = hold_instance(pool, daemon, gate)
+        waiting = [send(pool, daemon, [i]) for i in range(1, 1 + extra)]
+        time.sleep(OBSERVE_S)  # they reach the worker's links while the model is held
+        gate.unlink()
+        held.result(timeout=SETTLE_TIMEOUT_S)
+        served, refused = [], []
+        for future in waiting:
+            try:
+                served.append(column(future.result(timeout=SETTLE_TIMEOUT_S), "Y"))
+            except InferenceServerException as exc:
+                refused.append(exc)
+    assert f"{MODEL}/1: request given to instance" not in daemon.log()[seen:]
+    # Two may wait behind the one the freed model takes first (Triton: two in all).
+    assert len(served) == 3 and len(refused) == extra - 3, daemon.log_tail()
+    for error in refused:
+        assert error.status() == "StatusCode.UNAVAILABLE"
+        assert error.message() == (
+            f"Exceeds maximum queue size: model '{MODEL}' version 1 already has 2 requests "
+            "waiting (max_queue_size 2)"
+        )
 
 
 @pytest.mark.parametrize("ordered", [True, False])

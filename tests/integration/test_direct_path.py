@@ -60,8 +60,8 @@ def repo(tmp_path: Path) -> Path:
         },
     )
     with open(repository / "batch_recorder" / "config.pbtxt", "a") as config:
-        config.write(  # off the direct path: a queue bound needs the daemon's one queue
-            "dynamic_batching { default_queue_policy { max_queue_size: 8 } }\n"
+        config.write(  # off the direct path: ordered answers need the daemon's one queue
+            "dynamic_batching { preserve_ordering: true }\n"
         )
     return repository
 
@@ -135,7 +135,7 @@ def test_a_plain_models_requests_skip_the_daemon_and_are_counted_there(
     assert metric(daemon, "nv_inference_request_success", "add_sub") == (
         stats.inference_stats.success.count
     )
-    # A model the direct path refuses (a max_queue_size) still goes through the daemon.
+    # A model the direct path refuses (preserve_ordering) still goes through the daemon.
     tensor = infer_input("X", np.array([[7]], dtype=np.int32), "INT32")
     seen = len(daemon.log())
     assert daemon.client().infer("batch_recorder", [tensor]).as_numpy("Y").tolist() == [[7]]
@@ -454,7 +454,7 @@ def test_a_dynamic_batching_models_requests_skip_the_daemon_and_batch_in_the_wor
     send its requests to the workers, which batch them (pbd_worker.front_batcher)."""
     config = repo / "batch_recorder" / "config.pbtxt"
     text = config.read_text().replace(
-        "default_queue_policy { max_queue_size: 8 }",
+        "preserve_ordering: true",
         "preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 600000000",
     )
     config.write_text(text)

@@ -30,8 +30,9 @@ semantics (``model_config.proto`` ModelDynamicBatching / ModelQueuePolicy):
 - ``max_queue_delay_microseconds``: how long the oldest request may wait for a batch to fill
   to a ``preferred_batch_size`` (or ``max_batch_size``).
 
-``direct_batching`` says which of them a worker honours alone (all but a queue bound and
-ordered answers across instances, which need one queue per model version: the daemon's).
+``direct_batching`` says which of them a worker honours alone (all but ordered answers across
+instances, which need one queue per model version: the daemon's). A worker bounds its own
+queue at its share of ``max_queue_size`` (``queue_share``).
 """
 
 from __future__ import annotations
@@ -157,11 +158,37 @@ def batching_policy(
     )
 
 
+def queue_full_message(name: str, waiting: int, limit: int) -> str:
+    """Triton's words for a request its queue refused (``max_queue_size``), and how full it
+    was; ``name``: "model 'm' version 1"."""
+    return (
+        f"Exceeds maximum queue size: {name} already has {waiting} requests "
+        f"waiting (max_queue_size {limit})"
+    )
+
+
+def instance_count(config: Mapping[str, Any]) -> int:
+    """How many instances a model's configuration (its completed JSON form) asks for: each
+    group's ``count``, times its ``gpus`` when it names them."""
+    total = 0
+    for group in config.get("instance_group") or []:
+        count = int(group.get("count", 1) or 1)
+        total += count * max(len(group.get("gpus") or []), 1)
+    return max(total, 1)
+
+
+def queue_share(limit: int, instances: int) -> int:
+    """An instance's share of a version's queue bound: with each worker holding its own
+    queue, the version holds at most ``limit`` (rounded up to a whole number per instance)
+    waiting when front ends spread the requests evenly, as Triton's one queue does."""
+    return -(-limit // max(instances, 1)) if limit else 0
+
+
 def direct_batching(config: Mapping[str, Any]) -> tuple[BatchingPolicy | None, str]:
     """The dynamic batching a worker does itself for its front ends' requests, from a model's
     configuration (its JSON form), or (None, why not): "" when it has no dynamic batching.
-    A queue bound (``max_queue_size``) and ordered answers across instances
-    (``preserve_ordering``) need one queue per model version: the daemon's."""
+    Ordered answers across instances (``preserve_ordering``) need one queue per model
+    version: the daemon's."""
     policy = batching_policy(config)
     if policy is None:
         return None, ""
@@ -169,7 +196,4 @@ def direct_batching(config: Mapping[str, Any]) -> tuple[BatchingPolicy | None, s
         return None, "dynamic batching without max_batch_size"
     if policy.preserve_ordering:
         return None, "dynamic batching with preserve_ordering"
-    levels = [policy.default_policy, *policy.level_policies.values()]
-    if any(level.max_queue_size for level in levels):
-        return None, "dynamic batching with a max_queue_size"
     return policy, ""

@@ -16,6 +16,15 @@ The batch runs as one ``execute()`` (``BatchExecutor.run_parts``); each front en
 ``ExecuteResult`` per request it sent, on its own link, marked ``merged`` (one of them counts
 the execution in the statistics: ``batch_rows``).
 
+A queue bound (``max_queue_size``, per priority level) holds for the requests waiting here
+behind the one the free model takes first, the batch about to form included (they wait in
+Triton's queue until it goes): those past this instance's share of the bound
+(``pbd_wire.batching.queue_share``: the bound over the version's instances), the last in
+service order, are refused with Triton's words ("Exceeds maximum queue size"). Requests are read
+between executes, so one that came while the model ran is refused when it is done, not the
+moment it came; and the first of them counts as taken, not waiting, where Triton would have
+queued it too (one more may wait than in Triton after a busy spell).
+
 Which settings a worker honours alone is ``pbd_wire.batching.direct_batching``'s to say; a model
 whose batching needs more keeps its requests on the daemon's path, and the daemon's own batches
 (requests that went through it) run as it formed them.
@@ -27,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.batching import BatchingPolicy, gather
+from pbd_wire.batching import BatchingPolicy, gather, queue_full_message, queue_share
 from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 
 # A front link's Execute frame, and the link.
@@ -86,8 +95,15 @@ class FrontBatcher:
         other: Callable[[wpb.DaemonToWorker, FrontConnection], None],
         reject: Callable[[FrontConnection, wpb.DaemonToWorker, str], None],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        name: str = "the model",
+        instances: int = 1,
     ) -> None:
+        """``name`` ("model 'm' version 1") for the message of a full queue; ``instances``:
+        how many share the version's queue bound."""
         self.policy = policy
+        self.name = name
+        self.instances = instances
         self.fronts = fronts
         self._other = other  # handles a link's Release or CancelRequests met on the way
         self._reject = reject  # answers a request its queue refused, never run
@@ -98,6 +114,7 @@ class FrontBatcher:
             level.default_timeout_us or level.allow_timeout_override for level in levels
         )
         fronts.arrived = {}  # the delay and the timeouts count from when a request was read
+        self._bounded_levels = any(level.max_queue_size for level in levels)
 
     def gather(self, link: FrontConnection, message: wpb.DaemonToWorker) -> list[Part]:
         """The batch to run now, ``message`` (an Execute just taken from ``link``) among the
@@ -113,8 +130,10 @@ class FrontBatcher:
             now = self._clock()
             if self._ordered:
                 items = self._in_order(items, now)
-                if not items:
-                    return []
+            if self._bounded_levels:
+                items = self._bounded(items)
+            if not items:
+                return []
             batch, closed, preferred = gather(
                 items, _rows_of, _signature_of, policy.max_batch_size, policy.preferred
             )
@@ -157,6 +176,28 @@ class FrontBatcher:
             keyed.append(((level, late, index), (link, message)))
         keyed.sort(key=lambda entry: entry[0])
         return [part for _, part in keyed]
+
+    def _bounded(self, items: list[Part]) -> list[Part]:
+        """``items`` (in service order): the first, which the free model takes now, and behind
+        it those within each level's share of its ``max_queue_size``; the rest, the last in
+        that order, refused."""
+        policy = self.policy
+        arrived = self.fronts.arrived
+        assert arrived is not None
+        counts: dict[int, int] = {}
+        kept: list[Part] = items[:1]
+        for link, message in items[1:]:
+            requests = message.execute.requests
+            level = policy.level_of(requests[0].priority if requests else 0)
+            limit = policy.policy_of(level).max_queue_size
+            share = queue_share(limit, self.instances)
+            seen = counts[level] = counts.get(level, 0) + 1
+            if share and seen > share:
+                arrived.pop(message.execute.batch_id, None)
+                self._reject(link, message, queue_full_message(self.name, share, limit))
+            else:
+                kept.append((link, message))
+        return kept
 
     def _take_arrived(self, items: list[Part]) -> None:
         """Add the links' Executes that are here to ``items``; handle what else they sent."""

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from pbd_wire import worker_pb2 as wpb
-from pbd_wire.batching import BatchingPolicy, direct_batching
+from pbd_wire.batching import BatchingPolicy, direct_batching, instance_count
 from pbd_worker.loader import (
     ModelLoadError,
     call_maybe_async,
@@ -126,6 +126,19 @@ def direct_batching_of(args: dict[str, str]) -> BatchingPolicy | None:
         return direct_batching(config)[0]
     except (ValueError, AttributeError, TypeError):
         return None
+
+
+def version_name(args: dict[str, str]) -> str:
+    """"model 'm' version 1", as the daemon names a version in its messages."""
+    return f"model '{args.get('model_name', '')}' version {args.get('model_version', '1') or 1}"
+
+
+def instances_of(args: dict[str, str]) -> int:
+    """How many instances the model's configuration asks for (at least 1)."""
+    try:
+        return instance_count(json.loads(args.get("model_config") or "{}"))
+    except (ValueError, AttributeError, TypeError):
+        return 1
 
 
 def decoupled(args: dict[str, str]) -> bool:

@@ -50,7 +50,9 @@ from pbd_worker.lifecycle import (
     decoupled,
     direct_batching_of,
     init_fingerprint,
+    instances_of,
     report_init_failure,
+    version_name,
 )
 from pbd_worker.live_requests import LiveRequests
 from pbd_worker.loader import ModelLoadError, call_maybe_async, describe_exception, load_model_class
@@ -404,7 +406,14 @@ class WorkerRuntime:
         self.live.decoupled = decoupled(args)
         policy = direct_batching_of(args)
         if policy is not None and not self.live.decoupled:
-            self.batcher = FrontBatcher(policy, self.fronts, self.handle, self._refuse)
+            self.batcher = FrontBatcher(
+                policy,
+                self.fronts,
+                self.handle,
+                self._refuse,
+                name=version_name(args),
+                instances=instances_of(args),
+            )
         self._attach_cancel_flags(init)
         self.fingerprint = init_fingerprint(init)
         self.outputs = self._output_arena(init)

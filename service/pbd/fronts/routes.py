@@ -9,8 +9,8 @@ configuration, picks one of the ready instances and sends the Execute to that wo
 of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon keeps control:
 
 - **Which versions** (``refusal``): Triton's default scheduler, or dynamic batching whose
-  settings a worker honours alone (``pbd_wire.batching.direct_batching``: sizes and the
-  queue delay; its batches then form in the worker), decoupled or not, with no
+  settings a worker honours alone (``pbd_wire.batching.direct_batching``: all but
+  ``preserve_ordering``; its batches then form in the worker), decoupled or not, with no
   ``--max-queue-size``, not an ensemble, no response cache, no
   ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
   runs), no trace settings that could sample the model, no latency histograms.

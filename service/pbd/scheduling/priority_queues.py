@@ -28,7 +28,7 @@ from typing import Generic
 from pbd.errors import PbdError, rejected
 from pbd.scheduling.scheduler import Batch, InstanceT, Placement, WorkItem, answer
 from pbd.types import InferResult, PreparedRequest
-from pbd_wire.batching import BatchingPolicy, QueuePolicy
+from pbd_wire.batching import BatchingPolicy, QueuePolicy, queue_full_message
 
 TIMEOUT_EXPIRED = "Request timeout expired"
 # How long a scheduler sleeps between looks when nothing told it the queue or the instances
@@ -64,10 +64,7 @@ def _stop_timer(item: WorkItem) -> None:
 
 
 def queue_full(name: str, waiting: int, limit: int) -> PbdError:
-    return rejected(
-        f"Exceeds maximum queue size: {name} already has {waiting} requests "
-        f"waiting (max_queue_size {limit})"
-    )
+    return rejected(queue_full_message(name, waiting, limit))
 
 
 class PriorityQueues(Generic[InstanceT]):

@@ -46,7 +46,7 @@ def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
     levels = "max_batch_size: 8\ndynamic_batching { priority_levels: 2 }"
     assert why(levels) == ""  # the worker serves higher levels first
     bounded = "max_batch_size: 8\ndynamic_batching { default_queue_policy { max_queue_size: 2 } }"
-    assert why(bounded) == "dynamic batching with a max_queue_size"
+    assert why(bounded) == ""  # each worker bounds its share (pbd_worker.front_batcher)
     ordered = "max_batch_size: 8\ndynamic_batching { preserve_ordering: true }"
     assert why(ordered) == "dynamic batching with preserve_ordering"
     assert why("sequence_batching { }") == "sequence batching"

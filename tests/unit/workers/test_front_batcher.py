@@ -210,3 +210,53 @@ def test_with_timeout_action_delay_a_late_request_runs_after_the_others_of_its_l
     results = [front.read().result for _ in range(3)]
     assert [r.batch_id for r in results] == [B0 + 1, B0 + 3, B0 + 2]
     assert not any(r.responses[0].rejected for r in results)
+
+
+def test_past_the_queue_bound_the_newest_requests_are_refused_in_tritons_words(
+    batched,  # type: ignore[no-untyped-def]
+) -> None:
+    """max_queue_size 2 (one instance: all of it is this worker's): while the model runs, two
+    requests of two front ends may wait, the others are refused, never run."""
+    worker = batched(1, default_queue_policy={"max_queue_size": 2})
+    first, second = worker.connect(0), worker.connect(1)
+    first.send(
+        requested(worker, B0 + 1, BUSY),
+        requested(worker, B0 + 2, 2.0),
+        requested(worker, B0 + 3, 3.0),
+    )
+    second.send(requested(worker, B1 + 1, 4.0), requested(worker, B1 + 2, 5.0))
+    results = [first.read().result for _ in range(3)] + [second.read().result for _ in range(2)]
+    refused = [r for r in results if r.responses[0].rejected]
+    ran = [r for r in results if not r.responses[0].rejected]
+    assert len(refused) == 2 and len(ran) == 3
+    assert B0 + 1 in {r.batch_id for r in ran}  # the one running was never in the queue
+    for result in refused:
+        (response,) = result.responses
+        assert response.error.code == "UNAVAILABLE" and not response.outputs
+        assert response.error.message.startswith("Exceeds maximum queue size: model '")
+        assert response.error.message.endswith("already has 2 requests waiting (max_queue_size 2)")
+
+
+def test_the_queue_bound_is_shared_by_the_versions_instances(
+    start: Start,  # noqa: F811
+) -> None:
+    """max_queue_size 2 over two instances: this worker holds one waiting request."""
+    config = {
+        "max_batch_size": 1,
+        "dynamic_batching": {"default_queue_policy": {"max_queue_size": 2}},
+        "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+    }
+    worker = start(model=COUNTING, config=config)
+    front = worker.connect(0)
+    front.send(
+        requested(worker, B0 + 1, BUSY),
+        requested(worker, B0 + 2, 2.0),
+        requested(worker, B0 + 3, 3.0),
+    )
+    results = {r.batch_id: r for r in (front.read().result for _ in range(3))}
+    assert not results[B0 + 1].responses[0].rejected
+    assert not results[B0 + 2].responses[0].rejected
+    assert results[B0 + 3].responses[0].rejected  # the newest, past this instance's share
+    assert "already has 1 requests waiting (max_queue_size 2)" in (
+        results[B0 + 3].responses[0].error.message
+    )

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from pbd.modelconfig.parse import parse_model_config
-from pbd_wire.batching import QueuePolicy, batching_policy, direct_batching
+from pbd_wire.batching import (
+    QueuePolicy,
+    batching_policy,
+    direct_batching,
+    instance_count,
+    queue_full_message,
+    queue_share,
+)
 
 
 def test_policy_from_config_text() -> None:
@@ -50,7 +57,7 @@ def test_policy_from_config_text() -> None:
                 "max_batch_size": 4,
                 "dynamic_batching": {"default_queue_policy": {"max_queue_size": 3}},
             },
-            "max_queue_size",
+            None,  # each worker bounds its own queue at its share
         ),
         (
             {
@@ -69,3 +76,20 @@ def test_which_dynamic_batching_a_worker_honours_alone(
         assert policy is not None and refusal == ""
     else:
         assert policy is None and why in refusal
+
+
+def test_a_queue_bound_is_shared_by_the_versions_instances() -> None:
+    assert queue_share(0, 3) == 0  # unbounded
+    assert queue_share(8, 2) == 4
+    assert queue_share(5, 2) == 3  # rounded up: never 0 for a bound
+    assert queue_share(1, 4) == 1
+    assert instance_count({}) == 1
+    config = {"instance_group": [{"count": 2, "kind": "KIND_CPU"}, {"count": 3, "gpus": [0, 1]}]}
+    assert instance_count(config) == 8
+
+
+def test_the_full_queue_message_is_the_daemons_and_tritons() -> None:
+    assert queue_full_message("model 'm' version 1", 4, 8) == (
+        "Exceeds maximum queue size: model 'm' version 1 already has 4 requests waiting "
+        "(max_queue_size 8)"
+    )
