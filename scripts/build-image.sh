@@ -67,6 +67,11 @@ ca="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
 if [ -f "$ca" ]; then
   trust=(--volume "$ca:/run/build-ca.crt:ro" --build-arg PIP_CERT=/run/build-ca.crt)
 fi
+previous="$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
 podman build --quiet --network host "${trust[@]}" --build-arg "BASE=$base" -t "$tag" \
   "$work/context" >/dev/null
+# The image the tag named before is left untagged: remove it (unless a container uses it).
+if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$tag")" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "$tag $(podman image inspect --format '{{.Size}}' "$tag") bytes"
