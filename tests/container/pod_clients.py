@@ -273,7 +273,7 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
     out["stopped_after_s"] = round(time.monotonic() - began, 2)
     out["exit_code"] = podman("inspect", "--format", "{{.State.ExitCode}}", args["name"]).stdout
     logged = podman("logs", args["name"])
-    out["log_tail"] = (logged.stdout + logged.stderr).strip().splitlines()[-6:]
+    out["log_tail"] = (logged.stdout + logged.stderr).strip().splitlines()[-12:]
     taken = podman("kube", "down", pod_yaml)
     out["kube_down_rc"], out["kube_down_stderr"] = taken.returncode, taken.stderr
     out["pod_left"] = podman("pod", "exists", args["pod"]).returncode == 0
