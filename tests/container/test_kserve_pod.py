@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import HERE, ROOT, Namespace
+from pod_namespace import HERE, ROOT, Namespace
 
 RUNTIME = ROOT / "deploy" / "kserve" / "servingruntime.yaml"
 MODELS = {
