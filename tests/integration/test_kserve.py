@@ -32,6 +32,7 @@ from pbd_harness import (
     make_repository,
     wait_until,
 )
+from tritonclient.utils import InferenceServerException
 
 MANIFEST = ROOT / "deploy" / "kserve" / "servingruntime.yaml"
 KSERVE_ARGS = [
@@ -205,3 +206,45 @@ def test_allow_grpc_false_serves_http_only(tmp_path: Path) -> None:
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", daemon.port)) != 0  # nothing on gRPC's port
         assert "gRPC server listening" not in daemon.log()
+
+
+# Echoes INPUT0 after DELAY_MS, two instances (the container suite's model, KServe's pod).
+SLOW_IDENTITY = ROOT / "tests" / "container" / "models" / "slow_identity"
+
+
+@pytest.mark.parametrize("frontends", [1, 2], ids=["daemon-serves", "two-front-ends"])
+def test_sigterm_drain_sends_large_answers_whole(tmp_path: Path, frontends: int) -> None:
+    """Two 16 MiB answers finish while the server stops: each leaves whole, though the
+    client's flow-control window holds most of it back after the handler returned."""
+    repository = make_repository(tmp_path, {"slow_identity": SLOW_IDENTITY})
+    data = np.arange(4 * 1024 * 1024, dtype=np.float32)
+    outcome: dict[int, object] = {}
+
+    with _running(KServeDaemon(repository, tmp_path, frontends)) as daemon:
+        daemon.wait_settled(["slow_identity"])
+        markers = [tmp_path / f"executing-{i}" for i in range(2)]
+
+        def slow(i: int) -> None:
+            inputs = [
+                infer_input("INPUT0", data, "FP32"),
+                infer_input("DELAY_MS", np.array([1500], np.int32), "INT32"),
+                infer_input("MARKER", np.array([str(markers[i]).encode()], np.object_), "BYTES"),
+            ]
+            client = grpcclient.InferenceServerClient(daemon.url)
+            try:
+                outcome[i] = client.infer("slow_identity", inputs).as_numpy("OUTPUT0")
+            except InferenceServerException as error:  # what the client saw: asserted below
+                outcome[i] = error
+            finally:
+                client.close()
+
+        requests = [threading.Thread(target=slow, args=(i,)) for i in range(2)]
+        for request in requests:
+            request.start()
+        wait_until(lambda: all(m.exists() for m in markers), 30, "both requests to execute")
+        daemon.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        for request in requests:
+            request.join(60)
+    for i in range(2):
+        assert isinstance(outcome[i], np.ndarray), f"request {i}: {outcome[i]}"
+        np.testing.assert_array_equal(outcome[i], data)

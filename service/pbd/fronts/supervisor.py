@@ -20,7 +20,8 @@ supervised by the instances' rules (``pbd.version.supervisor``), the gunicorn ar
 
 Three private sockets serve them: the link every front end connects to (abstract, checked by
 uid and a one-time token per start), and the daemon's own HTTP server in a private directory
-for the HTTP requests they pass on. The gRPC RPCs they pass on run over the link.
+(``private_directory``) for the HTTP requests they pass on. The gRPC RPCs they pass on run over
+the link.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pbd._proto import front_pb2 as fpb
 from pbd.dataplane import DataPlane
@@ -147,8 +149,7 @@ class Fronts:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         link.bind(socket_address(self._address))
         self._link_server = await loop.create_unix_server(lambda: FrontLink(hub), sock=link)
-        runtime = os.environ.get("RUNTIME_DIRECTORY")  # systemd's; else the temp dir
-        self._private = tempfile.mkdtemp(prefix="pbd-fronts-", dir=runtime)
+        self._private = private_directory(self.settings.shm_dir)
         own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         own.bind(os.path.join(self._private, "http.sock"))
         own.listen(128)
@@ -360,6 +361,21 @@ class Fronts:
             self._inflight.close()
             self._inflight = None
             os.close(self._inflight_fd)
+
+
+def private_directory(shm_dir: Path) -> str:
+    """A new mode-0700 directory for the daemon's private HTTP socket: under systemd's
+    ``$RUNTIME_DIRECTORY``, else the temp directory, else ``shm_dir``. A read-only root
+    filesystem (a Kubernetes pod's ``readOnlyRootFilesystem``) leaves no temp directory, while
+    a container's /dev/shm is a tmpfs everyone may write; a socket takes none of its space."""
+    runtime = os.environ.get("RUNTIME_DIRECTORY")
+    try:
+        return tempfile.mkdtemp(prefix="pbd-fronts-", dir=runtime)
+    except OSError as error:
+        if runtime:
+            raise
+        log.info("no usable temp directory (%s): the private HTTP socket is in %s", error, shm_dir)
+        return tempfile.mkdtemp(prefix="pbd-fronts-", dir=shm_dir)
 
 
 def _exit_text(code: int) -> str:

@@ -20,7 +20,7 @@ from pbd.control_plane import ControlPlane
 from pbd.grpc.calls import Calls
 from pbd.grpc.restricted import grpc_restrictions
 from pbd.grpc.servicer import InferenceServicer, methods
-from pbd.h2.connection import Connection, Refused, Shared
+from pbd.h2.connection import CLOSE_LINGER_S, Connection, Refused, Shared
 from pbd.h2.limits import Limits
 from pbd.listeners import OneByOne, Sharing, grpc_sockets, tcp_port
 from pbd.settings import Settings
@@ -140,18 +140,30 @@ class GrpcServer:
         return timeout if self.tls is not None and timeout > 0 else None
 
     async def stop(self, grace: float | None) -> None:
-        """Refuse new calls, let running ones finish for ``grace`` seconds, then cancel them."""
+        """Refuse new calls, let running ones finish for ``grace`` seconds, then cancel them.
+        A call is finished once its answer is sent: a handler that returned may leave DATA
+        that the client's flow-control window holds back (a large answer), and closing then
+        would cut it."""
         self.calls.accepting = False
         for listener in self.listeners:
             listener.close()
         for connection in list(self.connections):
             connection.go_away()
         deadline = time.monotonic() + (grace or 0.0)
-        while self.calls.active and time.monotonic() < deadline:
+        while self._busy() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        # A client closes a connection that went away once its last stream ended. Closing it
+        # first, with the client's last frames (WINDOW_UPDATE, PING) unread, resets it, and a
+        # reset can cost the client the end of an answer it has not read yet.
+        linger = time.monotonic() + CLOSE_LINGER_S
+        while self.connections and time.monotonic() < linger:
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
             connection.close()
         await asyncio.sleep(0)
+
+    def _busy(self) -> bool:
+        return bool(self.calls.active) or any(c.open_streams for c in self.connections)
 
 
 def build_server(dataplane: ControlPlane, settings: Settings) -> GrpcServer:

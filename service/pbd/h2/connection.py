@@ -235,6 +235,12 @@ class Connection(asyncio.BufferedProtocol):
         transport.write_eof()
         self.loop.call_later(CLOSE_LINGER_S, transport.close)
 
+    @property
+    def open_streams(self) -> int:
+        """Streams not closed yet: an answer whose handler returned stays open until its last
+        DATA and trailers are sent, which the peer's flow-control window may hold back."""
+        return len(self.core.streams) if self.core is not None else 0
+
     def go_away(self) -> None:
         """No new streams (RFC 9113 section 6.8); the open ones finish."""
         if self.core is not None:
