@@ -163,6 +163,7 @@ class HttpFrontend:
             self.dp,
             self.settings.http_stream_buffer_bytes,
             self.settings.openai_api_key,
+            self.settings.openai_restricted_api,
         )
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)

@@ -69,6 +69,7 @@ from pbd.http.openai.requests import (
     parse_chat,
     parse_completion,
 )
+from pbd.http.openai.restricted import OpenAIRestrictions
 from pbd.http.openai.stops import StopScanner
 from pbd.http.openai.structured import Guide
 from pbd.http.openai.tool_parsers import CONFIG_PARAMETER, PARSERS
@@ -95,33 +96,51 @@ EMBEDDING_CONVENTION = (
 
 
 def add_routes(
-    app: web.Application, dp: ControlPlane, stream_buffer_bytes: int, api_keys: Sequence[str] = ()
+    app: web.Application,
+    dp: ControlPlane,
+    stream_buffer_bytes: int,
+    api_keys: Sequence[str] = (),
+    restricted: Sequence[str] = (),
 ) -> None:
     """The routes, on the daemon's app: with front-end processes they pass /v1 requests on
-    to it whole (``pbd.fronts.http_proxy``), so the key is checked here in every setup."""
+    to it whole (``pbd.fronts.http_proxy``), so the key and the restrictions
+    (``--openai-restricted-api``) are checked here in every setup."""
     api = OpenAIApi(dp, stream_buffer_bytes)
-    keys = ApiKeys(api_keys)
-    app.router.add_get("/v1/models", _answering_errors(api.models, keys))
-    app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
-    app.router.add_post("/v1/completions", _answering_errors(api.completions, keys))
-    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat, keys))
-    app.router.add_post("/v1/embeddings", _answering_errors(api.embeddings, keys))
+    guard = _Guard(ApiKeys(api_keys), OpenAIRestrictions.parse(list(restricted)))
+    app.router.add_get("/v1/models", _answering_errors(api.models, guard))
+    app.router.add_get("/v1/models/{model}", _answering_errors(api.model, guard))
+    app.router.add_post("/v1/completions", _answering_errors(api.completions, guard))
+    app.router.add_post("/v1/chat/completions", _answering_errors(api.chat, guard))
+    app.router.add_post("/v1/embeddings", _answering_errors(api.embeddings, guard))
 
 
-def _answering_errors(handler: Handler, keys: ApiKeys) -> Handler:
+@dataclasses.dataclass(frozen=True)
+class _Guard:
+    """What a request must show before anything else: a restricted group's header, then a key."""
+
+    keys: ApiKeys
+    restrictions: OpenAIRestrictions
+
+    def check(self, request: web.Request) -> None:
+        self.restrictions.check(request.method, request.path, request.headers)
+        self.keys.check(request.headers.get("Authorization"))
+
+
+def _answering_errors(handler: Handler, guard: _Guard) -> Handler:
     """Errors as OpenAI's error objects (the HTTP binding's own are Triton's); a request
-    without an accepted key is answered 401 before anything else."""
+    without a restricted group's header or an accepted key is answered 401 before anything
+    else."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
-            keys.check(request.headers.get("Authorization"))
+            guard.check(request)
             return await handler(request)
         except PbdError as exc:
             error = from_pbd(exc)
         except ApiError as exc:
             error = exc
         response = web.json_response(error.body(), status=error.status)
-        if error.status == 401:
+        if error.status == 401 and error.code == "invalid_api_key":
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
