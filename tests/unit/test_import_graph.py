@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "pbd",
         "pbd._proto",
+        "pbd.eager",
         "pbd.errors",
         "pbd.gpus",
         "pbd.h2",
@@ -129,6 +130,7 @@ EDGES_MAY_IMPORT = (
     *EDGES,
     "pbd",
     "pbd._proto",
+    "pbd.eager",
     "pbd.errors",
     "pbd.types",
     "pbd.modelconfig",
