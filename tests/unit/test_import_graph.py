@@ -30,7 +30,6 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "pbd",
         "pbd._proto",
-        "pbd.eager",
         "pbd.errors",
         "pbd.gpus",
         "pbd.h2",
@@ -130,7 +129,6 @@ EDGES_MAY_IMPORT = (
     *EDGES,
     "pbd",
     "pbd._proto",
-    "pbd.eager",
     "pbd.errors",
     "pbd.types",
     "pbd.modelconfig",

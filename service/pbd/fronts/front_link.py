@@ -4,7 +4,7 @@ An ``asyncio.Protocol``, as the worker links are: the frames of each read are de
 handled there, with no task per message. An ``Infer`` runs through the daemon's dataplane as a
 request of the daemon's own edges does (``run_traced`` over ``DataPlane.infer`` or
 ``infer_stream``), started at once in the read that brought it, so its Execute is on the way to
-the worker before that read returns (``pbd.eager``). Its answer is a descriptor of where
+the worker before that read returns (``pbd.grpc.eager``). Its answer is a descriptor of where
 the outputs lie; the daemon keeps them (``hold``) until the front end says it has encoded them.
 A ``Call`` runs one of the daemon's own gRPC methods, restrictions and all.
 
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
-from pbd import eager
 from pbd._proto import front_pb2 as fpb
 from pbd.answer import answer_request
 from pbd.dataplane import DataPlane
 from pbd.errors import Code, PbdError
 from pbd.fronts import wire
+from pbd.grpc import eager
 from pbd.grpc.calls import Method
 from pbd.grpc.protocol import Abort
 from pbd.grpc.status import finishing as grpc_finishing
@@ -322,7 +322,7 @@ class FrontLink(asyncio.Protocol):
             self._answer_error(call, PbdError(Code.INVALID_ARG, f"malformed request: {exc}"))
             return
         request.lent = LentInputs(functools.partial(self._inputs_free, call))
-        # Run it now, up to where it first waits (pbd.eager).
+        # Run it now, up to where it first waits (pbd.grpc.eager).
         task = eager.start(
             self.loop, self._serve(call, request, wire.trace_ask(infer), infer.stream)
         )

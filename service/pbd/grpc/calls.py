@@ -3,7 +3,7 @@
 
 A call is one :class:`pbd.h2.sending.Stream`. A unary call's handler starts once its single
 request message is in: in that read (at its end, so that a call the same read reset never
-starts), up to where it first waits, then as a task (``pbd.eager``); it may send its
+starts), up to where it first waits, then as a task (``pbd.grpc.eager``); it may send its
 answer before it returns (``Context.answer``). A streaming call's handler starts at once as a
 task and reads its requests from an async iterator fed as messages arrive; while messages wait
 in it, the stream's receive window is not credited. Handlers have the shape grpc.aio's
@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from pbd import eager
+from pbd.grpc import eager
 from pbd.grpc.deadlines import Deadlines
 from pbd.grpc.deframing import Deframer, Reservations
 from pbd.grpc.protocol import (

@@ -19,14 +19,12 @@ its request) it does as aiohttp does.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from pbd.eager import start
 from pbd.errors import PbdError
 from pbd.http.encoding import (
     Undecodable,
@@ -64,15 +62,11 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Head:
     method: bytes
     path: str
     headers: dict[bytes, bytes]  # lower-cased names; a repeated name is handed over
-    # Sends the answer at once, from wherever the route learns it (an infer route: the read
-    # of the worker's result), before its coroutine ends; the route then returns None. The
-    # edge sets it before it starts the route.
-    respond: Callable[[Reply], None] | None = None
 
     def header(self, name: str) -> str | None:
         value = self.headers.get(name.lower().encode())
@@ -82,9 +76,8 @@ class Head:
         return self.headers.get(name.lower().encode())
 
 
-# Answers a request the edge reads itself (None: answered through ``Head.respond``).
-Route = Callable[[Head, bytes], Awaitable[Reply | None]]
-# The route of a request the edge reads itself; None: not one of its routes (aiohttp's then).
+# Answers a request the edge reads itself; None: not one of its routes (aiohttp's then).
+Route = Callable[[Head, bytes], Awaitable[Reply]]
 Routes = Callable[[Head], Route | None]
 
 
@@ -207,11 +200,7 @@ class Edge(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop: asyncio.AbstractEventLoop  # from connection_made on
         self.buffer = bytearray()
-        # The request being answered (a token of its own), and the task that finishes its
-        # route when the route waited; None when idle. An answer sent early (``_respond``)
-        # ends it: the next request starts while the route's coroutine winds down.
-        self.current: object | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None  # the request being answered
         self.closing = False  # the client said Connection: close, or the server stops
         self.paused = False
         # The connection is idle since (loop time), None while a request is being answered;
@@ -240,7 +229,7 @@ class Edge(asyncio.Protocol):
                 self._body_complete()
             return
         self.buffer += data
-        if self.current is None:
+        if self.task is None:
             self._next()
         elif len(self.buffer) > AHEAD_BYTES and not self.paused:
             assert self.transport is not None
@@ -262,7 +251,7 @@ class Edge(asyncio.Protocol):
     def _next(self) -> None:
         """Start on the next request in the buffer, if it is all here."""
         transport = self.transport
-        if transport is None or self.current is not None:
+        if transport is None or self.task is not None:
             return
         if self.closing:
             transport.close()
@@ -299,17 +288,11 @@ class Edge(asyncio.Protocol):
         self._start(pending.route, pending.head, joined[: pending.nbytes])
 
     def _start(self, route: Route, head: Head, body: bytes) -> None:
-        """Run the route now, up to where it first waits (as gRPC's calls: ``pbd.eager``),
-        in the read that completed the request; a task finishes it."""
         self._disarm_idle()
-        self.current = token = object()
         self.coding = answer_coding(head.headers.get(b"accept-encoding", b""))
-        head.respond = functools.partial(self._respond, token)
-        task = start(self.loop, self._answer(route, head, body, token))
-        if task is not None and self.current is token:  # else it was answered already
-            self.task = task
+        self.task = self.loop.create_task(self._answer(route, head, body))
 
-    async def _answer(self, route: Route, head: Head, body: bytes, token: object) -> None:
+    async def _answer(self, route: Route, head: Head, body: bytes) -> None:
         try:
             try:
                 encoding = head.headers.get(b"content-encoding")
@@ -323,23 +306,14 @@ class Edge(asyncio.Protocol):
                 reply = json_reply({"error": exc.message}, exc.status)
                 self.closing = True
         except asyncio.CancelledError:
-            if self.current is token:
-                self.current = self.task = None
             return  # the client left
         except Exception:
             log.exception("HTTP %s %s failed", head.method.decode(), head.path)
             reply = Reply(500, b"500 Internal Server Error\n\nServer got itself in trouble",
                           "text/plain; charset=utf-8")  # fmt: skip
             self.closing = True
-        if reply is not None:
-            self._respond(token, reply)
-
-    def _respond(self, token: object, reply: Reply) -> None:
-        """``reply`` answers request ``token`` (``Head.respond``, or its route's return), if
-        it was not answered yet; then on to the next request."""
-        if self.current is not token:
-            return
-        self.current = self.task = None
+        finally:
+            self.task = None
         transport = self.transport
         if transport is None:
             return
@@ -353,7 +327,7 @@ class Edge(asyncio.Protocol):
     def _hand_over(self) -> None:
         """aiohttp serves this connection from here on, starting with what is buffered."""
         transport = self.transport
-        assert transport is not None and self.current is None
+        assert transport is not None and self.task is None
         self._stop_idle()
         self.edges.discard(self)
         self.transport = None
@@ -394,7 +368,7 @@ class Edge(asyncio.Protocol):
         loop = self.loop
         since = self.idle_since
         due = (loop.time() if since is None else since) + KEEPALIVE_S
-        if since is not None and loop.time() >= due and self.current is None:
+        if since is not None and loop.time() >= due and self.task is None:
             self.transport.close()  # idle, or a request half-sent, for KEEPALIVE_S
             return
         self.idle = loop.call_at(due, self._idle_check)

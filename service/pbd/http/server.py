@@ -276,7 +276,6 @@ class HttpFrontend:
         reply = await self.infer_reply(
             *self._target(request), request.headers.get, body, route, began
         )
-        assert reply is not None  # None only for an edge that sends its answer itself
         response = web.Response(
             body=reply.body, content_type=reply.content_type, headers=dict(reply.headers)
         )
@@ -291,11 +290,8 @@ class HttpFrontend:
         body: bytes,
         route: str,
         began: int,
-        respond: Callable[[Reply], None] | None = None,
-    ) -> Reply | None:
-        """An infer request's answer, for aiohttp's route and the edge's alike. ``respond``:
-        the edge's, which sends the answer as soon as the worker's result is read; None is
-        returned then."""
+    ) -> Reply:
+        """An infer request's answer, for aiohttp's route and the edge's alike."""
         parsed = parse_infer_request(body, header(HEADER_LENGTH), model, version)
         if self.plane.is_decoupled(parsed.request):
             # Triton's HTTP words; the dataplane's refusal names the gRPC RPC.
@@ -306,14 +302,18 @@ class HttpFrontend:
         trace = self.plane.start_trace(
             parsed.request, route, began, lambda: header("traceparent"), "http"
         )
-        return await answer_request(
+        answer = await answer_request(
             parsed.request,
             trace,
             self.plane.infer,
-            lambda result: _infer_answer(build_infer_response(result, parsed)),
+            lambda result: build_infer_response(result, parsed),
             finishing,
-            respond,
         )
+        assert answer is not None  # None only for an edge that sends its answer itself
+        payload, json_length = answer
+        if json_length is None:
+            return Reply(200, payload, "application/json")
+        return Reply(200, payload, "application/octet-stream", ((HEADER_LENGTH, str(json_length)),))
 
     # -- the edge's routes (pbd.http.edge) ----------------------------------------------------
 
@@ -355,9 +355,9 @@ class HttpFrontend:
 
     async def _edge_infer(
         self, model: str, version: str, route: str, head: Head, body: bytes
-    ) -> Reply | None:
+    ) -> Reply:
         began = time.time_ns()
-        return await self.infer_reply(model, version, head.header, body, route, began, head.respond)
+        return await self.infer_reply(model, version, head.header, body, route, began)
 
     async def _edge_refused(self, message: str, head: Head, body: bytes) -> Reply:
         return json_reply({"error": message}, FORBIDDEN)
@@ -499,13 +499,6 @@ class HttpFrontend:
         else:
             await self.dp.shm_unregister(name)
         return web.Response(status=200)
-
-
-def _infer_answer(encoded: tuple[bytes, int | None]) -> Reply:
-    payload, json_length = encoded
-    if json_length is None:
-        return Reply(200, payload, "application/json")
-    return Reply(200, payload, "application/octet-stream", ((HEADER_LENGTH, str(json_length)),))
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

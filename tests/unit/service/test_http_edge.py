@@ -99,10 +99,8 @@ class _Routes:
         self.seen: list[str] = []
 
     def __call__(self, head: Head) -> Route | None:
-        routes: dict[tuple[bytes, str], Callable[[Head, bytes], Awaitable[Reply | None]]] = {
+        routes: dict[tuple[bytes, str], Callable[[Head, bytes], Awaitable[Reply]]] = {
             (b"POST", "/echo"): self.echo,
-            (b"POST", "/now"): self.now,
-            (b"POST", "/early"): self.early,
             (b"GET", "/fail"): self.fail,
             (b"GET", "/boom"): self.boom,
         }
@@ -116,18 +114,6 @@ class _Routes:
             self.cancelled.set()
             raise
         return Reply(200, b"edge:" + body, "text/plain")
-
-    async def now(self, head: Head, body: bytes) -> Reply:
-        """Answers without waiting: the edge runs it in the read that brought the request."""
-        self.seen.append(body.decode())
-        return Reply(200, b"now:" + body, "text/plain")
-
-    async def early(self, head: Head, body: bytes) -> None:
-        """Answers through ``Head.respond``, then waits on ``gate`` before it ends."""
-        assert head.respond is not None
-        head.respond(Reply(200, b"early:" + body, "text/plain"))
-        self.gate.clear()
-        await self.gate.wait()
 
     async def fail(self, head: Head, body: bytes) -> Reply:
         raise PbdError(Code.INVALID_ARG, "bad request")
@@ -371,60 +357,6 @@ def test_an_idle_connection_is_closed_after_the_keepalive_and_a_used_one_is_not(
             assert (await _read_reply(reader))[2] == b"edge:slow"
             # Idle from its answer on: closed once the keepalive has passed.
             assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
-            writer.close()
-
-    asyncio.run(run())
-
-
-def test_a_route_runs_in_the_read_that_completed_its_request() -> None:
-    """As gRPC's calls (pbd.eager): no loop turn before the route starts, none to answer a
-    route that does not wait; pipelined requests behind it are answered in order."""
-
-    async def run() -> None:
-        routes = _Routes()
-        async with _serving(routes) as (port, edges):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_post("/now", b"a") + _post("/now", b"b") + _post("/echo", b"c"))
-            got = [await _read_reply(reader) for _ in range(3)]
-            assert [body for _, _, body in got] == [b"now:a", b"now:b", b"edge:c"]
-            (edge,) = edges
-            real_start = edge_module.start
-            started: list[bool] = []
-
-            def spy(loop: asyncio.AbstractEventLoop, coro: object) -> object:
-                task = real_start(loop, coro)  # type: ignore[arg-type]
-                started.append(task is None)  # finished at once: answered in this read
-                return task
-
-            edge_module.start = spy  # type: ignore[assignment]
-            try:
-                writer.write(_post("/now", b"d"))
-                assert (await _read_reply(reader))[2] == b"now:d"
-            finally:
-                edge_module.start = real_start
-            assert started == [True]
-            writer.close()
-
-    asyncio.run(run())
-
-
-def test_an_answer_sent_early_ends_the_request_and_the_next_one_starts_at_once() -> None:
-    """As gRPC's calls: what the route does after it answered (an infer route: hand its
-    result's memory back) does not hold the connection's next request."""
-
-    async def run() -> None:
-        routes = _Routes()
-        async with _serving(routes) as (port, edges):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_post("/early", b"x") + _post("/now", b"y"))
-            assert (await _read_reply(reader))[2] == b"early:x"
-            assert (await _read_reply(reader))[2] == b"now:y"
-            assert not routes.gate.is_set()  # /early's route still waits
-            (edge,) = edges
-            assert edge.current is None  # and the connection is idle
-            routes.gate.set()
-            writer.write(_post("/now", b"z"))
-            assert (await _read_reply(reader))[2] == b"now:z"
             writer.close()
 
     asyncio.run(run())

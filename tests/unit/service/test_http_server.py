@@ -70,7 +70,7 @@ def test_infer_answers_with_the_results_outputs_then_releases_them() -> None:
         ]
         assert plane.released == ["r1"]
         (request,) = plane.requests
-        assert request.respond is not None  # the edge answers once the result is read, as gRPC
+        assert request.respond is None  # the HTTP edge answers once infer returns
 
     run(test)
 

@@ -1,4 +1,4 @@
-"""pbd.eager: a coroutine run to where it first waits, then finished by a task, behaves
+"""pbd.grpc.eager: a coroutine run to where it first waits, then finished by a task, behaves
 as if the task had run it from the start (results, errors, cancellation, context)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pbd.eager import Started, start
+from pbd.grpc.eager import Started, start
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
