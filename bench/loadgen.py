@@ -129,7 +129,7 @@ def check_response(raw: bytes, shape: list[int], data: bytes) -> None:
 
 
 @dataclass
-class _Window:
+class Window:
     """What the workers share; the two marks are set by timer callbacks on the loop."""
 
     clocks: dict[str, Callable[[], float]]
@@ -182,7 +182,7 @@ async def run_load(
         def check(raw: bytes) -> None:
             check_response(raw, shape, data)
 
-    window = _Window({"client": time.process_time, **(clocks or {})})
+    window = Window({"client": time.process_time, **(clocks or {})})
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         call = channel.unary_unary(MODEL_INFER)
         check(await call(payload, timeout=call_timeout))

@@ -17,7 +17,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -50,6 +50,8 @@ SCENARIOS = [
     Scenario("fp32 [1,262144]", [1, 262144], 8),
 ]
 RESULTS = ROOT / "bench" / "results"
+# Another load than the gRPC one: (server name, CPU clocks) -> one measured window.
+Load = Callable[[str, Mapping[str, Callable[[], float]]], Awaitable[LoadStats]]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -156,6 +158,7 @@ async def measure_scenario(
     data: bytes,
     check: Callable[[bytes], None] | None = None,
     before_run: Callable[[str], None] | None = None,
+    load: Load | None = None,
 ) -> None:
     """``opts.repeat`` runs of ``payload`` on each started server of ``result.servers``, added
     to ``result``. The servers take turns: in ``result.servers`` order on even repeats, reversed
@@ -169,25 +172,29 @@ async def measure_scenario(
             pid = started[name].pid
             if before_run is not None:
                 before_run(name)
+            clocks: dict[str, Callable[[], float]] = {
+                "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
+                # The server's main process alone (pbd's daemon: the control plane).
+                "main": lambda pid=pid: procstat.cpu_seconds(pid),
+                "machine_busy": lambda: procstat.machine_seconds()[0],
+                "machine_steal": lambda: procstat.machine_seconds()[1],
+            }
             try:
-                stats: LoadStats = await run_load(
-                    started[name].target,
-                    payload,
-                    scenario.shape,
-                    data,
-                    concurrency=scenario.concurrency,
-                    duration=opts.duration,
-                    warmup=opts.warmup,
-                    max_requests=opts.max_requests,
-                    clocks={
-                        "server": lambda pid=pid: procstat.tree_cpu_seconds(pid),
-                        # The server's main process alone (pbd's daemon: the control plane).
-                        "main": lambda pid=pid: procstat.cpu_seconds(pid),
-                        "machine_busy": lambda: procstat.machine_seconds()[0],
-                        "machine_steal": lambda: procstat.machine_seconds()[1],
-                    },
-                    check=check,
-                )
+                if load is not None:
+                    stats = await load(name, clocks)
+                else:
+                    stats = await run_load(
+                        started[name].target,
+                        payload,
+                        scenario.shape,
+                        data,
+                        concurrency=scenario.concurrency,
+                        duration=opts.duration,
+                        warmup=opts.warmup,
+                        max_requests=opts.max_requests,
+                        clocks=clocks,
+                        check=check,
+                    )
             except (ResponseMismatch, grpc.RpcError, TimeoutError) as exc:
                 raise RuntimeError(f"{name}, {scenario.name}: {exc!r}") from exc
             result.runs[name].append(stats)

@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,18 +34,21 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 
 from bench import procstat
+from bench.http_load import run_http_load
 from bench.interpreters import interpreter_note, interpreters
 from bench.loadgen import (
+    LoadStats,
     ResponseMismatch,
     build_request,
     build_shm_request,
     check_shm_response,
 )
 from bench.report import Scenario, ScenarioResult, format_memory, format_row, table_head
-from bench.run import add_common_args, check_common_args, common_header, measure_scenario
+from bench.run import Load, add_common_args, check_common_args, common_header, measure_scenario
 from bench.servers import (
     ROOT,
     ServerProcess,
+    free_port,
     kill_leftovers,
     leftover_segments,
     start_pbd,
@@ -66,6 +69,7 @@ class Case:
     scenario: Scenario
     shm: bool = False  # input and output through system shared memory
     model: str = MODEL
+    http: str = ""  # "json" or "binary": over HTTP/REST with tritonclient.http (bench.http_load)
 
     @property
     def label(self) -> str:
@@ -80,6 +84,10 @@ CASES = [
     Case(Scenario("fp32 16 MiB", [1, 16 * MIB], 2)),
     Case(Scenario("fp32 1 MiB shm", [1, MIB], 4), shm=True),
     Case(Scenario("fp32 [1,16] batch", [1, 16], 16), model=BATCH_MODEL),
+    Case(Scenario("fp32 [1,16] http", [1, 16], 1), http="binary"),
+    Case(Scenario("fp32 [1,16] http", [1, 16], 8), http="binary"),
+    Case(Scenario("fp32 1 MiB http json", [1, MIB], 1), http="json"),
+    Case(Scenario("fp32 1 MiB http binary", [1, MIB], 1), http="binary"),
 ]
 
 
@@ -219,10 +227,13 @@ def servers(
         )
         facts["triton_start_s"] = round(time.monotonic() - began, 2)
         began = time.monotonic()
-        pbd_args = ["--allow-client-shm", "true", *both, *opts.pbd_arg]
+        http_port = free_port()
+        pbd_args = ["--allow-client-shm", "true", f"--http-port={http_port}", *both,
+                    *opts.pbd_arg]  # fmt: skip
         started["pbd"] = start_pbd(
             opts.python, RESULTS, REPOSITORY, MODEL, shm_prefix, pbd_args, name="pbd-vs-triton"
         )  # its log: bench/results/pbd-vs-triton.log (pbd.log is `python -m bench`'s)
+        started["pbd"].http_port = http_port
         facts["pbd_start_s"] = round(time.monotonic() - began, 2)
         yield started
     finally:
@@ -286,6 +297,9 @@ async def measure(
                     )  # fmt: skip
                 finally:
                     pair.close()
+            elif case.http:
+                load = http_load(opts, started, case, data)
+                await measure_scenario(opts, started, result, payload, data, load=load)
             else:
                 await measure_scenario(opts, started, result, payload, data)
         except RuntimeError as exc:
@@ -300,6 +314,29 @@ async def measure(
         )
     print(TABLE_FOOT)
     return results, ""
+
+
+def http_load(
+    opts: argparse.Namespace, started: dict[str, ServerProcess], case: Case, data: bytes
+) -> Load:
+    """``case``'s load over HTTP/REST (``bench.http_load``), the same client for each server."""
+    tensor = np.frombuffer(data, np.float32).reshape(case.scenario.shape)
+
+    async def load(name: str, clocks: Mapping[str, Callable[[], float]]) -> LoadStats:
+        return await asyncio.to_thread(
+            run_http_load,
+            f"127.0.0.1:{started[name].http_port}",
+            case.model,
+            tensor,
+            binary=case.http == "binary",
+            concurrency=case.scenario.concurrency,
+            duration=opts.duration,
+            warmup=opts.warmup,
+            max_requests=opts.max_requests,
+            clocks=clocks,
+        )
+
+    return load
 
 
 TABLE_FOOT = (

@@ -1,6 +1,7 @@
 """Triton's restricted APIs: groups of calls a client may make only with a header and its value.
 
-``--grpc-restricted-protocol`` and ``--http-restricted-api`` take the same rules,
+``--grpc-restricted-protocol``, ``--http-restricted-api`` and ``--openai-restricted-api``
+take the same rules,
 ``<group>[,<group>...]:<key>=<value>`` (repeatable; a group in one rule only). Each binding
 says which of its calls belong to which group (``pbd.grpc.restricted``,
 ``pbd.http.restricted``) and how it refuses a call without the header; this module holds what
@@ -24,6 +25,8 @@ GROUPS = (
     "trace",
     "logging",
 )
+# Triton's OpenAI front end's groups (``--openai-restricted-api``) of the routes pbd serves.
+OPENAI_GROUPS = ("inference", "embedding", "model-repository")
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,12 @@ class Restriction:
         return hmac.compare_digest(raw, self.value.encode("utf-8", "surrogateescape"))
 
 
-def parse_restrictions(flag: str, rules: list[str], prefix: str = "") -> dict[str, Restriction]:
-    """Group -> the header it needs (``prefix`` + the rule's key: gRPC's names its headers
-    ``triton-grpc-protocol-<key>``); ValueError naming ``flag`` and the rule's problem."""
+def parse_restrictions(
+    flag: str, rules: list[str], prefix: str = "", groups_known: tuple[str, ...] = GROUPS
+) -> dict[str, Restriction]:
+    """Group (of ``groups_known``) -> the header it needs (``prefix`` + the rule's key: gRPC's
+    names its headers ``triton-grpc-protocol-<key>``); ValueError naming ``flag`` and the
+    rule's problem."""
     out: dict[str, Restriction] = {}
     for rule in rules:
         groups, sep, pair = rule.partition(":")
@@ -57,9 +63,10 @@ def parse_restrictions(flag: str, rules: list[str], prefix: str = "") -> dict[st
         if not sep or not eq or not key or not value or not groups:
             raise ValueError(f"--{flag} '{rule}': expected <group>[,<group>...]:<key>=<value>")
         for group in groups.split(","):
-            if group not in GROUPS:
+            if group not in groups_known:
                 raise ValueError(
-                    f"--{flag} '{rule}': unknown group '{group}' (groups: {', '.join(GROUPS)})"
+                    f"--{flag} '{rule}': unknown group '{group}' "
+                    f"(groups: {', '.join(groups_known)})"
                 )
             if group in out:
                 raise ValueError(f"--{flag}: group '{group}' given twice")

@@ -66,6 +66,11 @@ class Settings:
         "an API key the OpenAI API (/v1) accepts as 'Authorization: Bearer KEY' (repeat; env: "
         "comma-separated; none: /v1 is open)",
     )
+    openai_restricted_api: list[str] = _opt(
+        [],
+        "<group>[,<group>...]:<key>=<value>: those OpenAI routes (groups: inference, embedding, "
+        "model-repository) need header <key>: <value>",
+    )
     allow_metrics: bool = _opt(True, "serve Prometheus metrics (GET /metrics)")
     allow_cpu_metrics: bool = _opt(True, "export CPU utilization and memory (nv_cpu_*)")
     metrics_counter_latencies: bool = _opt(
@@ -402,11 +407,14 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     if settings.log_format not in ("default", "ISO8601"):
         raise ValueError(f"invalid log format {settings.log_format!r}")
     _check_startup_models(settings)
-    from pbd.restrictions import parse_restrictions
+    from pbd.restrictions import OPENAI_GROUPS, parse_restrictions
 
     # A bad rule is refused here, before anything starts (the bindings parse them again).
     parse_restrictions("grpc-restricted-protocol", settings.grpc_restricted_protocol)
     parse_restrictions("http-restricted-api", settings.http_restricted_api)
+    parse_restrictions(
+        "openai-restricted-api", settings.openai_restricted_api, groups_known=OPENAI_GROUPS
+    )
     from pbd.tracing.settings import parse_trace_config
 
     parse_trace_config(settings.trace_config)  # report a bad --trace-config at the start

@@ -310,6 +310,36 @@ def test_api_keys_are_checked_wherever_v1_is_served(
         assert generate.status == 200
 
 
+def test_restricted_groups_need_their_header_wherever_v1_is_served(tmp_path: Path) -> None:
+    """--openai-restricted-api, as Triton's OpenAI front end: 401 authentication_error for a
+    restricted group without its header's value; other groups stay open."""
+    repository = llm_repository(tmp_path)
+    rule = ("--openai-restricted-api", "inference:infer-key=s3cret")
+    with running_daemon(
+        repository, tmp_path, "--frontends", "2", *rule, settle=["tiny_llm"]
+    ) as running:
+        base = f"http://{running.http_url}/v1"
+        body = json.dumps({"model": "tiny_llm", "prompt": "x"})
+        refused = post(f"{base}/completions", body, {})
+        assert refused.status == 401
+        error = json.loads(refused.body)["error"]
+        assert (error["type"], error["code"]) == ("authentication_error", "invalid_auth")
+        assert (
+            error["message"]
+            == "This API is restricted, expecting header 'infer-key' with valid value"
+        )
+        assert post(f"{base}/completions", body, {"Infer-Key": "wrong"}).status == 401
+        with openai.OpenAI(
+            base_url=base, api_key="none", max_retries=0, default_headers={"infer-key": "s3cret"}
+        ) as allowed:
+            answer = allowed.chat.completions.create(model="tiny_llm", messages=USER)
+            assert answer.choices[0].message.content == "olleh gib dlrow"
+        with openai.OpenAI(base_url=base, api_key="none", max_retries=0) as plain:
+            assert "tiny_llm" in [m.id for m in plain.models.list()]  # not restricted
+            with pytest.raises(openai.AuthenticationError):
+                plain.chat.completions.create(model="tiny_llm", messages=USER)
+
+
 # -- the model's own chat template ---------------------------------------------------------------
 
 HUB_TEMPLATE = (

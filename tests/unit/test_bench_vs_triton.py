@@ -35,15 +35,22 @@ def test_cases_are_the_issues_and_filter_by_substring() -> None:
         "fp32 16 MiB c=2",
         "fp32 1 MiB shm c=4",
         "fp32 [1,16] batch c=16",
+        "fp32 [1,16] http c=1",
+        "fp32 [1,16] http c=8",
+        "fp32 1 MiB http json c=1",
+        "fp32 1 MiB http binary c=1",
     ]
     assert [c.scenario.shape for c in CASES][2:5] == [[1, 262144]] * 2 + [[1, 4194304]]
-    assert [c.shm for c in CASES] == [False] * 5 + [True, False]
+    assert [c.shm for c in CASES] == [False] * 5 + [True] + [False] * 5
+    # Over HTTP/REST with tritonclient.http: binary tensors, and 1 MiB as JSON too.
+    assert [c.http for c in CASES][7:] == ["binary", "binary", "json", "binary"]
+    assert [c.label for c in select_cases(CASES, ["http"])] == [c.label for c in CASES[7:]]
     # The batching case runs the identity with dynamic_batching {} (bench/models).
     assert {c.model for c in CASES} == {"identity_fp32_x2", "identity_fp32_batch"}
     assert [c.label for c in select_cases(CASES, ["batch"])] == ["fp32 [1,16] batch c=16"]
     assert select_cases(CASES, []) == CASES
     assert [c.label for c in select_cases(CASES, ["shm"])] == ["fp32 1 MiB shm c=4"]
-    assert len(select_cases(CASES, ["c=8", "16 MiB"])) == 2
+    assert len(select_cases(CASES, ["c=8", "16 MiB"])) == 3
     assert select_cases(CASES, ["nothing"]) == []
 
 

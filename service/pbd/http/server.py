@@ -147,7 +147,12 @@ class HttpFrontend:
             # The models this front end runs itself; the daemon answers the others.
             generate.add_routes(self.app, self.plane, buffer_bytes, proxy)
             openai_routes.add_routes(
-                self.app, self.plane, buffer_bytes, self.settings.openai_api_key, elsewhere=proxy
+                self.app,
+                self.plane,
+                buffer_bytes,
+                self.settings.openai_api_key,
+                elsewhere=proxy,
+                restricted=self.settings.openai_restricted_api,
             )
             r.add_route("*", "/{tail:.*}", proxy.handler)
             return
@@ -167,7 +172,12 @@ class HttpFrontend:
         extensions.add_routes(self.app, self.dp, _json)
         generate.add_routes(self.app, self.dp, buffer_bytes)
         openai_routes.add_routes(
-            self.app, self.dp, buffer_bytes, self.settings.openai_api_key, self.dp.repository_index
+            self.app,
+            self.dp,
+            buffer_bytes,
+            self.settings.openai_api_key,
+            self.dp.repository_index,
+            restricted=self.settings.openai_restricted_api,
         )
         r.add_post("/v2/repository/index", self.repository_index)
         r.add_post("/v2/repository/models/{model}/load", self.load)

@@ -23,6 +23,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 _HTTP_ONLY_REQUEST_PARAMS = ("binary_data_output",)
 # Shapes are int64 past this point (the protocol's and the worker descriptor's type).
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_PARAM_TYPES = (int, float, str)
 
 
 @dataclass
@@ -140,13 +141,16 @@ def _decode(raw: bytes, decoder: json.JSONDecoder) -> Any:
         raise invalid_arg(f"failed to parse the request JSON: {exc}") from None
 
 
-def _params(value: Any, where: str) -> dict[str, Any]:
+def _params(value: Any, kind: str = "", name: str = "") -> dict[str, Any]:
+    """The parameters of the request (``kind`` ""), or of input or output ``name``."""
     if value is None:
         return {}
+    # The message is made only for a refusal: this runs for every tensor of every request.
+    where = f"{kind} '{name}'" if kind else "the request"
     if not isinstance(value, dict):
         raise invalid_arg(f"'parameters' of {where} must be a JSON object")
     for key, v in value.items():
-        if not isinstance(v, bool | int | float | str):
+        if not isinstance(v, _PARAM_TYPES):  # bool is an int
             raise invalid_arg(f"parameter '{key}' of {where} must be a bool, number or string")
     return dict(value)
 
@@ -168,7 +172,7 @@ def parse_infer_request(
     else:
         header, binary = view, view[:0]
     doc = json_object(bytes(header))
-    params = _params(doc.get("parameters"), "the request")
+    params = _params(doc.get("parameters"))
     all_binary = bool(params.pop("binary_data_output", False))
     for key in _HTTP_ONLY_REQUEST_PARAMS:
         params.pop(key, None)
@@ -189,7 +193,7 @@ def parse_infer_request(
             for d in shape
         ):
             raise invalid_arg(f"input '{name}': 'shape' must be a list of int64 integers")
-        tparams = _params(item.get("parameters"), f"input '{name}'")
+        tparams = _params(item.get("parameters"), "input", name)
         size = tparams.pop("binary_data_size", None)
         data: memoryview | None
         if size is not None and "data" in item:
@@ -220,7 +224,7 @@ def parse_infer_request(
     for item in doc.get("outputs") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("each requested output must be an object with a 'name'")
-        oparams = _params(item.get("parameters"), f"output '{item['name']}'")
+        oparams = _params(item.get("parameters"), "output", item["name"])
         if oparams.pop("binary_data", all_binary):
             binary_outputs.add(item["name"])
         outputs.append(RequestedOutput(item["name"], oparams))

@@ -70,6 +70,7 @@ from pbd.http.openai.requests import (
     parse_chat,
     parse_completion,
 )
+from pbd.http.openai.restricted import OpenAIRestrictions
 from pbd.http.openai.stops import StopScanner
 from pbd.http.openai.structured import Guide
 from pbd.http.openai.tool_parsers import CONFIG_PARAMETER, PARSERS
@@ -104,41 +105,56 @@ def add_routes(
     api_keys: Sequence[str] = (),
     index: Index | None = None,
     elsewhere: Elsewhere | None = None,
+    restricted: Sequence[str] = (),
 ) -> None:
     """The routes over ``plane``. The daemon's app has them all (``index``: the repository,
     for ``GET /v1/models``); a front end's has the POST routes, for the models it runs itself,
-    and passes the rest to the daemon (``elsewhere``), so the key is checked in every setup."""
+    and passes the rest to the daemon (``elsewhere``), so the key and the restrictions
+    (``--openai-restricted-api``) are checked in every setup."""
     api = OpenAIApi(plane, stream_buffer_bytes, index)
-    keys = ApiKeys(api_keys)
+    guard = _Guard(ApiKeys(api_keys), OpenAIRestrictions.parse(list(restricted)))
 
     def post(path: str, handler: Handler) -> None:
-        route = _answering_errors(handler, keys)
+        route = _answering_errors(handler, guard)
         if elsewhere is not None:
             route = elsewhere.unless_here(route, body_target)
         app.router.add_post(path, route)
 
     if index is not None:
-        app.router.add_get("/v1/models", _answering_errors(api.models, keys))
-        app.router.add_get("/v1/models/{model}", _answering_errors(api.model, keys))
+        app.router.add_get("/v1/models", _answering_errors(api.models, guard))
+        app.router.add_get("/v1/models/{model}", _answering_errors(api.model, guard))
     post("/v1/completions", api.completions)
     post("/v1/chat/completions", api.chat)
     post("/v1/embeddings", api.embeddings)
 
 
-def _answering_errors(handler: Handler, keys: ApiKeys) -> Handler:
+@dataclasses.dataclass(frozen=True)
+class _Guard:
+    """What a request must show before anything else: a restricted group's header, then a key."""
+
+    keys: ApiKeys
+    restrictions: OpenAIRestrictions
+
+    def check(self, request: web.Request) -> None:
+        self.restrictions.check(request.method, request.path, request.headers)
+        self.keys.check(request.headers.get("Authorization"))
+
+
+def _answering_errors(handler: Handler, guard: _Guard) -> Handler:
     """Errors as OpenAI's error objects (the HTTP binding's own are Triton's); a request
-    without an accepted key is answered 401 before anything else."""
+    without a restricted group's header or an accepted key is answered 401 before anything
+    else."""
 
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
-            keys.check(request.headers.get("Authorization"))
+            guard.check(request)
             return await handler(request)
         except PbdError as exc:
             error = from_pbd(exc)
         except ApiError as exc:
             error = exc
         response = web.json_response(error.body(), status=error.status)
-        if error.status == 401:
+        if error.status == 401 and error.code == "invalid_api_key":
             response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
