@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from pbd.repository.autocomplete import ConfigCompleter
 from pbd.repository.manager import ModelRepository
 from pbd.repository.upload import UploadLimits, Uploads
 from pbd.settings import Settings
+from pbd.stop_signals import stop_signals
 from pbd.systemd.launcher import SystemdLauncher
 from pbd.systemd.notify_loop import DaemonNotifier
 from pbd.systemd.units import worker_unit
@@ -536,16 +536,5 @@ def _close_all(sockets: list[socket.socket]) -> None:
 
 async def serve(settings: Settings) -> int:
     daemon = Daemon(settings)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, daemon.request_stop)  # twice: stop now
-    try:
+    with stop_signals(daemon.request_stop):  # twice: stop now
         return await daemon.run()
-    finally:
-        # Shutdown is done: a further SIGTERM (a supervisor repeating itself) must not turn
-        # the exit code into "killed by a signal" while the interpreter winds down.
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(signum)
-            # Shutdown is done; a repeated SIGTERM must not turn a clean exit into a kill.
-            signal.signal(signum, signal.SIG_IGN)

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "pbd.histogram",
         "pbd.peercred",
         "pbd.restrictions",
+        "pbd.stop_signals",
     ),
     ("pbd.memory",),
     ("pbd.types", "pbd.stats", "pbd.modelconfig"),

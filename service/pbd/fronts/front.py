@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -50,6 +50,7 @@ from pbd.listeners import Sharing
 from pbd.logsettings import log_config
 from pbd.memory.malloc import tune_malloc
 from pbd.settings import Settings
+from pbd.stop_signals import stop_signals
 from pbd_wire.framing import encode_frame, socket_address
 from pbd_wire.shm import Arena, SegmentMap
 from pbd_worker.logconfig import LogConfig, apply
@@ -155,20 +156,19 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
         if spec.http_fds:
             http = HttpFrontend.front(plane, settings, Elsewhere(plane.runs_here, proxy))
             await http.start([socket.socket(fileno=fd) for fd in spec.http_fds], sharing)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, _on_signal, plane, settings)
-        log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
-        sweeping = asyncio.create_task(_sweep(plane, lambda: loads.publish(held())))
-        beating = asyncio.create_task(_heartbeats(plane, settings.worker_heartbeat_ms))
-        await plane.ended
-        sweeping.cancel()
-        beating.cancel()
-        grace = plane.stop_grace if plane.stop_grace is not None else 0.0
-        await grpc_server.stop(grace)
-        if http is not None:
-            await http.stop()
-        await proxy.close()
-        return 0
+        with stop_signals(functools.partial(_on_signal, plane, settings)):
+            log.debug("front end %d (pid %d) serving", spec.index, os.getpid())
+            sweeping = asyncio.create_task(_sweep(plane, lambda: loads.publish(held())))
+            beating = asyncio.create_task(_heartbeats(plane, settings.worker_heartbeat_ms))
+            await plane.ended
+            sweeping.cancel()
+            beating.cancel()
+            grace = plane.stop_grace if plane.stop_grace is not None else 0.0
+            await grpc_server.stop(grace)
+            if http is not None:
+                await http.stop()
+            await proxy.close()
+            return 0
     finally:
         plane.close()
         arena.close()
