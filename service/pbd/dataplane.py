@@ -204,17 +204,25 @@ class DataPlane:
         ones come as an item with ``error``. Leaving early cancels the request."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=True)
         began = time.perf_counter_ns()
-        stream = ResponseStream()
+        first = True
+
+        def counted(item: StreamResult) -> StreamResult:
+            nonlocal first
+            if first and (item.result is not None or item.error is not None):
+                first = False
+                self._responded_first(runtime, began)
+            return item
+
+        listener = request.on_response
+        stream = ResponseStream(
+            None if listener is None else lambda item: listener(counted(item))
+        )
         prepared.stream = stream
         task = asyncio.ensure_future(runtime.infer(prepared))
         task.add_done_callback(stream.settle)
-        first = True
         try:
             async for item in stream:
-                if first and (item.result is not None or item.error is not None):
-                    first = False
-                    self._responded_first(runtime, began)
-                yield item
+                yield counted(item)
         finally:
             if not stream.finished:
                 task.cancel()

@@ -5,6 +5,14 @@ a final flag (possibly alone). ``ResponseStream`` carries them from the instance
 worker's frames to whoever asked (``DataPlane.infer_stream``: ModelStreamInfer, BLS). Each
 :class:`StreamResult` holding an ``InferResult`` must be released by its consumer (``with
 item.result:``); results put after the consumer left are released at once.
+
+A consumer that can handle a response where it is read (``InferRequest.on_response``: the
+gRPC stream encodes and writes it) is its stream's ``listener``: ``put`` hands each item to
+it at once, and the consumer's iteration only waits for the end. Queued for a task instead,
+a response waits for that task's turn, and for the next one of the task that writes it; in
+those turns the reader takes in (and handles) the responses behind it, so a stream's first
+token left after a burst of its next ones (``bench.generate``). What the listener raises
+ends the consumer's iteration with that exception.
 """
 
 from __future__ import annotations
@@ -53,21 +61,34 @@ class StreamResult:
 
 
 class ResponseStream:
-    def __init__(self) -> None:
+    def __init__(self, listener: Callable[[StreamResult], None] | None = None) -> None:
         self._items: collections.deque[StreamResult] = collections.deque()
         self._wakeup = asyncio.Event()
         self.finished = False  # the final response was put (or the stream failed)
         self.closed = False  # the consumer left: later results are released at once
         self._on_done: list[Callable[[], None]] = []
+        self.listener = listener  # takes each item as it is put (see the module's docstring)
+        self._raised: Exception | None = None  # what the listener raised, for the consumer
+        self.error: PbdError | None = None  # the last error response put
 
     # -- producer side ------------------------------------------------------------------------
 
     def put(self, item: StreamResult) -> None:
+        if item.error is not None:
+            self.error = item.error
         if self.finished:
             _release(item)
             return
         if self.closed:
             _release(item)
+        elif self.listener is not None:
+            try:
+                self.listener(item)
+            except Exception as exc:  # the consumer's iteration raises it, and it leaves
+                _release(item)
+                self.listener = None
+                self._raised = exc
+                self._wakeup.set()
         else:
             self._items.append(item)
             self._wakeup.set()
@@ -113,12 +134,16 @@ class ResponseStream:
         return self
 
     async def __anext__(self) -> StreamResult:
-        while not self._items:
+        while True:
+            if self._raised is not None:
+                raised, self._raised = self._raised, None
+                raise raised
+            if self._items:
+                return self._items.popleft()
             if self.finished:
                 raise StopAsyncIteration
             self._wakeup.clear()
             await self._wakeup.wait()
-        return self._items.popleft()
 
     async def last(self) -> InferResult | PbdError:
         """For a caller that wants one response (ModelInfer on a model that answered with

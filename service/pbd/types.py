@@ -117,6 +117,10 @@ class InferRequest:
     # ModelInfer, untraced: pbd.answer): the instance calls it where it reads the
     # worker's result, before the bookkeeping that follows (pbd.instance.inflight).
     respond: Callable[[InferResult], None] | None = None
+    # Set by a consumer of the request's responses that handles each where it is read (gRPC
+    # ModelStreamInfer: encoded and written at once): the listener of its ResponseStream
+    # (pbd.responses), called with each StreamResult.
+    on_response: Callable[[Any], None] | None = None
     # A request of ModelStreamInfer (not decoupled): a model that misused its response sender
     # and answered it twice is answered with the first response, as Triton's stream does
     # (ModelInfer answers Triton's "expected a single response, got 2").

@@ -42,6 +42,7 @@ from typing import Any
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, rejected, unavailable
 from pbd.fronts.inflight import InflightTable
+from pbd.h2.sending import corked
 from pbd.memory.client_shm import ClientShmRegistry, Region, SystemRegion
 from pbd.modelconfig.model import ModelConfig
 from pbd.modelconfig.parse import model_config_from_json
@@ -211,22 +212,25 @@ class DirectLink(asyncio.Protocol):
     def _handle(self, frames: Iterable[bytes | bytearray | memoryview]) -> None:
         """The frames of a read, in order. After a stream's first response the rest wait
         for the next loop turn (``_later``), so that response leaves first: a burst of a
-        decoupled model's responses would otherwise all be read before any is written."""
+        decoupled model's responses would otherwise all be read before any is written.
+        What they make the HTTP/2 connections write leaves at the end, a write each
+        (``corked``): one read of the client's for a burst of tokens, not one a token."""
         it = iter(frames)
-        try:
-            for frame in it:
-                message = wpb.WorkerToDaemon.FromString(frame)  # type: ignore[arg-type]
-                kind = message.WhichOneof("kind")
-                if kind == "result":
-                    self._on_result(message.result)
-                elif kind == "streamed" and self._on_streamed(message.streamed):
-                    self._later.extend(it)
-                    if self._later:
-                        asyncio.get_running_loop().call_soon(self._handle_later)
-                    return
-        except ValueError as exc:
-            log.error("%s sent an undecodable frame (%s); closing the link", self.name, exc)
-            self.close()
+        with corked():
+            try:
+                for frame in it:
+                    message = wpb.WorkerToDaemon.FromString(frame)  # type: ignore[arg-type]
+                    kind = message.WhichOneof("kind")
+                    if kind == "result":
+                        self._on_result(message.result)
+                    elif kind == "streamed" and self._on_streamed(message.streamed):
+                        self._later.extend(it)
+                        if self._later:
+                            asyncio.get_running_loop().call_soon(self._handle_later)
+                        return
+            except ValueError as exc:
+                log.error("%s sent an undecodable frame (%s); closing the link", self.name, exc)
+                self.close()
 
     def _handle_later(self) -> None:
         later, self._later = self._later, collections.deque()
@@ -513,7 +517,7 @@ def _stream_of(call: _Call) -> ResponseStream:
     """The stream of a request answered by its response sender, made at its first sign (its
     result saying so, or a response): its inputs stay lent until the final response."""
     if call.stream is None:
-        call.stream = ResponseStream()
+        call.stream = ResponseStream(call.request.on_response)
         call.holds += 1
         if call.gone:
             call.stream.close()
@@ -559,11 +563,8 @@ class DirectStream:
         self.stream = call.stream
 
     async def __aiter__(self) -> AsyncIterator[StreamResult]:
-        error: PbdError | None = None
         try:
             async for item in self.stream:
-                if item.error is not None:
-                    error = item.error
                 yield item
         finally:
             if not self.stream.finished:
@@ -572,6 +573,7 @@ class DirectStream:
             self.direct.held -= self.nbytes
             stats = self.direct.stats_of(self.call.version)
             took = time.perf_counter_ns() - self.began
+            error = self.stream.error
             if error is not None:
                 stats.failed(took, failure_reason(error))
             elif self.stream.finished:

@@ -182,7 +182,7 @@ class RemotePlane(asyncio.Protocol):
                 async for item in started:
                     yield item
                 return
-        stream = ResponseStream()
+        stream = ResponseStream(request.on_response)
         call = self._submit(request, None, stream)
         try:
             async for item in stream:

@@ -63,7 +63,7 @@ class Call:
 
     __slots__ = (
         "stream", "method", "context", "calls", "max_message", "encoding", "deframer",
-        "request", "requests", "task", "timed", "expired", "done", "loop",
+        "request", "requests", "task", "timed", "expired", "done", "loop", "started",
     )  # fmt: skip
 
     def __init__(
@@ -77,7 +77,10 @@ class Call:
     ) -> None:
         self.stream = stream
         self.method = method
-        self.context = Context(headers, None if method.streaming else self.answer)
+        if method.streaming:
+            self.context = Context(headers, send_now=self.send_now)
+        else:
+            self.context = Context(headers, self.answer)
         self.calls = calls
         self.max_message = calls.max_message
         self.encoding = encoding
@@ -88,6 +91,7 @@ class Call:
         self.timed = timeout is not None
         self.expired = False
         self.done = False
+        self.started = False  # a streaming call's response headers have left
         loop = calls.loop
         assert loop is not None  # Calls.open has it
         self.loop = loop
@@ -254,30 +258,45 @@ class Call:
 
     async def _run_stream(self) -> None:
         stream = self.stream
-        started = False
         try:
             async for response in self.method.handler(self.requests, self.context):
                 if self.done:
                     return
-                body = self.method.serialize(response)
-                if not started:
-                    stream.send_headers(HEAD_BLOCK)
-                    started = True
-                stream.send_data(len(body).to_bytes(5, "big") + body)
+                self._send(self.method.serialize(response))
                 limit = self.calls.stream_buffer
                 if limit and stream.queue and _held(stream) > limit:
                     await self._drained(limit)
         except Abort as exc:
-            self._finish_error(exc.code, exc.details, started)
+            self._finish_error(exc.code, exc.details, self.started)
         except asyncio.CancelledError:
-            self._cancelled(started)
+            self._cancelled(self.started)
         except Exception as exc:
-            self._unexpected(exc, started)
+            self._unexpected(exc, self.started)
         else:
             if not self.done:
                 self.done = True
                 self._release()
-                stream.send_trailers(OK_TRAILERS if started else OK_ONLY)
+                stream.send_trailers(OK_TRAILERS if self.started else OK_ONLY)
+
+    def send_now(self, body: bytes) -> bool:
+        """``Context.send_now``: ``body`` leaves now unless the client is behind by more
+        than the stream buffer (what the handler yields then waits for it, in order). A call
+        that is over drops it (True: nothing to yield)."""
+        if self.done:
+            return True
+        limit = self.calls.stream_buffer
+        stream = self.stream
+        if limit and stream.queue and _held(stream) > limit:
+            return False
+        self._send(body)
+        return True
+
+    def _send(self, body: bytes) -> None:
+        stream = self.stream
+        if not self.started:
+            stream.send_headers(HEAD_BLOCK)
+            self.started = True
+        stream.send_data(len(body).to_bytes(5, "big") + body)
 
     async def _drained(self, limit: int) -> None:
         """Wait until no more than ``limit`` bytes of the stream wait for the client's window
@@ -308,6 +327,7 @@ class Call:
         self.done = True
         self._release()
         block = trailers(code, details)
+        started = started or self.started  # headers sent by send_now count too
         self.stream.send_trailers((None, block) if started else (HEAD, block))
         if self.task is not None and self.task is not asyncio.current_task():
             self.task.cancel()

@@ -97,14 +97,23 @@ def parse_timeout(value: bytes) -> float | None:
 class Context:
     """What a handler sees of its call: the part of grpc.aio's ServicerContext pbd uses, and
     ``answer(body)``, which sends a unary call's answer (OK) before its handler returns (the
-    handler then returns None)."""
+    handler then returns None), or, for a streaming call, ``send_now(body)``, which sends a
+    message (serialized) at once from any callback, ahead of what the handler still yields:
+    False when the client is too far behind to take it now (the caller then yields it, and
+    the call waits for the client as for any message it yields)."""
 
-    __slots__ = ("_headers", "_metadata", "answer")
+    __slots__ = ("_headers", "_metadata", "answer", "send_now")
 
-    def __init__(self, headers: Fields, answer: Callable[[bytes], None] | None = None) -> None:
+    def __init__(
+        self,
+        headers: Fields,
+        answer: Callable[[bytes], None] | None = None,
+        send_now: Callable[[bytes], bool] | None = None,
+    ) -> None:
         self._headers = headers
         self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
         self.answer = answer or _not_unary
+        self.send_now = send_now or _not_streaming
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         if self._metadata is None:
@@ -126,6 +135,10 @@ class Context:
 
 def _not_unary(body: bytes) -> None:
     raise RuntimeError("only a unary call's handler can answer before it returns")
+
+
+def _not_streaming(body: bytes) -> bool:
+    raise RuntimeError("only a streaming call's handler can send a message by itself")
 
 
 def _unbase64(value: bytes) -> bytes:

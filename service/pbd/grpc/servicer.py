@@ -101,6 +101,7 @@ class InferenceRpcs:
             ),
             grpc_error,
             self.stream_buffer_bytes,
+            context.send_now,
         )
         try:
             async for data in session.run(requests):

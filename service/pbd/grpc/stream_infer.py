@@ -56,8 +56,12 @@ class StreamSession:
         start_trace: StartTrace = lambda request, began: None,
         grpc_error: bool = False,
         buffer_bytes: int = 0,
+        send_now: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.dp = dataplane
+        # Writes a response at once (the call's ``Context.send_now``) while none waits in
+        # ``_out``: False when the client is too far behind, and then it waits there.
+        self.send_now = send_now
         self.answer_ordered = answer_ordered  # raises the PbdError that ends a grpc_error call
         self.start_trace = start_trace
         self.grpc_error = grpc_error
@@ -137,8 +141,12 @@ class StreamSession:
                 mine.set_result(None)
 
     def _put(self, data: bytes | PbdError) -> None:
-        if not isinstance(data, PbdError):
-            self._out_bytes += held_cost(data)
+        if isinstance(data, PbdError):
+            self._out.put_nowait(data)
+            return
+        if self._out.empty() and self.send_now is not None and self.send_now(data):
+            return
+        self._out_bytes += held_cost(data)
         self._out.put_nowait(data)
 
     async def _decoupled(self, request: InferRequest, began: int) -> None:
@@ -159,20 +167,27 @@ class StreamSession:
 
     async def _responses(self, request: InferRequest, trace: RequestTrace | None) -> None:
         empty_final = request.parameters.get(EMPTY_FINAL_KEY) is True
-        # Leaving early (the client too far behind, the call over) cancels the request.
+
+        def respond(item: StreamResult) -> None:
+            if item.error is not None and self.grpc_error:
+                raise item.error  # ends the call (in _decoupled)
+            replying = time.time_ns()
+            data = self._encode(request, item, empty_final)
+            if data is None:
+                return
+            if not item.final:
+                self._check_backlog(request, held_cost(data))
+            self._put(data)
+            if trace is not None:
+                trace.responded(replying)
+
+        # Each response is encoded and written where the plane reads it (pbd.responses); what
+        # the plane still yields is handled here. Leaving early (the client too far behind,
+        # the call over, a raise in ``respond``) cancels the request.
+        request.on_response = respond
         async with contextlib.aclosing(self.dp.infer_stream(request)) as items:
             async for item in items:
-                if item.error is not None and self.grpc_error:
-                    raise item.error  # ends the call (in _decoupled)
-                replying = time.time_ns()
-                data = self._encode(request, item, empty_final)
-                if data is None:
-                    continue
-                if not item.final:
-                    self._check_backlog(request, held_cost(data))
-                self._put(data)
-                if trace is not None:
-                    trace.responded(replying)
+                respond(item)
 
     def _check_backlog(self, request: InferRequest, nbytes: int) -> None:
         """A decoupled request may stream without end, so pausing the reading of requests

@@ -20,9 +20,10 @@ Header blocks are HPACK-encoded as they are written, in wire order
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from pbd.h2 import frames as f
@@ -30,6 +31,27 @@ from pbd.h2.header_encoding import Block, Encoder
 
 # Above this many bytes, frames are written as a list (``write_parts``), not joined.
 LARGE_WRITE = 65536
+
+# The connections written to inside ``corked()``, each to leave in one write at its end.
+_corked: list[list[Sender]] = []
+
+
+@contextlib.contextmanager
+def corked() -> Iterator[None]:
+    """What any connection writes in the block leaves at its end, one write a connection:
+    for a reader that hands on a burst of responses at once (a worker's frames of several
+    streams), so that a client gets them in one read rather than one read each."""
+    if _corked:  # already: the outer block sends
+        yield
+        return
+    held: list[Sender] = []
+    _corked.append(held)
+    try:
+        yield
+    finally:
+        _corked.pop()
+        for sender in held:
+            sender.uncork()
 
 
 class StreamHandler(Protocol):
@@ -170,7 +192,7 @@ class Sender:
     __slots__ = (
         "sink", "sink_parts", "streams", "failed", "send_window", "peer_initial_window",
         "window_shift", "max_send_frame", "encoder", "stalled", "waiting", "out", "receiving",
-        "after_read", "answered",
+        "after_read", "answered", "corked",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -195,6 +217,7 @@ class Sender:
         # The server sent HEADERS or DATA since the client's last PING (grpc core's ping
         # policy counts only pings that come while nothing is being answered).
         self.answered = False
+        self.corked = False  # ``out`` leaves at the end of a ``corked()`` block
 
     # -- the client's settings and windows --------------------------------------------------
 
@@ -283,6 +306,9 @@ class Sender:
             return
         if self.receiving or self.sink is None:
             self.out.append(data)
+        elif _corked:
+            self.out.append(data)
+            self._cork()
         else:
             self.sink(data)
 
@@ -292,9 +318,29 @@ class Sender:
             return
         if self.receiving or self.sink is None:
             self.out.extend(parts)
+        elif _corked:
+            self.out.extend(parts)
+            self._cork()
         else:
             assert self.sink_parts is not None  # set with ``sink`` (pbd.h2.connection)
             self.sink_parts(parts)
+
+    def _cork(self) -> None:
+        if not self.corked:
+            self.corked = True
+            _corked[-1].append(self)
+
+    def uncork(self) -> None:
+        """The end of a ``corked()`` block: what was written in it leaves, in one write."""
+        self.corked = False
+        out = self.take_out()
+        if not out or self.failed or self.sink is None:
+            return
+        if len(out) == 1:
+            self.sink(out[0])
+        else:
+            assert self.sink_parts is not None
+            self.sink_parts(out)
 
     def later(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the read being handled is done (at once outside a read)."""

@@ -16,6 +16,8 @@ from pbd._proto import front_pb2 as fpb
 from pbd.errors import Code, PbdError
 from pbd.fronts import direct as direct_module
 from pbd.fronts.direct import Direct
+from pbd.h2.sending import Sender
+from pbd.responses import StreamResult
 from pbd.stats import ModelStats
 from pbd.types import InferRequest, InferResult, InputTensor, RequestedOutput, ShmSlice
 from pbd_wire import front_base, front_of
@@ -456,3 +458,61 @@ def test_a_decoupled_stream_gets_its_first_response_before_the_rest_of_a_burst_i
         assert (stats.success.count, stats.execution_count) == (1, 1)
 
     run(body, "burst")
+
+
+def test_with_a_listener_the_first_response_is_written_before_the_burst_is_read() -> None:
+    """A gRPC stream takes each response where it is read (``InferRequest.on_response``) and
+    writes it: the first response's write has left before the rest of the burst is handled,
+    and the rest, handled together, leave in one write (``corked``)."""
+    sender = Sender()
+    writes: list[bytes] = []
+    sender.sink = lambda data: writes.append(bytes(data))
+    sender.sink_parts = lambda parts: writes.append(b"".join(parts))
+    writes_before: list[int] = []
+
+    def listener(item: StreamResult) -> None:
+        writes_before.append(len(writes))
+        sender.write(b"r")  # as the gRPC stream writes a response
+        if item.result is not None:
+            item.result.release()
+
+    async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
+        config = json.loads(CONFIG)
+        config["model_transaction_policy"] = {"decoupled": True}
+        (version_spec,) = table(worker)
+        version_spec.config_json = json.dumps(config)
+        direct.update([version_spec])
+        asked = request()
+        asked.on_response = listener
+        version = direct.route(asked)
+        assert version is not None
+        started = direct.stream(asked, version, plane.place)
+        assert started is not None
+        execute = (await worker.read(2))[1].execute
+        (req,) = execute.requests
+        result = wpb.WorkerToDaemon()
+        result.result.batch_id = execute.batch_id
+        result.result.responses.add(request_id=req.request_id, streamed=True)
+        burst = [result] + [
+            wpb.WorkerToDaemon(
+                streamed=wpb.StreamedResponse(
+                    request_id=req.request_id,
+                    response=wpb.Response(request_id=req.request_id),
+                    flags=1 if last else 0,
+                )
+            )
+            for last in (False, False, True)
+        ]
+        assert worker.conn is not None
+        worker.conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in burst))
+        async with asyncio.timeout(5):
+            yielded = [item async for item in started]
+        assert yielded == []  # each went to the listener
+        (counted,) = direct.report(9).versions
+        stats = ModelStats()
+        stats.merge_record(json.loads(counted.record))
+        assert (stats.success.count, stats.execution_count) == (1, 1)
+
+    run(body, "listener")
+    assert writes_before == [0, 1, 1]
+    assert writes == [b"r", b"rr"]

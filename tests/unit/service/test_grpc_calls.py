@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from grpc_calls_peer import abort, answer, call, code, echo, message, run_calls, same, unary
-from h2_peer import Peer, request
+from h2_peer import Peer, connect, request, serve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -351,3 +351,64 @@ def test_messages_inflate_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) ->
 
     run(test)
     assert len(threads) == 3 and threading.get_ident() not in threads
+
+
+# -- Context.send_now -------------------------------------------------------------------------
+
+
+def test_send_now_writes_ahead_of_what_the_handler_yields_and_once_headers() -> None:
+    """A streaming handler's callback sends a message at once, before the handler yields
+    again: headers once, messages in the order sent, OK trailers at the end."""
+    sent_before_yield: list[bool] = []
+
+    async def handler(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
+        async for item in requests:
+            sent_before_yield.append(context.send_now(b"now:" + item))
+            yield b"yielded:" + item
+
+    async def test(peer: Peer, calls: Calls) -> None:
+        got = await call(peer, b"/t/Now", message(b"a"), message(b"b"))
+        assert got.messages == [b"now:a", b"yielded:a", b"now:b", b"yielded:b"]
+        assert got.status == (0, "")
+        assert sum(1 for block in got.blocks if (b":status", b"200") in block) == 1
+
+    run_calls({b"/t/Now": Method(True, handler, same, same)}, test)
+    assert sent_before_yield == [True, True]
+
+
+def test_send_now_refuses_while_the_client_is_behind_by_the_buffer() -> None:
+    """Past the stream buffer held for a client that gives no window, send_now says False
+    (the caller yields instead, and the call waits for the client)."""
+    answers: list[bool] = []
+
+    async def handler(requests: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
+        async for _ in requests:
+            for _ in range(4):
+                answers.append(context.send_now(b"x" * 1000))
+        yield b"end"
+
+    async def test(peer: Peer, calls: Calls) -> None:
+        calls.stream_buffer = 1500
+        peer.send(peer.headers(1, request(b"/t/Full"), end_stream=False))
+        peer.send(f.frame(f.DATA, f.END_STREAM, 1, message(b"go")))
+        for _ in range(200):
+            if len(answers) == 4:
+                break
+            await asyncio.sleep(0.01)
+
+    def small_window(methods: dict[bytes, Method], test: Any) -> None:
+        async def main() -> None:
+            calls = Calls(methods, 2**31 - 1, None)
+            async with serve(calls) as served:
+                peer = await connect(served.port, {f.INITIAL_WINDOW_SIZE: 10})
+                try:
+                    await test(peer, calls)
+                finally:
+                    peer.writer.close()
+
+        asyncio.run(main())
+
+    small_window({b"/t/Full": Method(True, handler, same, same)}, test)
+    # The first fills the 10-byte window and waits; the second too (1,000 held, under the
+    # buffer); past 1,500 held the rest are refused.
+    assert answers == [True, True, False, False]

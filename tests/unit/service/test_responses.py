@@ -135,3 +135,54 @@ def test_a_full_backlog_names_the_setting_that_bounds_it() -> None:
         "the client reads too slowly: 3000000 bytes of responses would wait to be sent, past "
         "the limit of 1048576 (--grpc-stream-buffer-bytes); the request was cancelled"
     )
+
+
+def test_a_listener_takes_each_item_where_it_is_put():
+    """With a listener (InferRequest.on_response) nothing waits for the consumer's turn: the
+    listener has the item when put returns, and the consumer's iteration just ends."""
+
+    async def run():
+        taken = []
+        stream = ResponseStream(taken.append)
+        stream.put(StreamResult())
+        assert len(taken) == 1  # before any loop turn
+        stream.put(StreamResult(final=True))
+        items = [item async for item in stream]
+        return taken, items
+
+    taken, items = asyncio.run(run())
+    assert [item.final for item in taken] == [False, True]
+    assert items == []
+
+
+def test_what_the_listener_raises_ends_the_consumer_and_later_results_are_released():
+    async def run():
+        released = []
+        refused = PbdError(Code.RESOURCE_EXHAUSTED, "the client reads too slowly")
+
+        def listener(item):
+            if item.result is not None:
+                raise refused
+
+        stream = ResponseStream(listener)
+        stream.put(StreamResult())
+        stream.put(StreamResult(result=_result(released)))  # raises: released, ends the consumer
+        stream.put(StreamResult(result=_result(released)))  # queued for a consumer that leaves
+        try:
+            async for _ in stream:
+                raise AssertionError("the consumer got an item after the listener raised")
+        except PbdError as exc:
+            raised = exc
+        stream.close()
+        return raised, released, refused
+
+    raised, released, refused = asyncio.run(run())
+    assert raised is refused
+    assert released == [1, 1]
+
+
+def test_the_last_error_put_is_kept_for_the_statistics():
+    stream = ResponseStream(lambda item: None)
+    stream.put(StreamResult(error=PbdError(Code.INTERNAL, "first")))
+    stream.put(StreamResult(error=PbdError(Code.UNAVAILABLE, "gone"), final=True))
+    assert stream.error is not None and stream.error.message == "gone"
