@@ -27,7 +27,8 @@ from typing import Any
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import Code, PbdError, unavailable
 from pbd.fronts import wire
-from pbd.fronts.direct import Direct, DirectVersion
+from pbd.fronts.direct import Direct
+from pbd.fronts.direct_link import DirectVersion
 from pbd.grpc.protocol import Abort, Buffer, Context
 from pbd.memory.malloc import FloodTrim
 from pbd.modelconfig.model import ModelConfig

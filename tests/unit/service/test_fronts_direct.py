@@ -14,8 +14,9 @@ import pytest
 
 from pbd._proto import front_pb2 as fpb
 from pbd.errors import Code, PbdError
-from pbd.fronts import direct as direct_module
+from pbd.fronts import direct_link
 from pbd.fronts.direct import Direct
+from pbd.fronts.direct_link import DirectStream
 from pbd.h2.sending import Sender
 from pbd.responses import StreamResult
 from pbd.stats import ModelStats
@@ -283,7 +284,7 @@ def test_the_worker_going_away_fails_what_it_had_in_the_daemons_words() -> None:
 def test_without_the_daemons_words_the_link_says_it_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(direct_module, "GONE_WAIT_S", 0.05)
+    monkeypatch.setattr(direct_link, "GONE_WAIT_S", 0.05)
 
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
         answer = sent(direct, plane)
@@ -415,32 +416,7 @@ def test_a_decoupled_stream_gets_its_first_response_before_the_rest_of_a_burst_i
     reader before the others are handled (the rest wait for the next loop turn)."""
 
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        config = json.loads(CONFIG)
-        config["model_transaction_policy"] = {"decoupled": True}
-        (version_spec,) = table(worker)
-        version_spec.config_json = json.dumps(config)
-        direct.update([version_spec])
-        version = direct.route(request())
-        assert version is not None and version.config.decoupled
-        started = direct.stream(request(), version, plane.place)
-        assert started is not None
-        execute = (await worker.read(2))[1].execute
-        (req,) = execute.requests
-        result = wpb.WorkerToDaemon()
-        result.result.batch_id = execute.batch_id
-        result.result.responses.add(request_id=req.request_id, streamed=True)
-        burst = [result] + [
-            wpb.WorkerToDaemon(
-                streamed=wpb.StreamedResponse(
-                    request_id=req.request_id,
-                    response=wpb.Response(request_id=req.request_id),
-                    flags=1 if last else 0,
-                )
-            )
-            for last in (False, False, True)
-        ]
-        assert worker.conn is not None
-        worker.conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in burst))
+        started = await _three_responses_at_once(direct, worker, plane, request())
         items = started.__aiter__()
         async with asyncio.timeout(5):  # in this task: the reader the first response wakes
             first = await items.__anext__()
@@ -477,34 +453,9 @@ def test_with_a_listener_the_first_response_is_written_before_the_burst_is_read(
             item.result.release()
 
     async def body(direct: Direct, worker: FakeWorker, plane: Plane) -> None:
-        config = json.loads(CONFIG)
-        config["model_transaction_policy"] = {"decoupled": True}
-        (version_spec,) = table(worker)
-        version_spec.config_json = json.dumps(config)
-        direct.update([version_spec])
         asked = request()
         asked.on_response = listener
-        version = direct.route(asked)
-        assert version is not None
-        started = direct.stream(asked, version, plane.place)
-        assert started is not None
-        execute = (await worker.read(2))[1].execute
-        (req,) = execute.requests
-        result = wpb.WorkerToDaemon()
-        result.result.batch_id = execute.batch_id
-        result.result.responses.add(request_id=req.request_id, streamed=True)
-        burst = [result] + [
-            wpb.WorkerToDaemon(
-                streamed=wpb.StreamedResponse(
-                    request_id=req.request_id,
-                    response=wpb.Response(request_id=req.request_id),
-                    flags=1 if last else 0,
-                )
-            )
-            for last in (False, False, True)
-        ]
-        assert worker.conn is not None
-        worker.conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in burst))
+        started = await _three_responses_at_once(direct, worker, plane, asked)
         async with asyncio.timeout(5):
             yielded = [item async for item in started]
         assert yielded == []  # each went to the listener
@@ -516,3 +467,37 @@ def test_with_a_listener_the_first_response_is_written_before_the_burst_is_read(
     run(body, "listener")
     assert writes_before == [0, 1, 1]
     assert writes == [b"r", b"rr"]
+
+
+async def _three_responses_at_once(
+    direct: Direct, worker: FakeWorker, plane: Plane, asked: InferRequest
+) -> DirectStream:
+    """``asked`` streamed on a decoupled version; the worker answers with its result and
+    three responses (the last final) in one write."""
+    config = json.loads(CONFIG)
+    config["model_transaction_policy"] = {"decoupled": True}
+    (version_spec,) = table(worker)
+    version_spec.config_json = json.dumps(config)
+    direct.update([version_spec])
+    version = direct.route(asked)
+    assert version is not None and version.config.decoupled
+    started = direct.stream(asked, version, plane.place)
+    assert started is not None
+    execute = (await worker.read(2))[1].execute
+    (req,) = execute.requests
+    result = wpb.WorkerToDaemon()
+    result.result.batch_id = execute.batch_id
+    result.result.responses.add(request_id=req.request_id, streamed=True)
+    burst = [result] + [
+        wpb.WorkerToDaemon(
+            streamed=wpb.StreamedResponse(
+                request_id=req.request_id,
+                response=wpb.Response(request_id=req.request_id),
+                flags=1 if last else 0,
+            )
+        )
+        for last in (False, False, True)
+    ]
+    assert worker.conn is not None
+    worker.conn.sendall(b"".join(encode_frame(m.SerializeToString()) for m in burst))
+    return started
