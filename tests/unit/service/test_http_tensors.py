@@ -58,7 +58,8 @@ def test_outputs_that_are_not_an_array_are_refused_even_when_falsy(value):
 @pytest.mark.parametrize(
     ("datatype", "data", "wrong"),
     [("INT32", ["7", True], '"7"'), ("INT32", [7, True], "true"), ("INT64", [1.5, 2], "1.5"),
-     ("FP32", [1.0, "2"], '"2"'), ("FP32", [False, 1.0], "false")],
+     ("FP32", [1.0, "2"], '"2"'), ("FP32", [False, 1.0], "false"),
+     ("FP32", [[1.0], [None]], "null"), ("UINT8", [[1], [{"a": 1}]], '{"a": 1}')],
 )  # fmt: skip
 def test_json_data_of_another_type_is_not_converted(datatype, data, wrong):
     err = _error({"inputs": [{"name": "X", "datatype": datatype, "shape": [2], "data": data}]})
