@@ -22,6 +22,10 @@ SCHEDULING_ENV = "PBD_WORKER_SCHEDULING"
 # of the front end an id belongs to, or -1 for the daemon's (streamed held ids, top bit set,
 # are the worker's own: masked off first).
 FRONT_ID_SHIFT = 40
+# A decoupled request a front end sent: how many of its streamed responses with outputs the
+# worker lets wait for their release before its sender's send() waits (pbd_worker.live_requests);
+# the front end tells releases at once when a request has that many out (worker_client.releases).
+RESPONSES_AHEAD = 4
 _ID_MASK = (1 << 63) - 1
 
 

@@ -18,6 +18,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +49,9 @@ _EMPTY = memoryview(b"")
 _NO_ID = "<id_unknown>"  # how Triton's messages name a request without an id
 # Triton's gRPC front end, when a default-mode request got a response and then an error.
 _TWO_RESPONSES = "expected a single response, got 2"
+# A sender waiting for its responses' release looks again this often whether its request is
+# still live (an end wakes it only through a release).
+RELEASE_RECHECK_S = 0.1
 
 
 def _error(code: str, message: str, tb: str = "") -> wpb.Error:
@@ -104,6 +108,11 @@ class BatchExecutor:
         # kept with its (region, offset, nbytes), so an id is never one of another array.
         self._origins: dict[int, tuple[np.ndarray, str, int, int]] = {}
         self.lock = threading.Lock()
+        # A decoupled request's streamed responses not released yet, and the request each
+        # held id is of: its sender waits while too many are (``wait_released``).
+        self._unreleased: dict[int, int] = {}
+        self._held_for: dict[int, int] = {}
+        self._waiting: dict[int, threading.Condition] = {}  # by request: its sender waits
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
@@ -135,8 +144,13 @@ class BatchExecutor:
 
     def rebind(self, inputs: SegmentMap, outputs: Arena) -> None:
         """New segments after a daemon restart; blocks of the old arena are void."""
-        self._held.clear()
-        self._shared.clear()
+        with self.lock:
+            self._held.clear()
+            self._shared.clear()
+            self._held_for.clear()
+            self._unreleased.clear()
+            for waiting in self._waiting.values():
+                waiting.notify()
         self.inputs, self.outputs = inputs, outputs
 
     def held_batches(self) -> list[int]:
@@ -150,6 +164,9 @@ class BatchExecutor:
     def release(self, batch_ids: list[int]) -> None:
         with self.lock:
             for batch_id in batch_ids:
+                request_id = self._held_for.pop(batch_id, None)
+                if request_id is not None:
+                    self._one_released(request_id)
                 blocks = self._held.pop(batch_id, None)
                 if blocks is None:
                     shared = self._shared.pop(batch_id, None)
@@ -162,9 +179,38 @@ class BatchExecutor:
                 for block in blocks:
                     self.outputs.free(block)
 
-    def hold(self, held_id: int, blocks: list[Block]) -> None:
+    def hold(self, held_id: int, blocks: list[Block], request_id: int = 0) -> None:
+        """Keep a streamed response's output blocks until ``held_id`` is released; counted
+        against ``request_id`` (0: not paced) meanwhile."""
         with self.lock:
             self._held[held_id] = blocks
+            if request_id:
+                self._held_for[held_id] = request_id
+                self._unreleased[request_id] = self._unreleased.get(request_id, 0) + 1
+
+    def wait_released(self, request_id: int, most: int, live: Callable[[], bool]) -> None:
+        """Until fewer than ``most`` of ``request_id``'s streamed responses wait to be
+        released, or it is no longer ``live`` (ended, its reader gone). A model thread's."""
+        with self.lock:
+            if self._unreleased.get(request_id, 0) < most:
+                return
+            # One condition a request: a release wakes its own sender, not every model thread.
+            waiting = self._waiting[request_id] = threading.Condition(self.lock)
+            try:
+                while self._unreleased.get(request_id, 0) >= most and live():
+                    waiting.wait(RELEASE_RECHECK_S)
+            finally:
+                del self._waiting[request_id]
+
+    def _one_released(self, request_id: int) -> None:
+        left = self._unreleased[request_id] - 1
+        if left:
+            self._unreleased[request_id] = left
+        else:
+            del self._unreleased[request_id]
+        waiting = self._waiting.get(request_id)
+        if waiting is not None:
+            waiting.notify()
 
     def build_response(
         self, msg: wpb.Request, request: InferenceRequest, response: InferenceResponse,

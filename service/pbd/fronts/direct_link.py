@@ -33,7 +33,7 @@ from pbd.stats import ModelStats, failure_reason
 from pbd.types import InferRequest, InferResult, OutputTensor, PreparedRequest, batch_rows
 from pbd.worker_client.describe import describe_request
 from pbd.worker_client.error_log import ErrorBucket, log_failed_batch
-from pbd.worker_client.releases import PendingReleases
+from pbd.worker_client.releases import Outstanding, PendingReleases
 from pbd.worker_client.results import FINAL, failed_share, json_params, stream_item
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
@@ -104,8 +104,9 @@ class DirectVersion:
         return best
 
 
-class DirectCall:
-    """A request sent to a worker, until its input blocks may be reused."""
+class DirectCall(Outstanding):
+    """A request sent to a worker, until its input blocks may be reused. As ``Outstanding``:
+    its streamed responses the worker waits to hear released (a decoupled model's, paced)."""
 
     __slots__ = (
         "request", "prepared", "version", "blocks", "future", "stream", "gone", "holds", "final",
@@ -120,6 +121,7 @@ class DirectCall:
         blocks: list[Block],
         future: asyncio.Future[InferResult] | None,
     ) -> None:
+        super().__init__()
         self.request = request
         self.prepared = prepared
         self.version = version
@@ -409,9 +411,13 @@ class DirectLink(asyncio.Protocol):
             held = frame.held
             return self._result(call, outputs, response.parameters_json, held, bool(held))
 
+        # A decoupled model's request: the worker paces its responses (pbd_worker.live_requests).
+        paced = call if call is not None and call.future is None else None
+        if paced is not None and frame.held:
+            paced.outstanding += 1
         item = stream_item(frame, result)
         if frame.held and item.result is None:
-            self.releases.add(frame.held)
+            self.releases.add(frame.held, paced)
         if call is None:
             return False
         stream = stream_of(call)
@@ -458,7 +464,8 @@ class DirectLink(asyncio.Protocol):
 
         def release() -> None:
             if holds:
-                self.releases.add(held)
+                paced = held >> 63 and call.future is None  # a streamed response, counted
+                self.releases.add(held, call if paced else None)
             self._drop_hold(call)
 
         version = call.version

@@ -3,11 +3,24 @@ cancellation flags), and finish together with those execute() answered."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+import triton_python_backend_utils as pb_utils
+from pbd_wire import front_base
 from pbd_wire import worker_pb2 as wpb
 from pbd_wire.cancel_flags import CancelFlags
-from pbd_worker.live_requests import LiveRequests
+from pbd_wire.shm import Arena, SegmentMap
+from pbd_worker.event_loop import WorkerLoop
+from pbd_worker.executor import BatchExecutor
+from pbd_worker.ipc.daemon_link import DaemonLink
+from pbd_worker.live_requests import RESPONSES_AHEAD, LiveRequests
+from pbd_worker.model_api import state
 from pbd_worker.model_api.request import InferenceRequest
 
 
@@ -65,3 +78,127 @@ def test_finishing_a_decoupled_batch_returns_nothing_and_ends_nothing_unanswered
     live.start_batch([1], [wpb.Request(request_id=1)], [_request()])
     assert live.finish_execute([1]) == {}
     assert sorted(live._live) == [1]  # its sender answers it, later
+
+
+class _Tokens:
+    """A decoupled model that sends ``count`` tokens from a thread as fast as it can."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.threads: list[threading.Thread] = []
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            thread = threading.Thread(target=self._stream, args=(sender,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _stream(self, sender: object) -> None:
+        for i in range(self.count):
+            token = pb_utils.Tensor("OUT", np.array([i], np.int32))
+            sender.send(pb_utils.InferenceResponse([token]))  # type: ignore[attr-defined]
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)  # type: ignore[attr-defined]
+
+
+FROM_A_FRONT_END = front_base(0) + 7  # a request on the direct path
+FROM_THE_DAEMON = 7
+
+
+def _streaming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, request_id: int
+) -> tuple[BatchExecutor, _Tokens, list[int], Arena]:
+    """A decoupled request of ``_Tokens`` run by a real executor; the held ids of the
+    responses its sender sent, as they leave."""
+    held: list[int] = []
+
+    def send(*frames: wpb.WorkerToDaemon) -> None:
+        held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
+
+    model = _Tokens(count)
+    live = LiveRequests(send, decoupled=True)
+    monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
+    arena = Arena("pbdtest-paced", 1 << 16, 1 << 16)
+    aio = WorkerLoop(DaemonLink("@unused", lambda: None))
+    executor = BatchExecutor(
+        model, instance_name="m_0", model_name="m", model_version=1,
+        inputs=SegmentMap(str(tmp_path)), outputs=arena,
+        aio=aio, live=live,
+    )  # fmt: skip
+    executor.run(wpb.Execute(batch_id=1, requests=[wpb.Request(request_id=request_id)]))
+    return executor, model, held, arena
+
+
+def _until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_decoupled_sender_waits_while_its_reader_holds_too_many_responses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RESPONSES_AHEAD responses leave, then the model's thread waits in send(); each
+    release lets one more go, and the stream ends whole."""
+    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
+    try:
+        _until(lambda: len(held) == RESPONSES_AHEAD)
+        time.sleep(0.05)  # it would have sent them all by now: it waits
+        assert len(held) == RESPONSES_AHEAD
+        executor.release([held[0]])
+        _until(lambda: len(held) == RESPONSES_AHEAD + 1)
+        while model.threads[0].is_alive():
+            executor.release(held[:])
+            time.sleep(0.001)
+        assert len(held) == 10
+    finally:
+        arena.close()
+        executor.aio.loop.close()
+
+
+def test_a_sender_whose_request_ended_does_not_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request's reader went away (its link closed: the request is no longer live):
+    the model's thread is not held for releases that will not come."""
+    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
+    try:
+        _until(lambda: len(held) == RESPONSES_AHEAD)
+        executor.live.done(FROM_A_FRONT_END)
+        model.threads[0].join(5)
+        assert not model.threads[0].is_alive()
+    finally:
+        arena.close()
+        executor.aio.loop.close()
+
+
+def test_a_request_the_daemon_sent_is_not_paced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BLS call's caller may keep every response until the stream ends: the daemon's
+    requests stream on without waiting for releases."""
+    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_THE_DAEMON)
+    try:
+        model.threads[0].join(5)
+        assert not model.threads[0].is_alive()
+        assert len(held) == 10
+    finally:
+        arena.close()
+        executor.aio.loop.close()
+
+
+def test_a_cancelled_request_does_not_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that left: its responses may never be released, and the model must get to
+    see is_cancelled() rather than wait in send()."""
+    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
+    try:
+        _until(lambda: len(held) == RESPONSES_AHEAD)
+        executor.live.cancel([FROM_A_FRONT_END])
+        model.threads[0].join(5)
+        assert not model.threads[0].is_alive()
+    finally:
+        arena.close()
+        executor.aio.loop.close()

@@ -377,6 +377,8 @@ class OpenAIApi:
                         with item.result as result:
                             vectors, tokens = read_embeddings(result, config.name, len(asked.texts))
                         answer = embeddings_answer(config.name, vectors, asked.encoding, tokens)
+                    elif item.result is not None:  # a response past the first: let it go
+                        item.result.release()
             if answer is None:
                 raise ApiError(
                     500,
