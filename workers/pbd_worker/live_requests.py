@@ -20,8 +20,8 @@ paced: among them are BLS calls, whose caller (a model) may keep every response,
 blocks, until the stream ended: waiting for those releases would never end. Unpaced, a
 model that makes its tokens at once sent them all while its reader was still writing the
 first: on a loaded machine the burst took the CPU the first token needed, and the client
-saw it after most of the others (``bench.generate``: first token 4.3 ms at 1 stream, 19 ms
-at 8, against Triton's 2.1 and 7; paced by 4: 1.7–1.8 ms and 6.7–7.0 ms, bench/README.md).
+saw it after most of the others (``bench.generate``: first token 3.9–4.4 ms at 1 stream and
+13–15 ms at 8; paced by 4: 1.6 ms and 6.5 ms, Triton 1.75 and 5.2; docs/streaming.md).
 
 In the default mode a request has exactly one response, so the one its sender sends is its
 last: it leaves with the final flag whether or not the model added it (Triton would wait for the
