@@ -17,7 +17,9 @@ no more than ``RESPONSES_AHEAD`` of the request's responses with outputs wait fo
 end to release them (it does once it encoded them for its client), as Triton's stub waits
 for its server to take each response (a window of one). Requests the daemon sent are not
 paced: among them are BLS calls, whose caller (a model) may keep every response, and their
-blocks, until the stream ended: waiting for those releases would never end. Unpaced, a
+blocks, until the stream ended: waiting for those releases would never end. Nor are sends
+from the main thread (``execute`` itself, an ``async def execute`` on the worker's loop):
+that thread reads the releases. Unpaced, a
 model that makes its tokens at once sent them all while its reader was still writing the
 first: on a loaded machine the burst took the CPU the first token needed, and the client
 saw it after most of the others (``bench.generate``: first token 3.9–4.4 ms at 1 stream and
@@ -67,6 +69,12 @@ class ResponseWriter(Protocol):
 
 
 STREAM_HELD_BIT = 1 << 63
+
+
+def _may_wait() -> bool:
+    """A sender on the main thread never waits for releases: that thread reads them (and
+    runs ``execute`` and the worker's event loop, where an ``async def execute`` sends)."""
+    return threading.current_thread() is not threading.main_thread()
 
 
 class LiveRequests:
@@ -203,7 +211,7 @@ class LiveRequests:
         if out.flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done(request_id)
         self.send(wpb.WorkerToDaemon(streamed=out))
-        if out.held and self.decoupled and front_of(request_id) >= 0:
+        if out.held and self.decoupled and front_of(request_id) >= 0 and _may_wait():
             self.executor.wait_released(
                 request_id,
                 RESPONSES_AHEAD,

@@ -202,3 +202,42 @@ def test_a_cancelled_request_does_not_wait(
     finally:
         arena.close()
         executor.aio.loop.close()
+
+
+class _Inline:
+    """A decoupled model that sends its tokens from execute() itself (the main thread)."""
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            for i in range(10):
+                token = pb_utils.Tensor("OUT", np.array([i], np.int32))
+                sender.send(pb_utils.InferenceResponse([token]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def test_a_sender_on_the_main_thread_never_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread reads the releases: a send there (from execute(), or an async
+    execute on the worker's loop) goes at once, else the worker would wait for itself."""
+    held: list[int] = []
+
+    def send(*frames: wpb.WorkerToDaemon) -> None:
+        held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
+
+    live = LiveRequests(send, decoupled=True)
+    monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
+    arena = Arena("pbdtest-inline", 1 << 16, 1 << 16)
+    executor = BatchExecutor(
+        _Inline(), instance_name="m_0", model_name="m", model_version=1,
+        inputs=SegmentMap(str(tmp_path)), outputs=arena,
+        aio=WorkerLoop(DaemonLink("@unused", lambda: None)), live=live,
+    )  # fmt: skip
+    try:
+        request = wpb.Request(request_id=FROM_A_FRONT_END)
+        executor.run(wpb.Execute(batch_id=1, requests=[request]))
+        assert len(held) == 10
+    finally:
+        arena.close()
+        executor.aio.loop.close()
