@@ -113,6 +113,9 @@ class BatchExecutor:
         self._unreleased: dict[int, int] = {}
         self._held_for: dict[int, int] = {}
         self._waiting: dict[int, threading.Condition] = {}  # by request: its sender waits
+        # The main thread is inside execute(): it reads no release meanwhile, so no sender
+        # waits for one (a model may wait in execute() for its own sending threads).
+        self._in_execute = False
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
@@ -192,15 +195,26 @@ class BatchExecutor:
         """Until fewer than ``most`` of ``request_id``'s streamed responses wait to be
         released, or it is no longer ``live`` (ended, its reader gone). A model thread's."""
         with self.lock:
-            if self._unreleased.get(request_id, 0) < most:
+            if self._unreleased.get(request_id, 0) < most or self._in_execute:
                 return
             # One condition a request: a release wakes its own sender, not every model thread.
             waiting = self._waiting[request_id] = threading.Condition(self.lock)
             try:
-                while self._unreleased.get(request_id, 0) >= most and live():
+                while (
+                    self._unreleased.get(request_id, 0) >= most
+                    and live()
+                    and not self._in_execute
+                ):
                     waiting.wait(RELEASE_RECHECK_S)
             finally:
                 del self._waiting[request_id]
+
+    def _executing(self, inside: bool) -> None:
+        with self.lock:
+            self._in_execute = inside
+            if inside:
+                for waiting in self._waiting.values():
+                    waiting.notify()
 
     def _one_released(self, request_id: int) -> None:
         left = self._unreleased[request_id] - 1
@@ -399,7 +413,11 @@ class BatchExecutor:
         worker's event loop; a decoupled model's runs there in the background, as in Triton:
         execute "returns" at once and the next batch may start. If that coroutine raises or is
         cancelled, its requests still open are closed with the error (Triton only logs it)."""
-        returned = self.model.execute(requests)
+        self._executing(True)
+        try:
+            returned = self.model.execute(requests)
+        finally:
+            self._executing(False)
         if type(returned) is list or not inspect.isawaitable(returned):
             return returned
         if not self.live.decoupled:

@@ -86,6 +86,9 @@ class _Tokens:
     def __init__(self, count: int) -> None:
         self.count = count
         self.threads: list[threading.Thread] = []
+        # Set once execute() returned: sends while it runs are not paced (the main thread
+        # reads no release then), and these tests are about the ones after.
+        self.go = threading.Event()
 
     def execute(self, requests: list[InferenceRequest]) -> None:
         for request in requests:
@@ -95,6 +98,7 @@ class _Tokens:
             self.threads.append(thread)
 
     def _stream(self, sender: object) -> None:
+        self.go.wait(10)
         for i in range(self.count):
             token = pb_utils.Tensor("OUT", np.array([i], np.int32))
             sender.send(pb_utils.InferenceResponse([token]))  # type: ignore[attr-defined]
@@ -126,6 +130,7 @@ def _streaming(
         aio=aio, live=live,
     )  # fmt: skip
     executor.run(wpb.Execute(batch_id=1, requests=[wpb.Request(request_id=request_id)]))
+    model.go.set()
     return executor, model, held, arena
 
 
@@ -231,6 +236,43 @@ def test_a_sender_on_the_main_thread_never_waits(
     arena = Arena("pbdtest-inline", 1 << 16, 1 << 16)
     executor = BatchExecutor(
         _Inline(), instance_name="m_0", model_name="m", model_version=1,
+        inputs=SegmentMap(str(tmp_path)), outputs=arena,
+        aio=WorkerLoop(DaemonLink("@unused", lambda: None)), live=live,
+    )  # fmt: skip
+    try:
+        request = wpb.Request(request_id=FROM_A_FRONT_END)
+        executor.run(wpb.Execute(batch_id=1, requests=[request]))
+        assert len(held) == 10
+    finally:
+        arena.close()
+        executor.aio.loop.close()
+
+
+class _Joined(_Tokens):
+    """A decoupled model whose execute() waits for the threads that send its tokens."""
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        self.go.set()  # sending while execute() runs is the point here
+        super().execute(requests)
+        for thread in self.threads:
+            thread.join()
+
+
+def test_a_sender_does_not_wait_while_execute_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """execute() waits for its own sending thread: the main thread reads no release until
+    it returns, so the thread must not wait for one (it would wait for ever)."""
+    held: list[int] = []
+
+    def send(*frames: wpb.WorkerToDaemon) -> None:
+        held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
+
+    live = LiveRequests(send, decoupled=True)
+    monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
+    arena = Arena("pbdtest-joined", 1 << 16, 1 << 16)
+    executor = BatchExecutor(
+        _Joined(10), instance_name="m_0", model_name="m", model_version=1,
         inputs=SegmentMap(str(tmp_path)), outputs=arena,
         aio=WorkerLoop(DaemonLink("@unused", lambda: None)), live=live,
     )  # fmt: skip
