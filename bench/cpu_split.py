@@ -1,14 +1,18 @@
 """Where a server's CPU goes per request: each thread of the server and of its children.
 
     python -m bench.cpu_split [--concurrency 8] [--seconds 4] [--elements 16]
+                              [--model NAME [--repository DIR]] [--python PATH] [--triton]
                               [--echo [--echo-front-end grpcio|pbd]]
 
-Serves ``identity_fp32`` (pbd, one worker) or the bare echo server (``--echo``, on grpc.aio
-or pbd.h2), drives the closed-loop load of ``python -m bench`` at ``--concurrency``, and reads
-``/proc/<pid>/task/<tid>/stat`` and ``status`` of every thread before and after the measured
-window: CPU microseconds and context switches per request, per thread. This is the split the
-per-request-cost profile in bench/README.md starts from; ``perf record -p PID`` and
-``py-spy record -p PID`` on the same processes give the finer one.
+Serves ``identity_fp32`` (pbd, one worker; ``--model`` another of ``--repository``, e.g.
+``--model identity_fp32_batch --repository bench/models``), the same model on the real
+Triton 2.51 as well (``--triton``: scripts/triton.sh's, measured first), or the bare echo
+server (``--echo``, on grpc.aio or pbd.h2), drives the closed-loop load of ``python -m bench``
+at ``--concurrency``, and reads ``/proc/<pid>/task/<tid>/stat`` and ``status`` of every thread
+before and after the measured window: CPU microseconds and context switches per request, per
+thread, and the mean batch the model saw (statistics' inference_count over execution_count in
+the window). This is the split the per-request-cost profile in bench/README.md starts from;
+``py-spy record -p PID`` on the same processes gives the finer one.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import tritonclient.grpc as grpcclient
+
 from bench import procstat
 from bench.loadgen import build_request, run_load
-from bench.servers import ROOT, ServerProcess, start_echo, start_pbd
+from bench.servers import ROOT, ServerProcess, start_echo, start_pbd, start_triton
 
 MODEL = "identity_fp32"
 RESULTS = ROOT / "bench" / "results"
@@ -78,19 +84,37 @@ def report(pids: list[int], before: dict[int, dict[int, ThreadSample]], requests
         print(f"  {role} {pid} {'all threads':16s} {total * 1e6 / requests:7.0f} us/req")
 
 
-async def measure(server: ServerProcess, opts: argparse.Namespace) -> None:
+def counts(target: str, model: str) -> tuple[int, int]:
+    """The model's (inference_count, execution_count) from its statistics, over gRPC."""
+    with grpcclient.InferenceServerClient(target) as client:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    return (
+        sum(int(s.get("inference_count", 0)) for s in stats),
+        sum(int(s.get("execution_count", 0)) for s in stats),
+    )
+
+
+async def measure(server: ServerProcess, opts: argparse.Namespace, name: str) -> None:
     shape = [1, opts.elements]
-    payload, data = build_request(MODEL, shape)
+    payload, data = build_request(opts.model, shape)
     common = {"concurrency": opts.concurrency, "max_requests": 1_000_000}
     await run_load(server.target, payload, shape, data, duration=1.0, warmup=0.3, **common)
     pids = [server.pid, *procstat.children(server.pid)]
+    model_counts = None if opts.echo else counts(server.target, opts.model)
     before = {pid: threads(pid) for pid in pids}
     stats = await run_load(
         server.target, payload, shape, data, duration=opts.seconds, warmup=0.0, **common
     )
+    batch = ""
+    if model_counts is not None:
+        inferences, executions = (
+            b - a for a, b in zip(model_counts, counts(server.target, opts.model), strict=True)
+        )
+        batch = f", mean batch {inferences / max(executions, 1):.2f}"
     print(
-        f"{'echo' if opts.echo else 'pbd'} fp32 {shape} c={opts.concurrency}: "
+        f"{name} {opts.model} fp32 {shape} c={opts.concurrency}: "
         f"{stats.infer_per_s:.0f} infer/s, p50 {stats.p50_ms:.2f} ms, p99 {stats.p99_ms:.2f} ms"
+        f"{batch}"
     )
     report(pids, before, max(stats.requests, 1))
 
@@ -106,17 +130,39 @@ def main(argv: list[str] | None = None) -> int:
         help="the echo server's gRPC server: grpc.aio's or pbd's own HTTP/2",
     )  # fmt: skip
     parser.add_argument("--pbd-arg", action="append", default=[], metavar="FLAG")
+    parser.add_argument("--model", default=MODEL, help=f"the model to load (default {MODEL})")
+    parser.add_argument(
+        "--repository", type=Path, default=ROOT / "examples" / "models",
+        help="the model repository (default examples/models)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--python", default=sys.executable,
+        help="the interpreter pbd runs on (like-for-like with Triton: .venv-system/bin/python)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triton", action="store_true", help="measure the real Triton first on the same model"
+    )
     opts = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if opts.echo:
         server = start_echo(sys.executable, RESULTS, front_end=opts.echo_front_end)
-    else:
-        prefix = f"pbdsplit{os.getpid()}"
-        server = start_pbd(
-            sys.executable, RESULTS, ROOT / "examples" / "models", MODEL, prefix, opts.pbd_arg
-        )
+        try:
+            asyncio.run(measure(server, opts, "echo"))
+        finally:
+            server.stop()
+        return 0
+    if opts.triton:
+        from bench.vs_triton import install_triton
+
+        triton = start_triton(install_triton(), RESULTS, opts.repository, opts.model, [])
+        try:
+            asyncio.run(measure(triton, opts, "triton"))
+        finally:
+            triton.stop()
+    prefix = f"pbdsplit{os.getpid()}"
+    server = start_pbd(opts.python, RESULTS, opts.repository, opts.model, prefix, opts.pbd_arg)
     try:
-        asyncio.run(measure(server, opts))
+        asyncio.run(measure(server, opts, "pbd"))
     finally:
         server.stop()
     return 0

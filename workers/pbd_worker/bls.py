@@ -184,8 +184,8 @@ class BlsClient:
         self.callee_segments.close()
         self.callee_segments = SegmentMap(inputs.shm_dir)
 
-    def begin_batch(self, execute: wpb.Execute) -> None:
-        self._batch = _Batch(execute.requests)
+    def begin_batch(self, requests: Sequence[wpb.Request]) -> None:
+        self._batch = _Batch(requests)
         self._batch_token = _current_batch.set(self._batch)
         self.executing = True
 

@@ -282,46 +282,53 @@ class BatchExecutor:
     def run(self, execute: wpb.Execute, into: wpb.ExecuteResult | None = None) -> wpb.ExecuteResult:
         """Run the batch; its result is written into ``into`` (a frame's field: protobuf
         copies a message handed to a constructor) or a new message."""
+        result = into if into is not None else wpb.ExecuteResult()
         try:
-            return self._run(execute, into if into is not None else wpb.ExecuteResult())
+            # protobuf makes a new wrapper on every walk: the list, once
+            return self._run(execute.batch_id, execute.requests[:], result)
         finally:
             # No lock: a sender thread that reads it meanwhile finds an entry or looks the
             # array up by address (dict operations are atomic).
             self._origins.clear()
 
-    def run_parts(
-        self, whole: wpb.Execute, parts: list[wpb.Execute], results: list[wpb.ExecuteResult]
-    ) -> None:
+    def run_parts(self, parts: list[wpb.Execute], results: list[wpb.ExecuteResult]) -> None:
         """Run the requests of several Executes as one batch, one ``execute()`` (a batch the
         worker formed from its front links, ``pbd_worker.front_batcher``). ``results[i]`` answers
         ``parts[i]``: its own requests' responses, the whole batch's timings and ``merged``;
         the first part with a request that did not fail carries the rows the batch executed
         without failing (``batch_rows``), so the execution is counted once. The outputs stay
-        held until every part is released. ``whole`` is the parts' requests as one Execute
-        under the first part's batch id (``front_batcher.merged``)."""
+        held until every part is released (they are filed under the first part's id)."""
+        msgs: list[wpb.Request] = []
         owner: dict[int, tuple[int, int]] = {}  # request id -> (part, rows)
         for index, part in enumerate(parts):
-            for request in part.requests:
-                shape = request.inputs[0].shape if request.inputs else ()
+            requests = part.requests[:]
+            msgs.extend(requests)
+            for request in requests:
+                refs = request.inputs
+                shape = refs[0].shape if refs else ()
                 owner[request.request_id] = (index, shape[0] if shape else 1)
-        result = self.run(whole)
+        first = parts[0].batch_id
+        try:
+            result = self._run(first, msgs, wpb.ExecuteResult())
+        finally:
+            self._origins.clear()  # as in ``run``
         ids = {part.batch_id for part in parts}
         with self.lock:
-            blocks = self._held.pop(whole.batch_id, None)
+            blocks = self._held.pop(first, None)
             if blocks:
                 shared = (blocks, ids)
                 for batch_id in ids:
                     self._shared[batch_id] = shared
         counted = -1
         executed_rows = 0
+        timings = result.input_ns, result.infer_ns, result.output_ns
+        span = result.execute_span if result.HasField("execute_span") else None
         for part, out in zip(parts, results, strict=True):
             out.batch_id = part.batch_id
             out.merged = True
-            out.input_ns, out.infer_ns, out.output_ns = (
-                result.input_ns, result.infer_ns, result.output_ns,
-            )  # fmt: skip
-            if result.HasField("execute_span"):
-                out.execute_span.CopyFrom(result.execute_span)
+            out.input_ns, out.infer_ns, out.output_ns = timings
+            if span is not None:
+                out.execute_span.CopyFrom(span)
         for response in result.responses:
             index, rows = owner.get(response.request_id, (0, 1))
             results[index].responses.append(response)
@@ -331,9 +338,11 @@ class BatchExecutor:
         if counted >= 0:
             results[counted].batch_rows = executed_rows
 
-    def _run(self, execute: wpb.Execute, result: wpb.ExecuteResult) -> wpb.ExecuteResult:
-        result.batch_id = execute.batch_id
-        msgs = execute.requests[:]  # protobuf makes a new wrapper on every walk: once
+    def _run(
+        self, batch_id: int, msgs: list[wpb.Request], result: wpb.ExecuteResult
+    ) -> wpb.ExecuteResult:
+        """Run the batch ``msgs`` (its outputs held under ``batch_id``) into ``result``."""
+        result.batch_id = batch_id
         ids = [r.request_id for r in msgs]
         began = time.perf_counter_ns()
         try:
@@ -404,7 +413,7 @@ class BatchExecutor:
                     continue
                 self._response(request_msg, request, response, held, result.responses.add())
             if held:
-                self._held[execute.batch_id] = held
+                self._held[batch_id] = held
         result.output_ns = time.perf_counter_ns() - executed
         return result
 

@@ -44,41 +44,26 @@ Part = tuple[FrontConnection, wpb.DaemonToWorker]
 Signature = tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...]]
 
 
-def rows(execute: wpb.Execute) -> int:
+def batch_key(execute: wpb.Execute) -> tuple[int, Signature]:
     """The batch dimension the Execute's requests add (the first dimension of each one's
-    first input; a front end's Execute carries one request)."""
+    first input; a front end's Execute carries one request), and what two requests must share
+    to run in one execute (``pbd.scheduling.dynamic_batcher``'s signature, read from the
+    wire)."""
     total = 0
-    for request in execute.requests:
-        shape = request.inputs[0].shape if request.inputs else ()
-        total += shape[0] if shape else 1
-    return total
-
-
-def signature(execute: wpb.Execute) -> Signature:
-    """What two requests must share to run in one execute (``pbd.scheduling.dynamic_batcher``'s
-    signature, read from the wire)."""
     inputs: list[tuple[str, str, tuple[int, ...]]] = []
     outputs: list[str] = []
     for request in execute.requests:
-        inputs.extend((i.name, i.datatype, tuple(i.shape[1:])) for i in request.inputs)
-        outputs.extend(request.requested_outputs)
-    return tuple(sorted(inputs)), tuple(sorted(outputs))
-
-
-def merged(parts: list[wpb.Execute]) -> wpb.Execute:
-    """One Execute of the parts' requests, in order, under the first part's batch id."""
-    whole = wpb.Execute(batch_id=parts[0].batch_id)
-    for part in parts:
-        whole.requests.extend(part.requests)
-    return whole
-
-
-def _rows_of(part: Part) -> int:
-    return rows(part[1].execute)
-
-
-def _signature_of(part: Part) -> Signature:
-    return signature(part[1].execute)
+        refs = request.inputs[:]
+        shape = refs[0].shape if refs else ()
+        total += shape[0] if shape else 1
+        inputs.extend([(i.name, i.datatype, tuple(i.shape[1:])) for i in refs])
+        if request.requested_outputs:
+            outputs.extend(request.requested_outputs)
+    if len(inputs) > 1:
+        inputs.sort()
+    if len(outputs) > 1:
+        outputs.sort()
+    return total, (tuple(inputs), tuple(outputs))
 
 
 # Triton's words for a request that waited in the queue past its timeout (REJECT).
@@ -113,8 +98,12 @@ class FrontBatcher:
         self._ordered = bool(policy.levels) or any(
             level.default_timeout_us or level.allow_timeout_override for level in levels
         )
-        fronts.arrived = {}  # the delay and the timeouts count from when a request was read
+        # The delay and the timeouts count from when a request was read; without either, no
+        # time is taken.
+        fronts.arrived = {} if policy.max_delay_us or self._ordered else None
         self._bounded_levels = any(level.max_queue_size for level in levels)
+        # Nothing but the size and the signature decides: a request alone is its own batch.
+        self._plain = not (policy.max_delay_us or self._ordered or self._bounded_levels)
 
     def gather(self, link: FrontConnection, message: wpb.DaemonToWorker) -> list[Part]:
         """The batch to run now, ``message`` (an Execute just taken from ``link``) among the
@@ -122,11 +111,20 @@ class FrontBatcher:
         them (then the batch may not include ``message``, and is empty when every candidate
         was refused)."""
         policy = self.policy
-        arrived = self.fronts.arrived
-        assert arrived is not None
         items: list[Part] = [(link, message)]
+        self._take_arrived(items)
+        if self._plain and len(items) == 1:
+            return items
+        keys: dict[int, tuple[int, Signature]] = {}  # id(message): its batch key, once
+
+        def key(part: Part) -> tuple[int, Signature]:
+            found = keys.get(id(part[1]))
+            if found is None:
+                found = keys[id(part[1])] = batch_key(part[1].execute)
+            return found
+
+        arrived = self.fronts.arrived
         while True:
-            self._take_arrived(items)
             now = self._clock()
             if self._ordered:
                 items = self._in_order(items, now)
@@ -135,21 +133,27 @@ class FrontBatcher:
             if not items:
                 return []
             batch, closed, preferred = gather(
-                items, _rows_of, _signature_of, policy.max_batch_size, policy.preferred
+                items,
+                lambda part: key(part)[0],
+                lambda part: key(part)[1],
+                policy.max_batch_size,
+                policy.preferred,
             )
             if closed or not policy.max_delay_us:
                 break
             if preferred is not None:
                 batch = preferred
                 break
+            assert arrived is not None  # kept with a delay
             oldest = min(arrived.get(m.execute.batch_id, now) for _, m in batch)
             left = oldest + policy.max_delay_us / 1e6 - now
             if left <= 0:
                 break
-            self.fronts.read_now(left)
+            self._take_arrived(items, left)
         self._put_back(items[len(batch) :])
-        for _, taken in batch:
-            arrived.pop(taken.execute.batch_id, None)
+        if arrived is not None:
+            for _, taken in batch:
+                arrived.pop(taken.execute.batch_id, None)
         return batch
 
     def _in_order(self, items: list[Part], now: float) -> list[Part]:
@@ -158,7 +162,7 @@ class FrontBatcher:
         ``timeout_action: DELAY``. One whose timeout passed with REJECT is refused here."""
         policy = self.policy
         arrived = self.fronts.arrived
-        assert arrived is not None
+        assert arrived is not None  # kept when ordered
         keyed: list[tuple[tuple[int, bool, int], Part]] = []
         for index, (link, message) in enumerate(items):
             execute = message.execute
@@ -183,7 +187,6 @@ class FrontBatcher:
         that order, refused."""
         policy = self.policy
         arrived = self.fronts.arrived
-        assert arrived is not None
         counts: dict[int, int] = {}
         kept: list[Part] = items[:1]
         for link, message in items[1:]:
@@ -193,16 +196,18 @@ class FrontBatcher:
             share = queue_share(limit, self.instances)
             seen = counts[level] = counts.get(level, 0) + 1
             if share and seen > share:
-                arrived.pop(message.execute.batch_id, None)
+                if arrived is not None:
+                    arrived.pop(message.execute.batch_id, None)
                 self._reject(link, message, queue_full_message(self.name, share, limit))
             else:
                 kept.append((link, message))
         return kept
 
-    def _take_arrived(self, items: list[Part]) -> None:
-        """Add the links' Executes that are here to ``items``; handle what else they sent."""
+    def _take_arrived(self, items: list[Part], wait_s: float = 0.0) -> None:
+        """Add the links' Executes that are here (waiting up to ``wait_s`` for one when none
+        is) to ``items``; handle what else they sent."""
         fronts = self.fronts
-        fronts.read_now()
+        fronts.read_now(wait_s)
         while (taken := fronts.take()) is not None:
             link, message = taken
             if message.WhichOneof("kind") == "execute":

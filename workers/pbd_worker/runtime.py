@@ -28,7 +28,7 @@ import random
 import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from pbd_wire import PROTOCOL_VERSION, TOKEN_ENV
@@ -40,7 +40,7 @@ from pbd_worker import forked
 from pbd_worker.bls import BlsClient
 from pbd_worker.event_loop import WorkerLoop
 from pbd_worker.executor import BatchExecutor
-from pbd_worker.front_batcher import FrontBatcher, Part, merged
+from pbd_worker.front_batcher import FrontBatcher, Part
 from pbd_worker.ipc.daemon_link import DaemonLink
 from pbd_worker.ipc.front_connections import FrontConnection, FrontConnections
 from pbd_worker.lifecycle import (
@@ -207,7 +207,7 @@ class WorkerRuntime:
                 self.executor.release(released if front is None else front.take_owned(released))
             frame = wpb.WorkerToDaemon()
             executor = self.executor
-            self._run_batch(execute, lambda: executor.run(execute, frame.result))
+            self._run_batch(execute.requests, lambda: executor.run(execute, frame.result))
             if front is None:
                 self.send(frame)
             else:
@@ -263,15 +263,16 @@ class WorkerRuntime:
         executor = self.executor
         assert executor is not None
         executes = []
+        requests: list[wpb.Request] = []
         for link, message in parts:
             execute = message.execute
             if execute.release:
                 executor.release(link.take_owned(execute.release[:]))
             executes.append(execute)
-        whole = merged(executes)
+            requests.extend(execute.requests)
         frames = [wpb.WorkerToDaemon() for _ in parts]
         self._run_batch(
-            whole, lambda: executor.run_parts(whole, executes, [f.result for f in frames])
+            requests, lambda: executor.run_parts(executes, [f.result for f in frames])
         )
         by_link: dict[int, tuple[FrontConnection, list[wpb.WorkerToDaemon]]] = {}
         for (link, _), frame in zip(parts, frames, strict=True):
@@ -294,10 +295,10 @@ class WorkerRuntime:
             refused.error.code, refused.error.message = "UNAVAILABLE", why
         self.fronts.send_result(link, frame)
 
-    def _run_batch(self, execute: wpb.Execute, run: Callable[[], object]) -> None:
-        """``run`` the batch ``execute`` describes through the model: its BLS calls know
-        their batch; running out of memory or ``sys.exit`` ends the process."""
-        self.bls.begin_batch(execute)
+    def _run_batch(self, requests: Sequence[wpb.Request], run: Callable[[], object]) -> None:
+        """``run`` the batch of ``requests`` through the model: its BLS calls know their
+        batch; running out of memory or ``sys.exit`` ends the process."""
+        self.bls.begin_batch(requests)
         try:
             run()
         except MemoryError as exc:
@@ -307,7 +308,7 @@ class WorkerRuntime:
         finally:
             self.bls.end_batch()
         self.executed += 1
-        self.requests += len(execute.requests)
+        self.requests += len(requests)
 
     def _after_batch(self) -> None:
         """Once a batch's results went out: its spans, the unit's status."""

@@ -50,7 +50,7 @@ def wire(
     inputs = SegmentMap(str(tmp_path))
     arena = Arena("pbdtest-blsout-", arena_bytes, arena_bytes)
     client.bind(inputs, arena)
-    client.begin_batch(wpb.Execute())
+    client.begin_batch([])
     try:
         yield Wired(client, aio, conn)
     finally:

@@ -150,9 +150,15 @@ class FrontConnection:
         kind = message.WhichOneof("kind")
         if kind == "execute":
             execute = message.execute
-            outside = None if self.owns(execute.batch_id) else execute.batch_id
-            if outside is None:
-                outside = self._outside([r.request_id for r in execute.requests[:]])
+            first, end = self.first, self.end
+            batch_id = execute.batch_id
+            outside: int | None = None if first <= batch_id < end else batch_id
+            if outside is None:  # nearly always one request: no list, no call
+                for request in execute.requests:
+                    ident = request.request_id
+                    if not first <= ident < end:
+                        outside = ident
+                        break
             if outside is None and execute.release:
                 outside = self._outside([i for i in execute.release if not i & _HELD_BIT])
         elif kind == "release":
