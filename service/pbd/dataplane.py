@@ -204,25 +204,15 @@ class DataPlane:
         ones come as an item with ``error``. Leaving early cancels the request."""
         runtime, prepared, nbytes = self._admit(request, decoupled_ok=True)
         began = time.perf_counter_ns()
-        first = True
-
-        def counted(item: StreamResult) -> StreamResult:
-            nonlocal first
-            if first and (item.result is not None or item.error is not None):
-                first = False
-                self._responded_first(runtime, began)
-            return item
-
-        listener = request.on_response
-        stream = ResponseStream(
-            None if listener is None else lambda item: listener(counted(item))
-        )
+        stream = ResponseStream(request.on_response)
+        if self.settings.metrics_histogram_latencies:
+            stream.on_first = lambda: self._responded_first(runtime, began)
         prepared.stream = stream
         task = asyncio.ensure_future(runtime.infer(prepared))
         task.add_done_callback(stream.settle)
         try:
             async for item in stream:
-                yield counted(item)
+                yield item
         finally:
             if not stream.finished:
                 task.cancel()

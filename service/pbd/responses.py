@@ -70,6 +70,9 @@ class ResponseStream:
         self.listener = listener  # takes each item as it is put (see the module's docstring)
         self._raised: Exception | None = None  # what the listener raised, for the consumer
         self.error: PbdError | None = None  # the last error response put
+        # Called once, as the first response with outputs or an error is handed on (the
+        # first-response histogram's observation).
+        self.on_first: Callable[[], None] | None = None
 
     # -- producer side ------------------------------------------------------------------------
 
@@ -81,7 +84,17 @@ class ResponseStream:
             return
         if self.closed:
             _release(item)
-        elif self.listener is not None:
+        else:
+            if self.on_first is not None and (item.result is not None or item.error is not None):
+                first, self.on_first = self.on_first, None
+                first()
+            self._hand_on(item)
+        if item.final:
+            self._finish()
+
+    def _hand_on(self, item: StreamResult) -> None:
+        """To the listener, or the consumer's queue."""
+        if self.listener is not None:
             try:
                 self.listener(item)
             except Exception as exc:  # the consumer's iteration raises it, and it leaves
@@ -92,8 +105,6 @@ class ResponseStream:
         else:
             self._items.append(item)
             self._wakeup.set()
-        if item.final:
-            self._finish()
 
     def fail(self, error: PbdError) -> None:
         """End the stream with ``error`` (ignored once it is finished)."""

@@ -105,11 +105,10 @@ class ModelStats:
 
     def to_record(self) -> dict[str, Any]:
         """The counters as JSON-ready data (a front end's direct-path statistics, reported to
-        the daemon: ``merge_record``). The first-response histogram is not carried: versions
-        served directly have none (``--metrics-config histogram_latencies`` keeps them off the
-        direct path)."""
+        the daemon: ``merge_record``), the first-response histogram with them when there is
+        one (``--metrics-config histogram_latencies=true``)."""
         durations = {name: [d.count, d.ns] for name, d in self._durations().items()}
-        return {
+        record: dict[str, Any] = {
             "durations": durations,
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
@@ -120,6 +119,10 @@ class ModelStats:
             },
             "failures": dict(self.failures),
         }
+        histogram = self.first_response
+        if histogram is not None:
+            record["first_response"] = [list(histogram.bounds), histogram.counts, histogram.total]
+        return record
 
     def merge_record(self, record: Mapping[str, Any]) -> None:
         """Add the counters of ``record`` (``to_record``) to these."""
@@ -136,6 +139,22 @@ class ModelStats:
         for reason, count in record["failures"].items():
             if reason in self.failures:
                 self.failures[reason] += int(count)
+        first = record.get("first_response")
+        if first is not None:
+            self._merge_first_response([float(b) for b in first[0]], first[1], float(first[2]))
+
+    def _merge_first_response(self, bounds: list[float], counts: list[int], total: float) -> None:
+        """Add another process's first-response histogram. Its buckets are the model's, as
+        these are; one counted under other buckets (the model was reloaded with new ones
+        meanwhile) is dropped: its counts fit none of these."""
+        if self.first_response is None:
+            self.first_response = Histogram(bounds)
+        mine = self.first_response
+        if list(mine.bounds) != bounds or len(counts) != len(mine.counts):
+            return
+        for index, count in enumerate(counts):
+            mine.counts[index] += int(count)
+        mine.total += total
 
     def _durations(self) -> dict[str, Duration]:
         return {

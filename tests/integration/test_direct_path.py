@@ -528,6 +528,58 @@ def test_a_decoupled_models_stream_skips_the_daemon_and_a_closed_stream_cancels_
     assert stats.inference_stats.success.count >= 2  # the probe's and this test's
 
 
+def test_with_the_first_response_histogram_requests_still_skip_the_daemon_and_are_observed(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """``--metrics-histogram-latencies``: the front ends observe their direct requests' first
+    responses (a unary request's answer or error, a stream's first response) and hand the
+    buckets to the daemon with their statistics; /metrics counts each request once."""
+    daemon = start_daemon(
+        repo, *FRONTS, "--metrics-histogram-latencies", "true",
+        settle=["add_sub", "sleepy", "repeat_decoupled"],
+    )  # fmt: skip
+    family = "nv_inference_first_response_histogram_ms"
+
+    def observed(model: str) -> float:
+        return metric(daemon, f"{family}_count", model)
+
+    def stream(client: grpcclient.InferenceServerClient) -> None:
+        got: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        try:
+            client.async_stream_infer("repeat_decoupled", repeat_inputs([4, 5, 6]))
+            assert all(got.get(timeout=STREAM_TIMEOUT_S)[1] is None for _ in range(3))
+        finally:
+            client.stop_stream()
+
+    models = ("add_sub", "sleepy", "repeat_decoupled")
+    direct_ready(daemon, "add_sub")
+    direct_ready(daemon, "sleepy")
+    direct_ready(daemon, "repeat_decoupled", stream)
+    before = {model: observed(model) for model in models}
+    seen = len(daemon.log())
+    a = np.ones(4, np.float32)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _i: add_sub(daemon.client(), a, a), range(20)))
+    # The model's error is a first response too (time.sleep of a negative time raises).
+    error = error_of(lambda: sleepy(daemon.client(), -1))
+    assert "sleep length must be non-negative" in error.message()
+    for _ in range(3):
+        client = grpcclient.InferenceServerClient(daemon.url)
+        try:
+            stream(client)
+        finally:
+            client.close()
+    log = daemon.log()[seen:]
+    assert not any(f"{model}/1: request given to instance" in log for model in models)
+    wanted = {"add_sub": 20, "sleepy": 1, "repeat_decoupled": 3}
+    wait_until(
+        lambda: all(observed(m) == before[m] + wanted[m] for m in models),
+        30,
+        f"first responses {wanted} more in /metrics",
+    )
+
+
 def _llm_repository_with_a_model_off_the_direct_path(root: Path) -> Path:
     """The LLM-shaped models, and ``scaled_llm``: tiny_llm with an execute() time limit
     (``pbd.execute_timeout_s``: the daemon kills a hung worker from its own record of what

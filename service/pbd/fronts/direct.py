@@ -91,6 +91,8 @@ class Direct:
         self.versions: dict[tuple[str, str], DirectVersion] = {}
         self.links: dict[str, DirectLink] = {}  # by socket
         self.stats: dict[tuple[str, str], ModelStats] = {}
+        # Triton's first-response histogram is kept (--metrics-config histogram_latencies).
+        self.first_response_histogram = False
         self._ids = itertools.count(front_base(index) + 1)
         self._configs: dict[str, ModelConfig] = {}  # by config JSON: parsed once
         self._connecting: set[asyncio.Future[None]] = set()  # the loop keeps weak references
@@ -316,11 +318,15 @@ class Direct:
             link.cancel(request_id)
             raise
         except PbdError as exc:
-            self.stats_of(version).failed(time.perf_counter_ns() - began, failure_reason(exc))
+            took = time.perf_counter_ns() - began
+            self.stats_of(version).failed(took, failure_reason(exc))
+            self._responded_first(version, took)
             raise
         finally:
             self.held -= nbytes
-        self.stats_of(version).success.add(time.perf_counter_ns() - began)
+        took = time.perf_counter_ns() - began
+        self.stats_of(version).success.add(took)
+        self._responded_first(version, took)
         return result
 
     def stream(
@@ -335,7 +341,17 @@ class Direct:
             return None
         call, link, request_id, nbytes = sent
         self.stats_of(version).queue.add(time.perf_counter_ns() - began)
+        if self.first_response_histogram and call.stream is not None:
+            call.stream.on_first = lambda: self._responded_first(
+                version, time.perf_counter_ns() - began
+            )
         return DirectStream(self, call, link, request_id, nbytes, began)
+
+    def _responded_first(self, version: DirectVersion, took_ns: int) -> None:
+        """A request's first response (outputs or an error) came ``took_ns`` after it was
+        taken: Triton's first-response histogram, when it is kept."""
+        if self.first_response_histogram:
+            self.stats_of(version).responded_first(took_ns, version.config.as_dict)
 
     async def drained(self, links: list[DirectLink], timeout: float) -> None:
         """Until nothing sent on ``links`` is unanswered (or ``timeout``)."""

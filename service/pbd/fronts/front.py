@@ -101,6 +101,7 @@ async def serve(spec: FrontSpec, settings: Settings) -> int:
     if settings.frontend_direct:
         direct = plane.direct_path(spec.index, shm_dir, direct_bytes(settings, spec.fronts))
         direct.inflight = InflightTable(spec.inflight_fd, spec.fronts)
+        direct.first_response_histogram = settings.metrics_histogram_latencies
     loads = Loads(spec.loads_fd, spec.fronts, spec.index)
     try:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

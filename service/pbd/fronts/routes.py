@@ -13,7 +13,7 @@ of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon 
   ``preserve_ordering``; its batches then form in the worker), decoupled or not, with no
   ``--max-queue-size``, not an ensemble, no response cache, no
   ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
-  runs), no trace settings that could sample the model, no latency histograms.
+  runs), no trace settings that could sample the model.
   A front end holds at most an eighth of ``--max-queued-bytes`` (shared by the front ends)
   in direct requests; past that, requests go through the daemon, whose budget decides.
   Everything else, and any request naming a client's shared-memory region, goes through the
@@ -73,7 +73,6 @@ def refusal(runtime: VersionRuntime, settings: Settings, tracing: Tracing | None
         (settings.max_queue_size > 0, "--max-queue-size"),
         (config.response_cache and settings.cache_local_size_bytes > 0, "the response cache"),
         (runtime.execute_timeout > 0, "--execute-timeout-secs"),
-        (settings.metrics_histogram_latencies, "latency histograms"),
         (tracing is not None and may_trace(tracing, config.name), "traced"),
     )
     return next((why for hit, why in checks if hit), "")

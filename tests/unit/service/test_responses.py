@@ -186,3 +186,21 @@ def test_the_last_error_put_is_kept_for_the_statistics():
     stream.put(StreamResult(error=PbdError(Code.INTERNAL, "first")))
     stream.put(StreamResult(error=PbdError(Code.UNAVAILABLE, "gone"), final=True))
     assert stream.error is not None and stream.error.message == "gone"
+
+
+def test_on_first_is_called_once_at_the_first_response_with_outputs_or_an_error():
+    """The first-response histogram's observation: not for a bare final flag, not for what
+    comes after the consumer left, once for the rest."""
+    calls = []
+    stream = ResponseStream(lambda item: None)
+    stream.on_first = lambda: calls.append(1)
+    stream.put(StreamResult())  # neither outputs nor an error
+    assert calls == []
+    stream.put(StreamResult(error=PbdError(Code.INTERNAL, "failed")))
+    stream.put(StreamResult(result=_result([])))
+    assert calls == [1]
+    left = ResponseStream()
+    left.on_first = lambda: calls.append(2)
+    left.close()
+    left.put(StreamResult(result=_result([]), final=True))
+    assert calls == [1] and left.finished

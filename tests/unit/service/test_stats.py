@@ -76,3 +76,25 @@ def test_the_parts_of_a_batch_a_worker_formed_count_one_execution() -> None:
     alone.executed(4, 10, 20, 30, batch_size=7, failed=(1, 3))
     assert (alone.execution_count, alone.inference_count) == (1, 4)
     assert (alone.compute_infer.count, alone.compute_infer.ns) == (3, 20)
+
+
+def test_a_records_first_response_histogram_adds_up_under_the_same_buckets_only() -> None:
+    """A front end's first responses (``--metrics-histogram-latencies`` on the direct path)
+    join the daemon's; a record counted under other buckets (a reload changed them) fits
+    none of these and is dropped."""
+    config = _metrics(FIRST_RESPONSE_FAMILY, [1, 10])
+    theirs, ours = ModelStats(), ModelStats()
+    for ns in (0, 5_000_000, 20_000_000):
+        theirs.responded_first(ns, config)
+    ours.merge_record(json.loads(json.dumps(theirs.to_record())))  # none of ours yet
+    assert ours.first_response is not None
+    assert ours.first_response.counts == [1, 1, 1] and ours.first_response.total == 25
+    ours.responded_first(2_000_000, config)
+    ours.merge_record(json.loads(json.dumps(theirs.to_record())))
+    assert ours.first_response.counts == [2, 3, 2] and ours.first_response.total == 52
+    other = ModelStats()
+    other.responded_first(0, _metrics(FIRST_RESPONSE_FAMILY, [3]))
+    ours.merge_record(json.loads(json.dumps(other.to_record())))
+    assert ours.first_response.counts == [2, 3, 2]
+    # Without a histogram, a record carries none.
+    assert "first_response" not in ModelStats().to_record()
