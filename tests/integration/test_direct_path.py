@@ -580,18 +580,35 @@ def test_with_the_first_response_histogram_requests_still_skip_the_daemon_and_ar
     )
 
 
+def test_an_execute_past_its_time_limit_on_the_direct_path_kills_and_replaces_the_instance(
+    start_daemon: DaemonFactory, repo: Path
+) -> None:
+    """``pbd.execute_timeout_s`` (``--execute-timeout-secs``) with the request never passing
+    the daemon: the worker says its execute() ran past the limit, the daemon kills it, the
+    request fails in the daemon's words and the replacement serves the next one directly."""
+    with open(repo / "sleepy" / "config.pbtxt", "a") as config:
+        config.write('parameters { key: "pbd.execute_timeout_s" value: { string_value: "1" } }\n')
+    daemon = start_daemon(repo, *FRONTS, settle=["sleepy"])
+    direct_ready(daemon, "sleepy")
+    seen = len(daemon.log())
+    error = error_of(lambda: sleepy(daemon.client(), 60_000))
+    assert "execute() did not return within 1s" in error.message(), error.message()
+    assert "the instance was killed and is being replaced" in error.message()
+    assert "sleepy/1: request given to instance" not in daemon.log()[seen:]
+    direct_ready(daemon, "sleepy")  # the replacement, on the direct path again
+    assert sleepy(daemon.client(), 5) == 5
+
+
 def _llm_repository_with_a_model_off_the_direct_path(root: Path) -> Path:
-    """The LLM-shaped models, and ``scaled_llm``: tiny_llm with an execute() time limit
-    (``pbd.execute_timeout_s``: the daemon kills a hung worker from its own record of what
-    runs), which keeps it off the direct path (the daemon answers its requests)."""
+    """The LLM-shaped models, and ``scaled_llm``: tiny_llm with ``dynamic_batching`` and no
+    ``max_batch_size`` (batches of one request, which only the daemon's batcher forms), which
+    keeps it off the direct path (the daemon answers its requests)."""
     repository = llm_repository(root)
     scaled = repository / "scaled_llm"
     shutil.copytree(repository / "tiny_llm", scaled)
     config = scaled / "config.pbtxt"
     text = config.read_text().replace('name: "tiny_llm"', 'name: "scaled_llm"')
-    config.write_text(
-        text + 'parameters { key: "pbd.execute_timeout_s" value: { string_value: "60" } }\n'
-    )
+    config.write_text(text + "dynamic_batching { }\n")
     return repository
 
 
@@ -664,7 +681,7 @@ def test_generate_and_the_openai_api_of_a_direct_model_skip_the_daemon(
     log = daemon.log()[seen:]
     assert "tiny_llm/1: request given to instance" not in log
     assert "generate_probe_sync/1: request given to instance" not in log
-    assert "scaled_llm/1: request given to instance" in log  # the observation, checked
+    assert "scaled_llm/1: " in log  # the daemon's batcher had them: the observation, checked
 
 
 def test_a_client_leaving_a_direct_generate_stream_cancels_the_model(

@@ -221,7 +221,7 @@ class Hello(_message.Message):
     def __init__(self, instance: _Optional[str] = ..., token: _Optional[str] = ..., pid: _Optional[int] = ..., protocol: _Optional[int] = ..., initialized: _Optional[bool] = ...) -> None: ...
 
 class Initialize(_message.Message):
-    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region", "backend_dir", "front_socket", "front_token")
+    __slots__ = ("args", "model_path", "model_dir", "version", "output_region_prefix", "output_region_bytes", "heartbeat_interval_ms", "log_verbose", "shm_dir", "cancel_region", "backend_dir", "front_socket", "front_token", "execute_timeout_ms")
     class ArgsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,7 @@ class Initialize(_message.Message):
     BACKEND_DIR_FIELD_NUMBER: _ClassVar[int]
     FRONT_SOCKET_FIELD_NUMBER: _ClassVar[int]
     FRONT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     args: _containers.ScalarMap[str, str]
     model_path: str
     model_dir: str
@@ -255,7 +256,8 @@ class Initialize(_message.Message):
     backend_dir: str
     front_socket: str
     front_token: str
-    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ..., backend_dir: _Optional[str] = ..., front_socket: _Optional[str] = ..., front_token: _Optional[str] = ...) -> None: ...
+    execute_timeout_ms: int
+    def __init__(self, args: _Optional[_Mapping[str, str]] = ..., model_path: _Optional[str] = ..., model_dir: _Optional[str] = ..., version: _Optional[str] = ..., output_region_prefix: _Optional[str] = ..., output_region_bytes: _Optional[int] = ..., heartbeat_interval_ms: _Optional[int] = ..., log_verbose: _Optional[int] = ..., shm_dir: _Optional[str] = ..., cancel_region: _Optional[str] = ..., backend_dir: _Optional[str] = ..., front_socket: _Optional[str] = ..., front_token: _Optional[str] = ..., execute_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class FrontHello(_message.Message):
     __slots__ = ("token", "front")
@@ -290,10 +292,12 @@ class Finalized(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("executed",)
+    __slots__ = ("executed", "overdue_ms")
     EXECUTED_FIELD_NUMBER: _ClassVar[int]
+    OVERDUE_MS_FIELD_NUMBER: _ClassVar[int]
     executed: int
-    def __init__(self, executed: _Optional[int] = ...) -> None: ...
+    overdue_ms: int
+    def __init__(self, executed: _Optional[int] = ..., overdue_ms: _Optional[int] = ...) -> None: ...
 
 class MetricOp(_message.Message):
     __slots__ = ("id", "family_new", "metric_new", "increment", "set", "observe", "remove", "family_remove")

@@ -116,6 +116,8 @@ class BatchExecutor:
         # The main thread is inside execute(): it reads no release meanwhile, so no sender
         # waits for one (a model may wait in execute() for its own sending threads).
         self._in_execute = False
+        # When the execute() running now began (time.monotonic()); 0.0: none runs.
+        self.execute_began = 0.0
         self.live = live if live is not None else LiveRequests(lambda *m: None, False)
         self.live.executor = self
         # Created by the first traced request (see pbd_worker.tracing).
@@ -418,6 +420,15 @@ class BatchExecutor:
         return result
 
     def _call_execute(self, requests: list[InferenceRequest]) -> Any:
+        """``execute(requests)`` (``_execute``), its start kept meanwhile in ``execute_began``
+        for the execute() time limit (``WorkerRuntime._heartbeat``)."""
+        self.execute_began = time.monotonic()
+        try:
+            return self._execute(requests)
+        finally:
+            self.execute_began = 0.0
+
+    def _execute(self, requests: list[InferenceRequest]) -> Any:
         """``execute(requests)``. A default-mode ``async def execute`` is awaited on the
         worker's event loop; a decoupled model's runs there in the background, as in Triton:
         execute "returns" at once and the next batch may start. If that coroutine raises or is

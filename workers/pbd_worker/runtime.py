@@ -96,6 +96,8 @@ class WorkerRuntime:
         self.model: Any = None
         self.fingerprint = ""
         self.warmed_up = False  # a daemon ran the model_warmup samples here (WarmedUp)
+        # The longest an execute() may run (Initialize.execute_timeout_ms); 0: no limit.
+        self.execute_timeout_s = 0.0
         self.executor: BatchExecutor | None = None
         self.inputs = SegmentMap()
         self.outputs: Arena | None = None
@@ -124,19 +126,58 @@ class WorkerRuntime:
         self.batcher: FrontBatcher | None = None
 
     def _heartbeat(self, interval_s: float) -> None:
+        """Every ``interval_s`` (the watchdog's interval, if shorter): WATCHDOG=1 and a
+        Heartbeat. With an execute() time limit, the thread also looks at least twice per
+        limit for an execute() running, and waits for that one's deadline: one that runs past
+        it is told at once, in a Heartbeat of its own (``overdue_ms``), and the daemon stops
+        this worker, whoever sent the batch (a front end's requests never pass the daemon)."""
         watchdog = self.notify.watchdog_interval_s
         period = min(interval_s, watchdog) if watchdog else interval_s
-        while not self._stop.wait(period):
-            self.notify.watchdog()
-            if not self.attached.is_set():
-                continue  # reconnecting: the daemon hears from us once it took us
-            try:
-                self.send(wpb.WorkerToDaemon(heartbeat=wpb.Heartbeat(executed=self.executed)))
-            except OSError:
-                if not self.reconnect_s:
-                    log.error("daemon unreachable; exiting")
-                    os._exit(1)
-                # Reconnecting: the main thread sees the broken connection and handles it.
+        due = time.monotonic() + period
+        told = 0.0  # when the execute() last said to be overdue began
+        while True:
+            now = time.monotonic()
+            wait = due - now
+            limit = self.execute_timeout_s
+            if limit:  # looks at least twice per limit, then waits for the running one's end
+                wait = min(wait, limit / 2)
+                began = self._executing_since()
+                if began and began != told:
+                    wait = min(wait, began + limit - now)
+            if self._stop.wait(max(wait, 0.0)):
+                return
+            now = time.monotonic()
+            began = self._executing_since()
+            if began and began != told and now - began >= self.execute_timeout_s:
+                told = began
+                log.error(
+                    "execute() has run %.1fs, past its limit of %gs; telling the daemon",
+                    now - began, self.execute_timeout_s,
+                )  # fmt: skip
+                self._beat(int((now - began) * 1000))
+            if now >= due:
+                due = now + period
+                self.notify.watchdog()
+                self._beat()
+
+    def _executing_since(self) -> float:
+        """When the execute() running now began (monotonic); 0.0: none, or no limit."""
+        executor = self.executor
+        if not self.execute_timeout_s or executor is None:
+            return 0.0
+        return executor.execute_began
+
+    def _beat(self, overdue_ms: int = 0) -> None:
+        if not self.attached.is_set():
+            return  # reconnecting: the daemon hears from us once it took us
+        beat = wpb.Heartbeat(executed=self.executed, overdue_ms=overdue_ms)
+        try:
+            self.send(wpb.WorkerToDaemon(heartbeat=beat))
+        except OSError:
+            if not self.reconnect_s:
+                log.error("daemon unreachable; exiting")
+                os._exit(1)
+            # Reconnecting: the main thread sees the broken connection and handles it.
 
     # -- conversation --------------------------------------------------------------------------
 
@@ -435,6 +476,7 @@ class WorkerRuntime:
         # The model and its imports live as long as the process: out of the collector's way.
         gc.collect()
         gc.freeze()
+        self.execute_timeout_s = init.execute_timeout_ms / 1000.0
         interval = max(init.heartbeat_interval_ms, 10) / 1000.0
         threading.Thread(
             target=self._heartbeat, args=(interval,), name="heartbeat", daemon=True
@@ -459,6 +501,7 @@ class WorkerRuntime:
         self.inputs = SegmentMap(init.shm_dir or SHM_DIR)
         self.outputs = self._output_arena(init)
         self.executor.rebind(self.inputs, self.outputs)
+        self.execute_timeout_s = init.execute_timeout_ms / 1000.0  # the new daemon's
         self._attach_cancel_flags(init)
         self.bls.cuda.close()  # the old daemon's pools and its clients' registrations
         self.bls.bind(self.inputs, self.outputs)

@@ -11,9 +11,9 @@ of its own (``pbd.fronts.direct``); the worker answers on that link. The daemon 
 - **Which versions** (``refusal``): Triton's default scheduler, or dynamic batching whose
   settings a worker honours alone (``pbd_wire.batching.direct_batching``: all but
   ``preserve_ordering``; its batches then form in the worker), decoupled or not, with no
-  ``--max-queue-size``, not an ensemble, no response cache, no
-  ``--execute-timeout-secs`` (the daemon kills a hung worker from its own record of what
-  runs), no trace settings that could sample the model.
+  ``--max-queue-size``, not an ensemble, no response cache, no trace settings that could
+  sample the model. An execute() time limit (``--execute-timeout-secs``) holds on the direct
+  path too: the worker tells the daemon when its execute() passes it, and the daemon kills it.
   A front end holds at most an eighth of ``--max-queued-bytes`` (shared by the front ends)
   in direct requests; past that, requests go through the daemon, whose budget decides.
   Everything else, and any request naming a client's shared-memory region, goes through the
@@ -72,7 +72,6 @@ def refusal(runtime: VersionRuntime, settings: Settings, tracing: Tracing | None
         ("sequence_batching" in features, "sequence batching"),
         (settings.max_queue_size > 0, "--max-queue-size"),
         (config.response_cache and settings.cache_local_size_bytes > 0, "the response cache"),
-        (runtime.execute_timeout > 0, "--execute-timeout-secs"),
         (tracing is not None and may_trace(tracing, config.name), "traced"),
     )
     return next((why for hit, why in checks if hit), "")

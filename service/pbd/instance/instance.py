@@ -153,6 +153,7 @@ class Instance:
         # request a front end sent it directly is not in ``batches``).
         self.calling = 0
         self._ending: asyncio.Task[None] | None = None
+        self._hung: asyncio.Task[None] | None = None  # killing it: its execute() ran too long
         self.custom_metrics = services.custom_metrics.session(self.id)
         description = self.describe()
         self.memory = InstanceMemory(services.shm_name(), settings)
@@ -289,6 +290,8 @@ class Instance:
             self.config, self.version, self.plan, self.model_dir, self.settings, self.memory
         )
         init.front_socket, init.front_token = self.front
+        init.execute_timeout_ms = round(self.execute_timeout * 1000)
+        self._hung = None
         conn.send(wpb.DaemonToWorker(initialize=init))
         limit = self.settings.model_init_timeout_secs
         began = self._loop.time()
@@ -362,7 +365,12 @@ class Instance:
         elif kind == "streamed":
             self.requests.on_frame(message.streamed)
         elif kind == "heartbeat":
-            self.executed = message.heartbeat.executed
+            heartbeat = message.heartbeat
+            self.executed = heartbeat.executed
+            if heartbeat.overdue_ms and self.execute_timeout > 0 and self._hung is None:
+                # Its execute() ran past the limit, whoever sent the batch (a front end's
+                # requests on the direct path included): killed and replaced.
+                self._hung = asyncio.ensure_future(self.kill(self._hung_words()))
         elif kind == "metrics":
             self.on_metrics(message.metrics)
         elif kind == "spans" and self.services.tracing is not None:
@@ -403,6 +411,12 @@ class Instance:
         if self.handle is not None:
             await self.launcher.abort(self.handle)
         self._release_resources()
+
+    def _hung_words(self) -> str:
+        return (
+            f"{self.describe()}: execute() did not return within {self.execute_timeout:g}s; "
+            "the instance was killed and is being replaced"
+        )
 
     async def kill(self, reason: str) -> None:
         """Declare the worker dead (hung, or silent) and make sure the process is gone."""
@@ -497,10 +511,7 @@ class Instance:
                 done, _ = await asyncio.wait({future}, timeout=self.execute_timeout)
                 if not done:
                     # A hung model: the worker is killed (which fails this batch) and replaced.
-                    await self.kill(
-                        f"{self.describe()}: execute() did not return within "
-                        f"{self.execute_timeout:g}s; the instance was killed and is being replaced"
-                    )
+                    await self.kill(self._hung_words())
             result = await future
         except asyncio.CancelledError:
             self.batches.abandon(batch_id, flight)

@@ -52,7 +52,8 @@ def test_what_must_stay_one_keeps_a_version_on_the_daemons_path() -> None:
     assert why("sequence_batching { }") == "sequence batching"
     assert why("model_transaction_policy { decoupled: true }") == ""  # streamed directly
     assert why(policy=Policy(enabled=True)) == ""  # counted through pbd.fronts.inflight
-    assert why(execute_timeout=5.0) == "--execute-timeout-secs"
+    # An execute() time limit: the worker says when it passes (Heartbeat.overdue_ms).
+    assert why(execute_timeout=5.0) == ""
     assert why(settings=Settings(frontend_direct=False)) == "--frontend-direct is off"
     assert why(settings=Settings(max_queue_size=4)) == "--max-queue-size"
     # The first-response histogram: each front end observes its own requests.

@@ -38,6 +38,7 @@ _addresses = itertools.count()
 MODEL = textwrap.dedent(
     """
     import json
+    import time
 
     import triton_python_backend_utils as pb_utils
 
@@ -58,6 +59,8 @@ MODEL = textwrap.dedent(
             out = []
             for request in requests:
                 x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                if x.size and x[0] == SLOW:
+                    time.sleep(SLOW_S)
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
             return out
 
@@ -65,6 +68,9 @@ MODEL = textwrap.dedent(
             self.finalized = True
     """
 )
+
+SLOW, SLOW_S = 99.0, 0.4  # a request of this value takes the model that long
+MODEL = MODEL.replace("SLOW_S", str(SLOW_S)).replace("SLOW", str(SLOW))
 
 
 class Daemon:
@@ -88,7 +94,11 @@ class Daemon:
         return wpb.WorkerToDaemon.FromString(frame)
 
     def initialize(
-        self, model_dir: Path, config: dict[str, object], heartbeat_ms: int = 3_600_000
+        self,
+        model_dir: Path,
+        config: dict[str, object],
+        heartbeat_ms: int = 3_600_000,
+        execute_timeout_ms: int = 0,
     ) -> wpb.Initialized:
         self.send(
             initialize=wpb.Initialize(
@@ -105,6 +115,7 @@ class Daemon:
                 output_region_bytes=1 << 16,
                 heartbeat_interval_ms=heartbeat_ms,  # by default none during a test
                 shm_dir=self.shm_dir,
+                execute_timeout_ms=execute_timeout_ms,
             )
         )
         reply = self.read()
@@ -237,6 +248,30 @@ def test_heartbeats_go_only_while_a_daemon_has_taken_the_worker(
     reply = daemon.initialize(model_dir, {"name": "m"}, heartbeat_ms=10)  # the same model
     assert reply.adopted and runtime.attached.is_set()
     assert daemon.read().WhichOneof("kind") == "heartbeat"
+
+
+def test_an_execute_past_its_time_limit_is_told_once_as_the_limit_passes(
+    daemon: Daemon, model_dir: Path
+) -> None:
+    """``Initialize.execute_timeout_ms``: the heartbeat thread sends a Heartbeat of its own
+    (``overdue_ms``) while an execute() runs past the limit, once per execute(), and none for
+    one within it (no regular heartbeat comes during the test)."""
+    limit_ms = 100
+    assert not daemon.initialize(model_dir, {"name": "m"}, execute_timeout_ms=limit_ms).HasField(
+        "error"
+    )
+    for batch_id in (1, 2):  # each slow execute() is told
+        daemon.execute(batch_id, [SLOW])  # runs here, SLOW_S long
+        told = daemon.read()
+        assert told.WhichOneof("kind") == "heartbeat"
+        assert limit_ms <= told.heartbeat.overdue_ms < SLOW_S * 1000
+        result = daemon.read()
+        assert result.WhichOneof("kind") == "result" and result.result.batch_id == batch_id
+    daemon.execute(3, [1.0])
+    assert daemon.read().WhichOneof("kind") == "result"  # within the limit: nothing else
+    daemon.conn.settimeout(0.3)
+    with pytest.raises(TimeoutError):
+        daemon.read()
 
 
 def test_an_adopted_worker_says_whether_a_daemon_saw_its_warmup_end(
