@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     # The wire, one implementation for both sides; the worker, which imports only the wire.
     ("pbd_wire",),
     ("pbd_worker",),
+    # Writes held to the end of a block of work (the HTTP/2 connections' and the links').
+    ("pbd.corks",),
     # Records and leaves: anyone may import them.
     (
         "pbd",
@@ -130,6 +132,7 @@ EDGES_MAY_IMPORT = (
     *EDGES,
     "pbd",
     "pbd._proto",
+    "pbd.corks",  # writes held to the end of a read, whatever connection they are for
     "pbd.errors",
     "pbd.types",
     "pbd.modelconfig",
@@ -232,7 +235,7 @@ def test_the_layer_check_finds_an_import_up_and_one_across() -> None:
         "pbd.errors (pbd.errors) -> pbd.types (pbd.types)",
         "pbd.stats (pbd.stats) -> pbd.modelconfig.model (pbd.modelconfig)",
     ]
-    assert layer_of("pbd") == ("pbd", 2)
+    assert layer_of("pbd") == ("pbd", 3)
     assert layer_of("pbd.somewhere_new.module") == ("", -1)  # not under ``pbd``'s own layer
 
 

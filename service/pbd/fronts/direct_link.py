@@ -26,8 +26,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pbd.corks import BLOCKS, corked, hold
 from pbd.errors import NOT_RESCHEDULABLE, Code, PbdError, rejected, unavailable
-from pbd.h2.sending import corked
 from pbd.responses import ResponseStream, StreamResult
 from pbd.stats import ModelStats, failure_reason
 from pbd.types import InferRequest, InferResult, OutputTensor, PreparedRequest, batch_rows
@@ -161,6 +161,7 @@ class DirectLink(asyncio.Protocol):
         self._frames = FrameSplitter()
         # Frames read but not handled yet: they wait behind a stream's first response.
         self._later: collections.deque[bytes | bytearray | memoryview] = collections.deque()
+        self._kept: list[bytes] = []  # frames written in an open block (``pbd.corks``)
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -316,8 +317,21 @@ class DirectLink(asyncio.Protocol):
         self._write(encode_frame(release.SerializeToString()))
 
     def _write(self, frame: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        """At once, or at the end of the open block (``pbd.corks``: the Executes of a
+        client's read of several requests leave in one write)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if BLOCKS:
+            if not self._kept:
+                hold(self)
+            self._kept.append(frame)
+        else:
             self.transport.write(frame)
+
+    def uncork(self) -> None:
+        kept, self._kept = self._kept, []
+        if kept and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(kept[0] if len(kept) == 1 else b"".join(kept))
 
     # -- answers ---------------------------------------------------------------------------------
 

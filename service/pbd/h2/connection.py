@@ -33,6 +33,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from pbd.corks import begin, end
 from pbd.h2 import frames as f
 from pbd.h2.core import DIRECT_MIN, Application, Core
 from pbd.h2.limits import DEFAULT_LIMITS, Limits
@@ -131,10 +132,16 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         core = self.core
         assert core is not None
-        if core.direct is not None:
-            core.wrote(nbytes)
-        else:
-            core.receive(self.shared.read_buffer[:nbytes])
+        # What the read's requests write elsewhere (an Execute each to a worker) leaves at
+        # its end, one write per link (``pbd.corks``).
+        block = begin()
+        try:
+            if core.direct is not None:
+                core.wrote(nbytes)
+            else:
+                core.receive(self.shared.read_buffer[:nbytes])
+        finally:
+            end(block)
         if core.out and self.transport is not None:
             out = core.take_out()
             if len(out) == 1:

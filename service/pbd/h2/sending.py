@@ -20,39 +20,17 @@ Header blocks are HPACK-encoded as they are written, in wire order
 
 from __future__ import annotations
 
-import contextlib
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
+from pbd.corks import BLOCKS, hold
 from pbd.h2 import frames as f
 from pbd.h2.header_encoding import Block, Encoder
 
 # Above this many bytes, frames are written as a list (``write_parts``), not joined.
 LARGE_WRITE = 65536
-
-# The connections written to inside ``corked()``, each to leave in one write at its end.
-_corked: list[list[Sender]] = []
-
-
-@contextlib.contextmanager
-def corked() -> Iterator[None]:
-    """What any connection writes in the block leaves at its end, one write a connection:
-    for a reader that hands on a burst of responses at once (a worker's frames of several
-    streams), so that a client gets them in one read rather than one read each."""
-    if _corked:  # already: the outer block sends
-        yield
-        return
-    held: list[Sender] = []
-    _corked.append(held)
-    try:
-        yield
-    finally:
-        _corked.pop()
-        for sender in held:
-            sender.uncork()
-
 
 class StreamHandler(Protocol):
     def on_data(self, chunk: memoryview, end: bool) -> None:
@@ -217,7 +195,7 @@ class Sender:
         # The server sent HEADERS or DATA since the client's last PING (grpc core's ping
         # policy counts only pings that come while nothing is being answered).
         self.answered = False
-        self.corked = False  # ``out`` leaves at the end of a ``corked()`` block
+        self.corked = False  # ``out`` leaves at the end of a block (``pbd.corks``)
 
     # -- the client's settings and windows --------------------------------------------------
 
@@ -306,7 +284,7 @@ class Sender:
             return
         if self.receiving or self.sink is None:
             self.out.append(data)
-        elif _corked:
+        elif BLOCKS:
             self.out.append(data)
             self._cork()
         else:
@@ -318,7 +296,7 @@ class Sender:
             return
         if self.receiving or self.sink is None:
             self.out.extend(parts)
-        elif _corked:
+        elif BLOCKS:
             self.out.extend(parts)
             self._cork()
         else:
@@ -328,10 +306,10 @@ class Sender:
     def _cork(self) -> None:
         if not self.corked:
             self.corked = True
-            _corked[-1].append(self)
+            hold(self)
 
     def uncork(self) -> None:
-        """The end of a ``corked()`` block: what was written in it leaves, in one write."""
+        """The end of a block (``pbd.corks``): what was written in it leaves, in one write."""
         self.corked = False
         out = self.take_out()
         if not out or self.failed or self.sink is None:

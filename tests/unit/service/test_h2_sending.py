@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pbd.h2.sending import Sender, corked
+from pbd.corks import corked
+from pbd.h2.sending import Sender
 
 
 class Wire:

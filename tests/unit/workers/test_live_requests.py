@@ -105,21 +105,37 @@ class _Tokens:
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)  # type: ignore[attr-defined]
 
 
+class _Inline:
+    """A decoupled model that sends its tokens from execute() itself (the main thread)."""
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            for i in range(10):
+                token = pb_utils.Tensor("OUT", np.array([i], np.int32))
+                sender.send(pb_utils.InferenceResponse([token]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
 FROM_A_FRONT_END = front_base(0) + 7  # a request on the direct path
 FROM_THE_DAEMON = 7
 
 
 def _streaming(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, request_id: int
-) -> tuple[BatchExecutor, _Tokens, list[int], Arena]:
-    """A decoupled request of ``_Tokens`` run by a real executor; the held ids of the
-    responses its sender sent, as they leave."""
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    count: int,
+    request_id: int,
+    model: _Tokens | _Inline | None = None,
+) -> tuple[BatchExecutor, _Tokens | _Inline, list[int], Arena]:
+    """A decoupled request of ``model`` (default: ``_Tokens(count)``) run by a real
+    executor; the held ids of the responses its sender sent, as they leave."""
     held: list[int] = []
 
     def send(*frames: wpb.WorkerToDaemon) -> None:
         held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
 
-    model = _Tokens(count)
+    model = model if model is not None else _Tokens(count)
     live = LiveRequests(send, decoupled=True)
     monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
     arena = Arena("pbdtest-paced", 1 << 16, 1 << 16)
@@ -130,7 +146,8 @@ def _streaming(
         aio=aio, live=live,
     )  # fmt: skip
     executor.run(wpb.Execute(batch_id=1, requests=[wpb.Request(request_id=request_id)]))
-    model.go.set()
+    if isinstance(model, _Tokens):
+        model.go.set()
     return executor, model, held, arena
 
 
@@ -209,40 +226,14 @@ def test_a_cancelled_request_does_not_wait(
         executor.aio.loop.close()
 
 
-class _Inline:
-    """A decoupled model that sends its tokens from execute() itself (the main thread)."""
-
-    def execute(self, requests: list[InferenceRequest]) -> None:
-        for request in requests:
-            sender = request.get_response_sender()
-            for i in range(10):
-                token = pb_utils.Tensor("OUT", np.array([i], np.int32))
-                sender.send(pb_utils.InferenceResponse([token]))
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-
-
 def test_a_sender_on_the_main_thread_never_waits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The main thread reads the releases: a send there (from execute(), or an async
     execute on the worker's loop) goes at once, else the worker would wait for itself."""
-    held: list[int] = []
-
-    def send(*frames: wpb.WorkerToDaemon) -> None:
-        held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
-
-    live = LiveRequests(send, decoupled=True)
-    monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
-    arena = Arena("pbdtest-inline", 1 << 16, 1 << 16)
-    executor = BatchExecutor(
-        _Inline(), instance_name="m_0", model_name="m", model_version=1,
-        inputs=SegmentMap(str(tmp_path)), outputs=arena,
-        aio=WorkerLoop(DaemonLink("@unused", lambda: None)), live=live,
-    )  # fmt: skip
+    executor, _, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, _Inline())
     try:
-        request = wpb.Request(request_id=FROM_A_FRONT_END)
-        executor.run(wpb.Execute(batch_id=1, requests=[request]))
-        assert len(held) == 10
+        assert len(held) == 10  # all sent while run() ran
     finally:
         arena.close()
         executor.aio.loop.close()
@@ -263,23 +254,10 @@ def test_a_sender_does_not_wait_while_execute_runs(
 ) -> None:
     """execute() waits for its own sending thread: the main thread reads no release until
     it returns, so the thread must not wait for one (it would wait for ever)."""
-    held: list[int] = []
-
-    def send(*frames: wpb.WorkerToDaemon) -> None:
-        held.extend(frame.streamed.held for frame in frames if frame.streamed.held)
-
-    live = LiveRequests(send, decoupled=True)
-    monkeypatch.setattr(state, "response_sender_factory", live.sender_for)
-    arena = Arena("pbdtest-joined", 1 << 16, 1 << 16)
-    executor = BatchExecutor(
-        _Joined(10), instance_name="m_0", model_name="m", model_version=1,
-        inputs=SegmentMap(str(tmp_path)), outputs=arena,
-        aio=WorkerLoop(DaemonLink("@unused", lambda: None)), live=live,
-    )  # fmt: skip
+    model = _Joined(10)
+    executor, _, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, model)
     try:
-        request = wpb.Request(request_id=FROM_A_FRONT_END)
-        executor.run(wpb.Execute(batch_id=1, requests=[request]))
-        assert len(held) == 10
+        assert len(held) == 10  # all sent before run() returned
     finally:
         arena.close()
         executor.aio.loop.close()
