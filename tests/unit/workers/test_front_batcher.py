@@ -8,16 +8,22 @@ with OUT = IN * 2 and N, the number of requests its ``execute()`` got.
 
 from __future__ import annotations
 
+import json
 import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
-from test_front_connections import B0, B1, Start, Worker, start  # noqa: F401 - start is a fixture
+from test_front_connections import B0, B1, WAIT_S, Start, Worker, start  # noqa: F401 - a fixture
 
 from pbd_wire import worker_pb2 as wpb
 
 COUNTING = textwrap.dedent(
     """
+    import json
+    import os
     import time
 
     import numpy as np
@@ -32,6 +38,12 @@ COUNTING = textwrap.dedent(
                 x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
                 if float(np.ravel(x)[0]) == BUSY:
                     time.sleep(BUSY_S)  # keeps the model busy while others queue
+                elif float(np.ravel(x)[0]) == GATED:  # busy until the test opens the gate
+                    gate = json.loads(request.parameters())["gate"]
+                    open(gate + ".started", "w").close()
+                    deadline = time.monotonic() + 30
+                    while not os.path.exists(gate) and time.monotonic() < deadline:
+                        time.sleep(0.002)
                 out.append(pb_utils.InferenceResponse(
                     [pb_utils.Tensor("OUT", x * 2), pb_utils.Tensor("N", n)]
                 ))
@@ -40,7 +52,11 @@ COUNTING = textwrap.dedent(
 )
 LONG_US = 30_000_000  # a delay no passing test waits out
 BUSY, BUSY_S = 99.0, 0.5  # a request of this value keeps the model busy that long
+# A request of this value keeps the model busy until a file (its parameter "gate") exists,
+# having made "<gate>.started" (``gated``).
+GATED = 98.0
 COUNTING = COUNTING.replace("BUSY_S", str(BUSY_S)).replace("BUSY", str(BUSY))
+COUNTING = COUNTING.replace("GATED", str(GATED))
 
 
 @pytest.fixture
@@ -212,24 +228,49 @@ def test_with_timeout_action_delay_a_late_request_runs_after_the_others_of_its_l
     assert not any(r.responses[0].rejected for r in results)
 
 
+def wait_until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)
+
+
+def gated(worker: Worker, ident: int, gate: Path) -> wpb.DaemonToWorker:
+    """A request that keeps the model busy until ``gate`` exists; it makes
+    ``<gate>.started`` as it starts."""
+    message = requested(worker, ident, GATED)
+    message.execute.requests[0].parameters_json = json.dumps({"gate": str(gate)})
+    return message
+
+
 def test_past_the_queue_bound_the_newest_requests_are_refused_in_tritons_words(
     batched,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
-    """max_queue_size 2 (one instance: all of it is this worker's): while the model runs, two
-    requests of two front ends may wait, the others are refused, never run."""
+    """max_queue_size 2 (one instance: all of it is this worker's): of five requests of two
+    front ends there when the model is free, the one it takes and two more may wait, the
+    others are refused, never run."""
     worker = batched(1, default_queue_policy={"max_queue_size": 2})
     first, second = worker.connect(0), worker.connect(1)
+    gate = tmp_path / "gate"
+    # Both links serve, and the model is busy while all five come (the worker reads them
+    # only once it is free: at once, whatever the machine's load).
+    second.send(requested(worker, B1 + 9, 1.0))
+    assert not second.read().result.responses[0].rejected
+    first.send(gated(worker, B0 + 9, gate))
+    wait_until(Path(f"{gate}.started").exists, "the gated request to start")
     first.send(
-        requested(worker, B0 + 1, BUSY),
+        requested(worker, B0 + 1, 1.0),
         requested(worker, B0 + 2, 2.0),
         requested(worker, B0 + 3, 3.0),
     )
     second.send(requested(worker, B1 + 1, 4.0), requested(worker, B1 + 2, 5.0))
+    gate.touch()
+    assert first.read().result.batch_id == B0 + 9
     results = [first.read().result for _ in range(3)] + [second.read().result for _ in range(2)]
     refused = [r for r in results if r.responses[0].rejected]
     ran = [r for r in results if not r.responses[0].rejected]
     assert len(refused) == 2 and len(ran) == 3
-    assert B0 + 1 in {r.batch_id for r in ran}  # the one running was never in the queue
     for result in refused:
         (response,) = result.responses
         assert response.error.code == "UNAVAILABLE" and not response.outputs
