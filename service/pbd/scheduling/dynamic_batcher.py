@@ -68,7 +68,7 @@ class DynamicBatcher(PriorityQueues[InstanceT]):
         delay = self.policy.max_delay_us / 1e6
         while True:
             if next(self.in_order(), None) is None:
-                await self.wait_changed()
+                await self.wait_changed(None)  # idle: no look ten times a second
                 continue
             if not place.available():
                 await place.wait_capacity()

@@ -209,7 +209,9 @@ class PriorityQueues(Generic[InstanceT]):
     def next_ordinal(self) -> int:
         return next(self._ordinals)
 
-    async def wait_changed(self, timeout: float = IDLE_RECHECK_S) -> None:
+    async def wait_changed(self, timeout: float | None = IDLE_RECHECK_S) -> None:
+        """Until the queue or its instances change, or ``timeout`` (None: no timeout, for an
+        empty queue: only a submit changes that, and nothing else needs a look)."""
         self._changed.clear()
         # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that comes
         # as the event is set, and the dispatcher task being stopped would run on.
@@ -235,7 +237,7 @@ class PriorityQueues(Generic[InstanceT]):
         while True:
             head = next(self.in_order(), None)
             if head is None:
-                await self.wait_changed()
+                await self.wait_changed(None)  # idle: no look ten times a second
                 continue
             instances = place.available()
             if not instances:

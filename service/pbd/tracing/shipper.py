@@ -80,6 +80,9 @@ class ProcessSpanProcessor(SpanProcessor):
         self._queue: collections.deque[Any] = collections.deque()
         self._wake = threading.Condition()
         self._stopping = False
+        # The shipping thread waits for a first span with no timeout (an idle daemon does
+        # not wake for it): the span that finds it so wakes it.
+        self._idle = False
         self._process: subprocess.Popen[bytes] | None = None
         self._started_at = -RESTART_INTERVAL_S
         self._thread = threading.Thread(target=self._ship_loop, name="span shipper", daemon=True)
@@ -101,7 +104,7 @@ class ProcessSpanProcessor(SpanProcessor):
                 )
             return
         self._queue.append(span)
-        if len(self._queue) >= self.max_batch:
+        if self._idle or len(self._queue) >= self.max_batch:
             with self._wake:
                 self._wake.notify()
 
@@ -142,8 +145,15 @@ class ProcessSpanProcessor(SpanProcessor):
     def _ship_loop(self) -> None:
         while True:
             with self._wake:
+                if not self._stopping and not self._queue:
+                    # Said before the queue is looked at: a span appended meanwhile is
+                    # either seen here or finds the flag and wakes the wait.
+                    self._idle = True
+                    if not self._queue:
+                        self._wake.wait()
+                    self._idle = False
                 if not self._stopping and len(self._queue) < self.max_batch:
-                    self._wake.wait(self.ship_interval)
+                    self._wake.wait(self.ship_interval)  # the first span's company
                 stopping = self._stopping
             while self._queue:
                 self._ship(self._take())

@@ -69,6 +69,7 @@ class Dispatch:
         # waits on (``_hand_off``); the task takes its entry when it wakes.
         self._sent: dict[asyncio.Future[Any], _Sent] = {}
         self._capacity = asyncio.Event()  # set when an instance may take more work
+        self._queued = asyncio.Event()  # set when a request is queued (the safety net looks)
         self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -150,6 +151,7 @@ class Dispatch:
 
     def _submit(self, prepared: PreparedRequest) -> asyncio.Future[Any]:
         future = self.queue.submit(prepared)
+        self._queued.set()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: %d request(s) waiting", self.name, len(self.queue))
         return future
@@ -236,6 +238,7 @@ class Dispatch:
                 item.future.set_exception(exc)
             else:
                 self.queue.requeue(Batch(instance, [item]))
+                self._queued.set()
             return
         except PbdError as exc:
             item.future.set_exception(exc)
@@ -245,8 +248,12 @@ class Dispatch:
         self._dispatched(prepared, instance, queued_ns)
 
     async def _granted_loop(self) -> None:
-        """Safety net only: results grant room as they come."""
+        """Safety net only: results grant room as they come. It looks while requests wait,
+        and sleeps while none does (an idle daemon does not wake for it)."""
         while True:
+            if self.queue.empty():
+                self._queued.clear()
+                await self._queued.wait()
             await asyncio.sleep(RECHECK_S)
             self._grant()
 

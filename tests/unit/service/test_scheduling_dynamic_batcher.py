@@ -84,3 +84,25 @@ def test_preserve_ordering_holds_a_later_batch_until_the_earlier_one_is_answered
         assert [f.result().id for f in futures] == ["0", "1"]
 
     run(scenario())
+
+
+def test_an_empty_queue_is_not_looked_at_again_until_a_request_comes() -> None:
+    """An idle daemon does not wake for its batchers: with nothing queued, the dispatcher
+    waits for a submit, not for a timer (it used to look ten times a second)."""
+
+    class Counting(DynamicBatcher[str]):
+        looks = 0
+
+        def in_order(self):  # type: ignore[no-untyped-def]
+            Counting.looks += 1
+            return super().in_order()
+
+    async def scenario() -> tuple[int, list[str]]:
+        batcher = Counting("m", BatchingPolicy(max_batch_size=2))
+        waiting = asyncio.ensure_future(batcher.next_batch(Place("a")))
+        await asyncio.sleep(0.35)  # three looks and more, were it still polling
+        looks = Counting.looks
+        batcher.submit(prepared(0))
+        return looks, ids((await asyncio.wait_for(waiting, 5)).items)
+
+    assert run(scenario()) == (1, ["0"])

@@ -80,3 +80,27 @@ def test_full_queue_drops_and_shutdown_reaps_the_exporter() -> None:
     processor.shutdown()  # ships the four it kept: that starts the exporter, then reaps it
     process = processor._process
     assert process is not None and process.poll() is not None
+
+
+def test_an_idle_shipper_waits_without_a_timer_and_the_first_span_wakes_it() -> None:
+    """Nothing queued: the shipping thread waits with no timeout (an idle daemon does not
+    wake twenty times a second for it); a span that finds it so wakes it, and it ships."""
+
+    class Recording(ProcessSpanProcessor):
+        def _ship(self, batch: list[Any]) -> None:  # what would go to the exporter process
+            self.shipped.append(batch)
+
+    processor = Recording({"url": ["http://127.0.0.1:9"]}, max_batch=100, ship_interval=0.01)
+    processor.shipped = []  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + 5
+        while not processor._idle:
+            assert time.monotonic() < deadline, "the shipper never parked"
+            time.sleep(0.005)
+        processor.on_end(WorkerSpans(b""))
+        while not processor.shipped:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the first span was not shipped"
+            time.sleep(0.005)
+    finally:
+        processor.shutdown()
+    assert len(processor.shipped[0]) == 1  # type: ignore[attr-defined]
