@@ -14,7 +14,9 @@ handled at once, in the order they came.
 
 The batch runs as one ``execute()`` (``BatchExecutor.run_parts``); each front end still gets one
 ``ExecuteResult`` per request it sent, on its own link, marked ``merged`` (one of them counts
-the execution in the statistics: ``batch_rows``).
+the execution in the statistics: ``batch_rows``). A decoupled model's batches form the same
+way (an LLM that batches its requests); each request's responses go back on its own link as
+its response sender sends them.
 
 A queue bound (``max_queue_size``, per priority level) holds for the requests waiting here
 behind the one the free model takes first, the batch about to form included (they wait in

@@ -447,7 +447,7 @@ class WorkerRuntime:
         self.model = model
         self.live.decoupled = decoupled(args)
         policy = direct_batching_of(args)
-        if policy is not None and not self.live.decoupled:
+        if policy is not None:
             self.batcher = FrontBatcher(
                 policy,
                 self.fronts,

@@ -301,3 +301,50 @@ def test_the_queue_bound_is_shared_by_the_versions_instances(
     assert "already has 1 requests waiting (max_queue_size 2)" in (
         results[B0 + 3].responses[0].error.message
     )
+
+
+DECOUPLED_COUNTING = textwrap.dedent(
+    """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            n = np.array([len(requests)], dtype=np.int32)
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("OUT", x * 2), pb_utils.Tensor("N", n)]
+                    ),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+            return None
+    """
+)
+
+
+def test_a_decoupled_models_requests_of_two_front_ends_batch_and_stream_back_on_their_links(
+    start: Start,  # noqa: F811
+) -> None:
+    """A decoupled model with dynamic batching (an LLM that batches): its front ends'
+    requests run in one execute() as Triton's batcher would run them, and each request's
+    responses go back on the link it came by."""
+    config = {
+        "max_batch_size": 2,
+        "dynamic_batching": {"max_queue_delay_microseconds": LONG_US},  # waits for company
+        "model_transaction_policy": {"decoupled": True},
+    }
+    worker = start(model=DECOUPLED_COUNTING, config=config)
+    first, second = worker.connect(0), worker.connect(1)
+    first.send(worker.execute(B0 + 1, worker.request(B0 + 1, 1.0, shape=[1, 1])))
+    second.send(worker.execute(B1 + 1, worker.request(B1 + 1, 2.0, shape=[1, 1])))
+    for link, ident, out in ((first, B0 + 1, [2.0]), (second, B1 + 1, [4.0])):
+        got = {str(m.WhichOneof("kind")): m for m in (link.read(), link.read())}
+        assert got["result"].result.batch_id == ident
+        assert got["result"].result.responses[0].streamed
+        streamed = got["streamed"].streamed
+        assert streamed.request_id == ident
+        assert outputs(worker, streamed.response) == {"OUT": out, "N": [2]}
+    assert first.silent() and second.silent() and worker.daemon.silent()
