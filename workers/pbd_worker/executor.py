@@ -52,6 +52,12 @@ _TWO_RESPONSES = "expected a single response, got 2"
 # A sender waiting for its responses' release looks again this often whether its request is
 # still live (an end wakes it only through a release).
 RELEASE_RECHECK_S = 0.1
+# While the main thread runs execute() it reads no release: a sender past its window then
+# waits this long for execute() to return before it goes on unpaced. A thread started in
+# execute() runs before the main thread has the GIL back to return (up to a switch
+# interval, 5 ms), and would send its whole burst unpaced; a model whose execute() waits
+# for its own sending threads (a join) must not wait for ever.
+IN_EXECUTE_WAIT_S = 0.002
 
 
 def _error(code: str, message: str, tb: str = "") -> wpb.Error:
@@ -113,8 +119,9 @@ class BatchExecutor:
         self._unreleased: dict[int, int] = {}
         self._held_for: dict[int, int] = {}
         self._waiting: dict[int, threading.Condition] = {}  # by request: its sender waits
-        # The main thread is inside execute(): it reads no release meanwhile, so no sender
-        # waits for one (a model may wait in execute() for its own sending threads).
+        # The main thread is inside execute(): it reads no release meanwhile, so a sender
+        # waits for one only IN_EXECUTE_WAIT_S (a model may wait in execute() for its own
+        # sending threads).
         self._in_execute = False
         # When the execute() running now began (time.monotonic()); 0.0: none runs.
         self.execute_began = 0.0
@@ -197,26 +204,26 @@ class BatchExecutor:
         """Until fewer than ``most`` of ``request_id``'s streamed responses wait to be
         released, or it is no longer ``live`` (ended, its reader gone). A model thread's."""
         with self.lock:
-            if self._unreleased.get(request_id, 0) < most or self._in_execute:
+            if self._unreleased.get(request_id, 0) < most:
                 return
             # One condition a request: a release wakes its own sender, not every model thread.
             waiting = self._waiting[request_id] = threading.Condition(self.lock)
             try:
-                while (
-                    self._unreleased.get(request_id, 0) >= most
-                    and live()
-                    and not self._in_execute
-                ):
-                    waiting.wait(RELEASE_RECHECK_S)
+                while self._unreleased.get(request_id, 0) >= most and live():
+                    if not self._in_execute:
+                        waiting.wait(RELEASE_RECHECK_S)
+                    elif not waiting.wait(IN_EXECUTE_WAIT_S) and self._in_execute:
+                        return  # execute() goes on (it may wait for this thread): unpaced
             finally:
                 del self._waiting[request_id]
 
     def _executing(self, inside: bool) -> None:
+        """The main thread enters or leaves execute(): waiting senders look again (entering,
+        they stop waiting for releases soon; leaving, they wait for them again)."""
         with self.lock:
             self._in_execute = inside
-            if inside:
-                for waiting in self._waiting.values():
-                    waiting.notify()
+            for waiting in self._waiting.values():
+                waiting.notify()
 
     def _one_released(self, request_id: int) -> None:
         left = self._unreleased[request_id] - 1

@@ -239,6 +239,41 @@ def test_a_sender_on_the_main_thread_never_waits(
         executor.aio.loop.close()
 
 
+class _Eager(_Tokens):
+    """A decoupled model whose sending thread, started in execute(), sends at once, while
+    execute() still runs a moment (the GIL let go, as a model's last steps may)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.go.set()
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        super().execute(requests)
+        time.sleep(0.001)
+
+
+def test_a_thread_started_in_execute_is_paced_once_execute_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread runs before the main thread has the GIL back to return from execute():
+    past its window it waits for that return (IN_EXECUTE_WAIT_S), then for releases, instead
+    of sending its whole burst while execute() is still, for a moment, running."""
+    executor, model, held, arena = _streaming(
+        tmp_path, monkeypatch, 40, FROM_A_FRONT_END, _Eager(40)
+    )
+    try:
+        _until(lambda: len(held) >= RESPONSES_AHEAD)
+        time.sleep(0.05)  # it would have sent them all by now: it waits
+        assert len(held) <= RESPONSES_AHEAD + 4  # a few more only if the main thread lagged
+        while model.threads[0].is_alive():
+            executor.release(held[:])
+            time.sleep(0.001)
+        assert len(held) == 40
+    finally:
+        arena.close()
+        executor.aio.loop.close()
+
+
 class _Joined(_Tokens):
     """A decoupled model whose execute() waits for the threads that send its tokens."""
 
@@ -253,7 +288,8 @@ def test_a_sender_does_not_wait_while_execute_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """execute() waits for its own sending thread: the main thread reads no release until
-    it returns, so the thread must not wait for one (it would wait for ever)."""
+    it returns, so the thread must not wait for one for ever (IN_EXECUTE_WAIT_S a response
+    past its window, then it goes on)."""
     model = _Joined(10)
     executor, _, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, model)
     try:
