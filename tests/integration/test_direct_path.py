@@ -76,6 +76,19 @@ def sleepy(client: grpcclient.InferenceServerClient, ms: int) -> int:
     return int(client.infer("sleepy", [tensor], client_timeout=60).as_numpy("SLEPT_MS")[0])
 
 
+def on_new_connections(
+    daemon: Daemon, call: Callable[[grpcclient.InferenceServerClient], object], times: int
+) -> None:
+    """``call`` ``times`` times, each on a connection of its own (the front ends take turns
+    accepting them)."""
+    for _ in range(times):
+        client = grpcclient.InferenceServerClient(daemon.url)
+        try:
+            call(client)
+        finally:
+            client.close()
+
+
 def direct_ready(
     daemon: Daemon,
     model: str,
@@ -92,12 +105,7 @@ def direct_ready(
 
     def probe() -> bool:
         seen = len(daemon.log())
-        for _ in range(4):  # new connections: both front ends take some
-            client = grpcclient.InferenceServerClient(daemon.url)
-            try:
-                (send or default)(client)
-            finally:
-                client.close()
+        on_new_connections(daemon, send or default, 4)  # both front ends take some
         return f"{model}/1: request given to instance" not in daemon.log()[seen:]
 
     wait_until(probe, 30, f"{model}'s requests to go straight to its worker")
@@ -158,12 +166,7 @@ def test_a_scaled_models_requests_go_direct_and_still_scale_it_up_and_down(
 
     def probe() -> bool:
         seen = len(daemon.log())
-        for _ in range(4):
-            client = grpcclient.InferenceServerClient(daemon.url)
-            try:
-                one(client)
-            finally:
-                client.close()
+        on_new_connections(daemon, one, 4)
         return given not in daemon.log()[seen:]
 
     wait_until(probe, 30, "the scaled model's requests to go straight to its worker")
@@ -564,12 +567,7 @@ def test_with_the_first_response_histogram_requests_still_skip_the_daemon_and_ar
     # The model's error is a first response too (time.sleep of a negative time raises).
     error = error_of(lambda: sleepy(daemon.client(), -1))
     assert "sleep length must be non-negative" in error.message()
-    for _ in range(3):
-        client = grpcclient.InferenceServerClient(daemon.url)
-        try:
-            stream(client)
-        finally:
-            client.close()
+    on_new_connections(daemon, stream, 3)
     log = daemon.log()[seen:]
     assert not any(f"{model}/1: request given to instance" in log for model in models)
     wanted = {"add_sub": 20, "sleepy": 1, "repeat_decoupled": 3}
