@@ -3,9 +3,10 @@ cancellation flags), and finish together with those execute() answered."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -121,15 +122,17 @@ FROM_A_FRONT_END = front_base(0) + 7  # a request on the direct path
 FROM_THE_DAEMON = 7
 
 
+@contextlib.contextmanager
 def _streaming(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     count: int,
     request_id: int,
     model: _Tokens | _Inline | None = None,
-) -> tuple[BatchExecutor, _Tokens | _Inline, list[int], Arena]:
+) -> Iterator[tuple[BatchExecutor, _Tokens | _Inline, list[int]]]:
     """A decoupled request of ``model`` (default: ``_Tokens(count)``) run by a real
-    executor; the held ids of the responses its sender sent, as they leave."""
+    executor; the held ids of the responses its sender sent, as they leave. Its arena and
+    loop are closed at the end."""
     held: list[int] = []
 
     def send(*frames: wpb.WorkerToDaemon) -> None:
@@ -145,10 +148,14 @@ def _streaming(
         inputs=SegmentMap(str(tmp_path)), outputs=arena,
         aio=aio, live=live,
     )  # fmt: skip
-    executor.run(wpb.Execute(batch_id=1, requests=[wpb.Request(request_id=request_id)]))
-    if isinstance(model, _Tokens):
-        model.go.set()
-    return executor, model, held, arena
+    try:
+        executor.run(wpb.Execute(batch_id=1, requests=[wpb.Request(request_id=request_id)]))
+        if isinstance(model, _Tokens):
+            model.go.set()
+        yield executor, model, held
+    finally:
+        arena.close()
+        aio.loop.close()
 
 
 def _until(predicate: Callable[[], bool]) -> None:
@@ -163,8 +170,7 @@ def test_a_decoupled_sender_waits_while_its_reader_holds_too_many_responses(
 ) -> None:
     """RESPONSES_AHEAD responses leave, then the model's thread waits in send(); each
     release lets one more go, and the stream ends whole."""
-    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END) as (executor, model, held):
         _until(lambda: len(held) == RESPONSES_AHEAD)
         time.sleep(0.05)  # it would have sent them all by now: it waits
         assert len(held) == RESPONSES_AHEAD
@@ -174,9 +180,6 @@ def test_a_decoupled_sender_waits_while_its_reader_holds_too_many_responses(
             executor.release(held[:])
             time.sleep(0.001)
         assert len(held) == 10
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
 def test_a_sender_whose_request_ended_does_not_wait(
@@ -184,15 +187,11 @@ def test_a_sender_whose_request_ended_does_not_wait(
 ) -> None:
     """The request's reader went away (its link closed: the request is no longer live):
     the model's thread is not held for releases that will not come."""
-    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END) as (executor, model, held):
         _until(lambda: len(held) == RESPONSES_AHEAD)
         executor.live.done(FROM_A_FRONT_END)
         model.threads[0].join(5)
         assert not model.threads[0].is_alive()
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
 def test_a_request_the_daemon_sent_is_not_paced(
@@ -200,30 +199,20 @@ def test_a_request_the_daemon_sent_is_not_paced(
 ) -> None:
     """A BLS call's caller may keep every response until the stream ends: the daemon's
     requests stream on without waiting for releases."""
-    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_THE_DAEMON)
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_THE_DAEMON) as (executor, model, held):
         model.threads[0].join(5)
         assert not model.threads[0].is_alive()
         assert len(held) == 10
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
-def test_a_cancelled_request_does_not_wait(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_cancelled_request_does_not_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that left: its responses may never be released, and the model must get to
     see is_cancelled() rather than wait in send()."""
-    executor, model, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END)
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END) as (executor, model, held):
         _until(lambda: len(held) == RESPONSES_AHEAD)
         executor.live.cancel([FROM_A_FRONT_END])
         model.threads[0].join(5)
         assert not model.threads[0].is_alive()
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
 def test_a_sender_on_the_main_thread_never_waits(
@@ -231,12 +220,8 @@ def test_a_sender_on_the_main_thread_never_waits(
 ) -> None:
     """The main thread reads the releases: a send there (from execute(), or an async
     execute on the worker's loop) goes at once, else the worker would wait for itself."""
-    executor, _, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, _Inline())
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, _Inline()) as (executor, _, held):
         assert len(held) == 10  # all sent while run() ran
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
 class _Eager(_Tokens):
@@ -258,10 +243,11 @@ def test_a_thread_started_in_execute_is_paced_once_execute_returns(
     """The thread runs before the main thread has the GIL back to return from execute():
     past its window it waits for that return (IN_EXECUTE_WAIT_S), then for releases, instead
     of sending its whole burst while execute() is still, for a moment, running."""
-    executor, model, held, arena = _streaming(
-        tmp_path, monkeypatch, 40, FROM_A_FRONT_END, _Eager(40)
-    )
-    try:
+    with _streaming(tmp_path, monkeypatch, 40, FROM_A_FRONT_END, _Eager(40)) as (
+        executor,
+        model,
+        held,
+    ):
         _until(lambda: len(held) >= RESPONSES_AHEAD)
         time.sleep(0.05)  # it would have sent them all by now: it waits
         assert len(held) <= RESPONSES_AHEAD + 4  # a few more only if the main thread lagged
@@ -269,9 +255,6 @@ def test_a_thread_started_in_execute_is_paced_once_execute_returns(
             executor.release(held[:])
             time.sleep(0.001)
         assert len(held) == 40
-    finally:
-        arena.close()
-        executor.aio.loop.close()
 
 
 class _Joined(_Tokens):
@@ -291,9 +274,5 @@ def test_a_sender_does_not_wait_while_execute_runs(
     it returns, so the thread must not wait for one for ever (IN_EXECUTE_WAIT_S a response
     past its window, then it goes on)."""
     model = _Joined(10)
-    executor, _, held, arena = _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, model)
-    try:
+    with _streaming(tmp_path, monkeypatch, 10, FROM_A_FRONT_END, model) as (executor, _, held):
         assert len(held) == 10  # all sent before run() returned
-    finally:
-        arena.close()
-        executor.aio.loop.close()
